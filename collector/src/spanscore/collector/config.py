@@ -1,0 +1,178 @@
+"""Collector settings: command-line argument, then environment variable, then config file,
+then default. Every setting `name` has the variable `SPANSCORE_<NAME>` (upper case) and the key
+`name` in the config file (TOML, JSON or YAML)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(Exception):
+    """A setting is missing or wrong; the message names it and where it came from."""
+
+
+class CollectorConfig(BaseModel):
+    """Everything `spanscore serve` can be told. Field docs are the reference (see README)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lake: str = Field(description="lake directory or PostgreSQL connection string")
+    data_path: str | None = Field(None, description="data files of a new PostgreSQL-catalog lake")
+    host: str = Field("127.0.0.1", description="address both servers bind")
+    grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC port (0: any free)")
+    http_port: int = Field(4318, ge=0, le=65535, description="OTLP/HTTP port (0: any free)")
+    token: str | None = Field(None, description="bearer token clients must send")
+    token_file: Path | None = Field(None, description="file holding the bearer token")
+    tls_cert: Path | None = Field(None, description="TLS certificate chain (PEM)")
+    tls_key: Path | None = Field(None, description="TLS private key (PEM)")
+    insecure: bool = Field(False, description="allow a non-loopback bind without token or TLS")
+    max_request_bytes: int = Field(
+        16 * 1024 * 1024, gt=0, description="largest request body, after decompression"
+    )
+    max_attributes: int = Field(512, gt=0, description="attributes kept per span/record")
+    max_attribute_length: int = Field(
+        256 * 1024, gt=0, description="longest string value kept (longer: truncated)"
+    )
+    redact: list[str] = Field(
+        default_factory=list,
+        description="attribute keys whose values are replaced by [REDACTED] (`*` wildcard)",
+    )
+    conversation_attribute: str | None = Field(
+        None, description="attribute holding the conversation id when no convention's does"
+    )
+    queue_rows: int = Field(200_000, gt=0, description="rows queued before exports are refused")
+    batch_rows: int = Field(50_000, gt=0, description="most rows in one commit")
+    batch_delay_ms: int = Field(250, ge=0, description="how long a commit waits to grow")
+    commit_deadline_s: float = Field(30.0, gt=0, description="how long a commit is retried")
+    max_concurrent_requests: int = Field(
+        32, gt=0, description="requests decoded at once (bounds memory)"
+    )
+    maintenance_interval_s: float = Field(
+        300.0, ge=0, description="seconds between compactions (0: never)"
+    )
+    snapshot_retention_s: float = Field(
+        3600.0, ge=0, description="how long old snapshots stay readable (time travel)"
+    )
+    dedup_keys: int = Field(1_000_000, ge=0, description="recent span ids checked for retries")
+    log_format: Literal["text", "json"] = Field("text", description="log line format")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+
+    @model_validator(mode="after")
+    def _check(self) -> CollectorConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+        if self.token and self.token_file:
+            raise ValueError("give token or token_file, not both")
+        if self.batch_rows > self.queue_rows:
+            raise ValueError("batch_rows must not exceed queue_rows")
+        if (
+            not self.insecure
+            and not is_loopback(self.host)
+            and not (self.token or self.token_file or self.tls_cert)
+        ):
+            raise ValueError(
+                f"refusing to listen on non-loopback address {self.host!r} with neither a token "
+                "nor TLS: set token/token_file or tls_cert/tls_key, or pass --insecure"
+            )
+        return self
+
+    def bearer_token(self) -> str | None:
+        if self.token_file is not None:
+            try:
+                token = self.token_file.read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"cannot read token_file {self.token_file}: {exc}") from exc
+            if not token:
+                raise ConfigError(f"token_file {self.token_file} is empty")
+            return token
+        return self.token or None
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def env_name(field: str) -> str:
+    return "SPANSCORE_" + field.upper()
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    try:
+        if path.suffix == ".toml":
+            data: Any = tomllib.loads(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            raise ConfigError(f"config file {path}: use .toml, .json or .yaml")
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"config file {path}: {exc}") from exc
+    except Exception as exc:  # yaml.YAMLError without importing yaml eagerly
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"config file {path}: {exc}") from exc
+    if isinstance(data, dict) and isinstance(data.get("collector"), dict):
+        data = data["collector"]  # a shared spanscore.toml may hold a [collector] table
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a table of settings")
+    return data
+
+
+def load_config(
+    config_file: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+) -> CollectorConfig:
+    """Merge the sources (argument > environment > file > default) and validate once."""
+    env = os.environ if environ is None else environ
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    if config_file is not None:
+        for key, value in _read_file(config_file).items():
+            merged[key] = value
+            sources[key] = f"config file {config_file}"
+    for name, info in CollectorConfig.model_fields.items():
+        raw = env.get(env_name(name))
+        if raw is None or raw == "":
+            continue
+        annotation = str(info.annotation)
+        if name == "redact":
+            merged[name] = [p.strip() for p in raw.split(",") if p.strip()]
+        elif "bool" in annotation:
+            merged[name] = raw.strip().lower() in ("1", "true", "yes", "on")
+        else:
+            merged[name] = raw
+        sources[name] = f"environment variable {env_name(name)}"
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            merged[key] = value
+            sources[key] = "command line"
+    try:
+        return CollectorConfig.model_validate(merged)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "settings"
+            origin = sources.get(str(err["loc"][0]) if err["loc"] else "", "")
+            where = f" (from {origin})" if origin else ""
+            lines.append(f"{key}{where}: {err['msg']}")
+        raise ConfigError("invalid collector settings:\n  " + "\n  ".join(lines)) from None

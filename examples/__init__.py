@@ -1,0 +1,1 @@
+"""Runnable sample agents (installed as ``spanscore.examples``); the demo uses one."""

@@ -1,0 +1,24 @@
+"""spanscore instrumentation: send an agent's spans to the spanscore collector, in one call.
+
+Usage::
+
+    import spanscore.instrumentation
+    spanscore.instrumentation.instrument(service_name="support-agent")
+
+`instrument()` installs a TracerProvider (or adds to the application's own SDK provider) with a
+batching OTLP exporter. It is idempotent; `uninstrument()` flushes and removes what it added.
+Exporting never blocks the agent: spans go through the SDK's bounded BatchSpanProcessor queue,
+which drops (and counts) spans when the collector is unreachable for long.
+
+Configuration (arguments win over the standard OpenTelemetry variables):
+    OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+        collector address (default: http://127.0.0.1:4318 for HTTP, 127.0.0.1:4317 for gRPC)
+    OTEL_EXPORTER_OTLP_PROTOCOL / OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
+        http/protobuf (default) or grpc (needs `pip install spanscore-instrumentation[grpc]`)
+    OTEL_EXPORTER_OTLP_HEADERS   e.g. ``authorization=Bearer <token>``
+    OTEL_SERVICE_NAME            service name on every span
+"""
+
+from ._setup import instrument, is_instrumented, uninstrument
+
+__all__ = ["instrument", "is_instrumented", "uninstrument"]

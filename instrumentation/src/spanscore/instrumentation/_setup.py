@@ -1,0 +1,121 @@
+"""The TracerProvider and exporter that `instrument()` sets up."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+log = logging.getLogger("spanscore.instrumentation")
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def _protocol(explicit: str | None) -> str:
+    value = (
+        explicit
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    )
+    return value.strip().lower()
+
+
+def _exporter(protocol: str, endpoint: str | None, headers: dict[str, str] | None) -> SpanExporter:
+    if protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcExporter,
+            )
+        except ImportError as exc:
+            raise RuntimeError(
+                "OTLP/gRPC export needs `pip install spanscore-instrumentation[grpc]`"
+            ) from exc
+        if endpoint is None and not (
+            os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        ):
+            endpoint = "http://127.0.0.1:4317"
+        return GrpcExporter(endpoint=endpoint, headers=headers)
+    if protocol not in ("http/protobuf", "http"):
+        raise ValueError(f"unsupported OTLP protocol {protocol!r}: use http/protobuf or grpc")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    if endpoint is None and not (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    ):
+        endpoint = "http://127.0.0.1:4318/v1/traces"
+    elif endpoint is not None and not endpoint.rstrip("/").endswith("/v1/traces"):
+        endpoint = endpoint.rstrip("/") + "/v1/traces"
+    return OTLPSpanExporter(endpoint=endpoint, headers=headers)
+
+
+def instrument(
+    *,
+    service_name: str | None = None,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    headers: dict[str, str] | None = None,
+    tracer_provider: TracerProvider | None = None,
+    exporter: SpanExporter | None = None,
+) -> TracerProvider:
+    """Send this process's spans to a spanscore collector; returns the provider in use.
+
+    With `tracer_provider` (or an SDK provider already installed globally) the exporter is added
+    to it; otherwise a new provider is created and made global. A second call does nothing and
+    returns the same provider.
+    """
+    with _lock:
+        if _state:
+            log.warning("spanscore.instrumentation is already instrumented; ignoring")
+            provider: TracerProvider = _state["provider"]
+            return provider
+        current = trace.get_tracer_provider()
+        owned = False
+        if tracer_provider is not None:
+            provider = tracer_provider
+        elif isinstance(current, TracerProvider):
+            provider = current
+        else:
+            attributes = {"service.name": service_name} if service_name else {}
+            provider = TracerProvider(resource=Resource.create(attributes))
+            trace.set_tracer_provider(provider)
+            owned = True
+        processor = BatchSpanProcessor(
+            exporter or _exporter(_protocol(protocol), endpoint, headers)
+        )
+        provider.add_span_processor(processor)
+        _state.update(provider=provider, processor=processor, owned=owned)
+        return provider
+
+
+def is_instrumented() -> bool:
+    return bool(_state)
+
+
+def uninstrument(timeout_millis: int = 30_000) -> None:
+    """Flush and detach what `instrument()` added. The global provider stays (OpenTelemetry
+    allows setting it only once), but our exporter no longer receives its spans."""
+    with _lock:
+        if not _state:
+            return
+        processor: BatchSpanProcessor = _state["processor"]
+        processor.force_flush(timeout_millis)
+        processor.shutdown()  # type: ignore[no-untyped-call]
+        provider: TracerProvider = _state["provider"]
+        multi = getattr(provider, "_active_span_processor", None)
+        procs = getattr(multi, "_span_processors", None)
+        if multi is not None and isinstance(procs, tuple) and processor in procs:
+            # The SDK has no public remove; its processor list is an immutable tuple swapped
+            # under its own lock.
+            with multi._lock:
+                multi._span_processors = tuple(p for p in procs if p is not processor)
+        _state.clear()

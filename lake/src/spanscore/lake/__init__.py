@@ -1,0 +1,55 @@
+"""spanscore lake: the DuckLake that the collector writes and everyone else reads.
+
+Usage::
+
+    from spanscore.lake import connect
+    con = connect("./lake")                  # embedded: ./lake/catalog.sqlite + ./lake/data/
+    con.sql("SELECT tool_name, count(*) FROM tool_calls GROUP BY ALL").show()
+
+    connect("postgresql://app@db:5432/spans?data_path=s3://bucket/spans/", create=True)
+
+The connection is an in-memory DuckDB with the lake attached as ``lake`` and selected, so plain
+table names (``spans``, ``logs``, ``tool_calls``, ``conversations``, ``eval_runs``, ``scores``)
+work. DuckDB extensions load with signature checks on, from the pinned PyPI wheels when present.
+
+Environment:
+    SPANSCORE_LAKE       the lake, where a command takes ``--lake``
+    SPANSCORE_DATA_PATH  data files of a new PostgreSQL-catalog lake (local dir or s3:// URL)
+"""
+
+from .connection import (
+    ALIAS,
+    LakeError,
+    LakeLocation,
+    LakeVersionError,
+    connect,
+    ensure_schema,
+    is_transient,
+    load_extension,
+    maintain,
+    query,
+    retrying,
+    schema_version,
+)
+from .schema import SCHEMA_VERSION, TABLES, VIEWS, Column, arrow_schema, quote_identifier
+
+__all__ = [
+    "ALIAS",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "VIEWS",
+    "Column",
+    "LakeError",
+    "LakeLocation",
+    "LakeVersionError",
+    "arrow_schema",
+    "connect",
+    "ensure_schema",
+    "is_transient",
+    "load_extension",
+    "maintain",
+    "query",
+    "quote_identifier",
+    "retrying",
+    "schema_version",
+]

@@ -1,0 +1,216 @@
+"""The lake's tables and views: the one place that defines them.
+
+Table and column names are the user-facing SQL interface: renaming one is a breaking change and
+needs a migration. Each table is a tuple of `Column`s so that the DDL, the Arrow schema the
+collector appends with, and the README's table reference come from the same definition.
+
+Schema versions: `SCHEMA_VERSION` is the version this code writes. `MIGRATIONS[n]` holds the
+statements that take a lake from version n - 1 to n (`MIGRATIONS[1]` creates everything). Views
+are recreated after every migration, so a view change needs no migration of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    sql_type: str
+    doc: str
+
+
+_ARROW_TYPES: dict[str, pa.DataType] = {
+    "VARCHAR": pa.string(),
+    "JSON": pa.string(),
+    "BIGINT": pa.int64(),
+    "INTEGER": pa.int32(),
+    "DOUBLE": pa.float64(),
+    "BOOLEAN": pa.bool_(),
+    "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
+}
+
+
+def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
+    """The Arrow schema that appends to a table defined by `columns` without casts."""
+    return pa.schema([pa.field(c.name, _ARROW_TYPES[c.sql_type]) for c in columns])
+
+
+def create_table_sql(table: str, columns: tuple[Column, ...]) -> str:
+    body = ",\n  ".join(f"{quote_identifier(c.name)} {c.sql_type}" for c in columns)
+    return f"CREATE TABLE IF NOT EXISTS {quote_identifier(table)} (\n  {body}\n)"
+
+
+def quote_identifier(name: str) -> str:
+    """Quote a SQL identifier; the one helper every module uses for names it did not write."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+SPANS: tuple[Column, ...] = (
+    Column("trace_id", "VARCHAR", "trace id, 32 lowercase hex digits"),
+    Column("span_id", "VARCHAR", "span id, 16 lowercase hex digits"),
+    Column("parent_span_id", "VARCHAR", "parent span id, NULL for a root span"),
+    Column("trace_state", "VARCHAR", "W3C trace state, NULL when empty"),
+    Column("flags", "INTEGER", "W3C trace flags and OTLP span flags"),
+    Column("name", "VARCHAR", "span name"),
+    Column("kind", "VARCHAR", "INTERNAL, SERVER, CLIENT, PRODUCER, CONSUMER or UNSPECIFIED"),
+    Column("start_time", "TIMESTAMPTZ", "start time (microseconds)"),
+    Column("end_time", "TIMESTAMPTZ", "end time (microseconds)"),
+    Column("start_time_unix_nano", "BIGINT", "start time, exact, in ns since the epoch"),
+    Column("end_time_unix_nano", "BIGINT", "end time, exact, in ns since the epoch"),
+    Column("duration_ms", "DOUBLE", "end minus start, in milliseconds"),
+    Column("status_code", "VARCHAR", "UNSET, OK or ERROR"),
+    Column("status_message", "VARCHAR", "status description, NULL when empty"),
+    Column("service_name", "VARCHAR", "resource attribute service.name"),
+    Column("resource", "JSON", "resource attributes as a JSON object"),
+    Column("scope_name", "VARCHAR", "instrumentation scope name"),
+    Column("scope_version", "VARCHAR", "instrumentation scope version"),
+    Column("scope_attributes", "JSON", "instrumentation scope attributes"),
+    Column("schema_url", "VARCHAR", "schema URL of the scope, else of the resource"),
+    Column("attributes", "JSON", "span attributes as a JSON object (keys keep their dots)"),
+    Column("events", "JSON", "list of {name, time_unix_nano, attributes}"),
+    Column("links", "JSON", "list of {trace_id, span_id, trace_state, attributes}"),
+    Column(
+        "dropped_attributes_count", "INTEGER", "attributes dropped by the producer or by limits"
+    ),
+    Column("dropped_events_count", "INTEGER", "events dropped by the producer"),
+    Column("dropped_links_count", "INTEGER", "links dropped by the producer"),
+    Column("conversation_id", "VARCHAR", "conversation this span belongs to (trace id if none)"),
+    Column("agent_name", "VARCHAR", "agent that made the span (gen_ai.agent.name, ...)"),
+    Column("operation", "VARCHAR", "chat, execute_tool, invoke_agent, ... (gen_ai.operation.name)"),
+    Column("tool_name", "VARCHAR", "tool called (execute_tool spans)"),
+    Column("tool_call_id", "VARCHAR", "the model's id for this tool call"),
+    Column("tool_arguments", "JSON", "tool call arguments (JSON; a non-JSON value as a string)"),
+    Column("tool_result", "VARCHAR", "tool call result as sent (usually JSON text)"),
+    Column("user_message", "VARCHAR", "latest user message in this span's model input"),
+    Column("error_type", "VARCHAR", "error.type, or the exception type of a failed span"),
+    Column("convention", "VARCHAR", "producer convention the span was read as (genai, ...)"),
+    Column("ingest_notes", "VARCHAR", "what the collector changed: limits applied, redactions"),
+    Column("ingest_time", "TIMESTAMPTZ", "when the collector committed the span"),
+)
+
+LOGS: tuple[Column, ...] = (
+    Column("time", "TIMESTAMPTZ", "event time (observed time when the producer sent none)"),
+    Column("time_unix_nano", "BIGINT", "event time, exact, in ns (0 when unset)"),
+    Column("observed_time_unix_nano", "BIGINT", "observed time, exact, in ns (0 when unset)"),
+    Column("trace_id", "VARCHAR", "trace id of the span the record belongs to, if any"),
+    Column("span_id", "VARCHAR", "span id of the span the record belongs to, if any"),
+    Column("flags", "INTEGER", "W3C trace flags"),
+    Column("severity_number", "INTEGER", "OTLP severity number"),
+    Column("severity_text", "VARCHAR", "severity text"),
+    Column("event_name", "VARCHAR", "event name (gen_ai.user.message, gen_ai.choice, ...)"),
+    Column("body", "JSON", "record body as JSON"),
+    Column("attributes", "JSON", "record attributes as a JSON object"),
+    Column("resource", "JSON", "resource attributes as a JSON object"),
+    Column("service_name", "VARCHAR", "resource attribute service.name"),
+    Column("scope_name", "VARCHAR", "instrumentation scope name"),
+    Column("scope_version", "VARCHAR", "instrumentation scope version"),
+    Column(
+        "dropped_attributes_count", "INTEGER", "attributes dropped by the producer or by limits"
+    ),
+    Column("conversation_id", "VARCHAR", "conversation id when the record carries one"),
+    Column("ingest_notes", "VARCHAR", "what the collector changed: limits applied, redactions"),
+    Column("ingest_time", "TIMESTAMPTZ", "when the collector committed the record"),
+)
+
+EVAL_RUNS: tuple[Column, ...] = (
+    Column("run_id", "VARCHAR", "evaluation run id"),
+    Column("suite_name", "VARCHAR", "suite name"),
+    Column("suite_hash", "VARCHAR", "hash of the suite's content (its version)"),
+    Column("window_start", "TIMESTAMPTZ", "start of the evaluated time window"),
+    Column("window_end", "TIMESTAMPTZ", "end of the evaluated time window"),
+    Column("sample_spec", "JSON", "sampling settings (rate, limit, seed, strata, filters)"),
+    Column("spanscore_version", "VARCHAR", "spanscore version that ran"),
+    Column("host", "VARCHAR", "machine that ran it"),
+    Column("started_at", "TIMESTAMPTZ", "when the run started"),
+    Column("finished_at", "TIMESTAMPTZ", "when the run ended (NULL while running)"),
+    Column("status", "VARCHAR", "running, succeeded, gate_failed, interrupted or failed"),
+    Column("conversation_count", "INTEGER", "conversations scored"),
+    Column("score_count", "INTEGER", "score rows written"),
+    Column("error_count", "INTEGER", "scores that could not be given"),
+    Column("judge_cost_usd", "DOUBLE", "estimated LLM-judge cost"),
+    Column("details", "JSON", "timings, gates and anything else about the run"),
+)
+
+SCORES: tuple[Column, ...] = (
+    Column("run_id", "VARCHAR", "evaluation run that wrote the score"),
+    Column("conversation_id", "VARCHAR", "conversation scored"),
+    Column("scenario_id", "VARCHAR", "scenario (or policy) the score belongs to"),
+    Column("metric", "VARCHAR", "assertion or metric name"),
+    Column("value", "DOUBLE", "numeric score"),
+    Column("label", "VARCHAR", "categorical score"),
+    Column("passed", "BOOLEAN", "pass/fail"),
+    Column("threshold", "DOUBLE", "threshold the pass rule used"),
+    Column("explanation", "VARCHAR", "why this score"),
+    Column("details", "JSON", "structured details (pairings, failed goals, ...)"),
+    Column("error", "VARCHAR", "why no score could be given"),
+    Column("created_at", "TIMESTAMPTZ", "when the score was written"),
+)
+
+SCHEMA_INFO: tuple[Column, ...] = (
+    Column("version", "INTEGER", "lake schema version"),
+    Column("applied_at", "TIMESTAMPTZ", "when it was applied"),
+    Column("applied_by", "VARCHAR", "spanscore version that applied it"),
+)
+
+TABLES: dict[str, tuple[Column, ...]] = {
+    "spans": SPANS,
+    "logs": LOGS,
+    "eval_runs": EVAL_RUNS,
+    "scores": SCORES,
+    "spanscore_schema": SCHEMA_INFO,
+}
+
+# A turn is one trace of the conversation (agents usually start a trace per user message); the
+# step index orders every span-level tool call of the conversation by start time.
+VIEWS: dict[str, str] = {
+    "tool_calls": """
+        WITH traces AS (
+            SELECT conversation_id, trace_id, min(start_time_unix_nano) AS trace_start
+            FROM spans GROUP BY conversation_id, trace_id
+        ), turns AS (
+            SELECT conversation_id, trace_id,
+                   row_number() OVER (PARTITION BY conversation_id
+                                      ORDER BY trace_start, trace_id) - 1 AS turn_index
+            FROM traces
+        )
+        SELECT s.conversation_id, s.trace_id, s.span_id, s.parent_span_id,
+               t.turn_index,
+               row_number() OVER (PARTITION BY s.conversation_id
+                                  ORDER BY s.start_time_unix_nano, s.span_id) - 1 AS step_index,
+               s.tool_name, s.tool_call_id, s.tool_arguments AS arguments, s.tool_result AS result,
+               CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
+                    THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
+               s.start_time, s.end_time, s.duration_ms AS latency_ms,
+               s.agent_name, s.service_name, s.convention AS producer
+        FROM spans s JOIN turns t USING (conversation_id, trace_id)
+        WHERE s.operation = 'execute_tool'
+    """,
+    "conversations": """
+        SELECT conversation_id,
+               arg_min(agent_name, start_time_unix_nano)
+                   FILTER (WHERE agent_name IS NOT NULL) AS agent_name,
+               arg_min(service_name, start_time_unix_nano) AS service_name,
+               min(start_time) AS start_time,
+               max(end_time) AS end_time,
+               count(*) AS span_count,
+               count(DISTINCT trace_id) AS trace_count,
+               count(*) FILTER (WHERE operation = 'execute_tool') AS tool_call_count,
+               count(*) FILTER (WHERE status_code = 'ERROR' OR error_type IS NOT NULL)
+                   AS error_count,
+               arg_min(user_message, start_time_unix_nano)
+                   FILTER (WHERE user_message IS NOT NULL) AS first_user_message,
+               max(ingest_time) AS last_ingest_time
+        FROM spans
+        GROUP BY conversation_id
+    """,
+}
+
+SCHEMA_VERSION = 1
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: [create_table_sql(name, cols) for name, cols in TABLES.items()],
+}

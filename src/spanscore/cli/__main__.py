@@ -1,0 +1,3 @@
+from spanscore.cli import main
+
+main()

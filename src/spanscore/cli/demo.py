@@ -1,0 +1,30 @@
+"""`spanscore demo`: the product end to end on an embedded lake, no API key needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("demo")
+@click.option(
+    "--lake",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("spanscore-demo"),
+    show_default=True,
+    envvar="SPANSCORE_DEMO_LAKE",
+    help="Where the demo's lake goes (recreated on each run).  [env: SPANSCORE_DEMO_LAKE]",
+)
+def demo_command(lake: Path) -> None:
+    """Start a collector, run the example customer-service agent, query what it stored.
+
+    \b
+    $ spanscore demo
+    """
+    from spanscore.examples.demo import run_demo
+
+    try:
+        run_demo(lake, echo=click.echo)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from exc

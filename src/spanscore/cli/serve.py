@@ -1,0 +1,101 @@
+"""`spanscore serve`: run the collector until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import types
+from pathlib import Path
+from typing import Any, get_args
+
+import click
+from pydantic.fields import FieldInfo
+
+from spanscore.collector import Collector, CollectorConfig, ConfigError, load_config
+from spanscore.collector.config import env_name
+from spanscore.collector.logsetup import configure_logging
+
+
+def _option_for(name: str, info: FieldInfo) -> Any:
+    """One click option per config field, so the command line and the config never drift."""
+    flag = "--" + name.replace("_", "-")
+    annotation = info.annotation
+    args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
+    kind = args[0]
+    help_text = f"{info.description or ''}  [env: {env_name(name)}]".strip()
+    if kind is bool:
+        return click.option(flag, name, is_flag=True, default=None, help=help_text)
+    if name == "redact":
+        return click.option(
+            flag, name, multiple=True, default=None, help=help_text + " (repeatable)"
+        )
+    if name == "lake":
+        return click.option(flag, name, metavar="DIR|POSTGRES_URL", help=help_text)
+    choices = get_args(kind)
+    click_type: Any
+    if choices and all(isinstance(c, str) for c in choices):
+        click_type = click.Choice(list(choices))
+    elif kind in (int, float, str):
+        click_type = kind
+    elif kind is Path:
+        click_type = click.Path(path_type=Path)
+    else:
+        click_type = str
+    return click.option(flag, name, type=click_type, default=None, help=help_text)
+
+
+def _with_config_options(fn: Any) -> Any:
+    for name, info in reversed(list(CollectorConfig.model_fields.items())):
+        fn = _option_for(name, info)(fn)
+    return fn
+
+
+@click.command("serve")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    envvar="SPANSCORE_CONFIG",
+    help="Settings file (.toml, .json or .yaml).  [env: SPANSCORE_CONFIG]",
+)
+@_with_config_options
+def serve_command(config_file: Path | None, **settings: Any) -> None:
+    """Receive OTLP spans and logs (gRPC and HTTP) and commit them to the lake.
+
+    Defaults: gRPC on 127.0.0.1:4317, HTTP on 127.0.0.1:4318. Precedence: option, then
+    environment variable, then config file, then default. SIGTERM or Ctrl-C shuts down
+    gracefully: every export already received is committed and answered first.
+
+    \b
+    $ spanscore serve --lake ./lake
+    $ SPANSCORE_TOKEN_FILE=/run/secrets/otlp spanscore serve --lake ./lake --host 0.0.0.0
+    """
+    if settings.get("redact") == ():
+        settings["redact"] = None
+    try:
+        config = load_config(config_file, settings)
+        configure_logging(config.log_format, config.log_level)
+        collector = Collector(config)
+        collector.start()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen: {exc}") from exc
+    except Exception as exc:
+        from spanscore.lake import LakeError
+
+        if isinstance(exc, LakeError):
+            raise click.ClickException(str(exc)) from exc
+        raise
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: types.FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stop.wait(1.0):
+        pass
+    drained = collector.stop(timeout=config.commit_deadline_s)
+    if not drained:
+        raise SystemExit(1)
