@@ -1,0 +1,230 @@
+"""The lake: locations, extensions, schema versions, concurrent writers, PostgreSQL catalog."""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from spanscore import lake
+from spanscore.lake import LakeError, LakeLocation, LakeVersionError, connect, schema
+
+
+def test_embedded_lake_layout_and_tables(lake_dir: Path) -> None:
+    con = connect(lake_dir, create=True)
+    tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    assert {"spans", "logs", "eval_runs", "scores", "tool_calls", "conversations"} <= tables
+    assert (lake_dir / "catalog.sqlite").exists()
+    assert lake.schema_version(con) == schema.SCHEMA_VERSION
+    con.close()
+    # WAL: readers and the writer do not block each other across processes.
+    import sqlite3
+
+    mode = sqlite3.connect(lake_dir / "catalog.sqlite").execute("PRAGMA journal_mode").fetchone()
+    assert mode == ("wal",)
+
+
+def test_extensions_load_signed_from_the_pinned_wheels(lake_dir: Path) -> None:
+    con = connect(lake_dir, create=True)
+    assert con.execute("SELECT current_setting('allow_unsigned_extensions')").fetchone() == (False,)
+    rows = con.execute(
+        "SELECT extension_name, install_path FROM duckdb_extensions() WHERE loaded"
+    ).fetchall()
+    paths = dict(rows)
+    for name in ("ducklake", "sqlite_scanner"):
+        assert name in paths
+
+
+@pytest.mark.parametrize(
+    ("spec", "catalog", "data_path", "schema_name"),
+    [
+        ("postgresql://u:pw@h:5432/db", "postgres:postgresql://u:pw@h:5432/db", None, None),
+        (
+            "postgresql://u@h/db?data_path=s3://b/x/&lake_schema=team&sslmode=require",
+            "postgres:postgresql://u@h/db?sslmode=require",
+            "s3://b/x/",
+            "team",
+        ),
+        ("postgres:dbname=db host=h", "postgres:dbname=db host=h", None, None),
+    ],
+    ids=["uri", "uri-with-our-params", "libpq-keywords"],
+)
+def test_postgres_locations(
+    spec: str,
+    catalog: str,
+    data_path: str | None,
+    schema_name: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SPANSCORE_DATA_PATH", raising=False)
+    loc = LakeLocation.parse(spec)
+    assert (loc.catalog, loc.data_path, loc.metadata_schema) == (catalog, data_path, schema_name)
+    assert "pw" not in loc.describe()
+
+
+def test_missing_lake_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(LakeError, match=r"no lake at .*spanscore serve"):
+        connect(tmp_path / "nowhere")
+    with pytest.raises(LakeError, match="no lake given"):
+        LakeLocation.parse("")
+
+
+def test_newer_lake_fails_with_a_clear_message(lake_dir: Path) -> None:
+    con = connect(lake_dir, create=True)
+    con.execute("INSERT INTO spanscore_schema VALUES (99, now(), 'future')")
+    con.close()
+    with pytest.raises(LakeVersionError, match=r"schema version 99.*newer spanscore"):
+        connect(lake_dir)
+
+
+def test_older_lake_is_migrated_and_keeps_its_data(
+    lake_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    con = connect(lake_dir, create=True)
+    con.execute(
+        "INSERT INTO scores (run_id, conversation_id, metric, value) VALUES ('r1', 'c1', 'm', 1)"
+    )
+    con.close()
+    # A future version 2 that adds a column: opening the version-1 lake migrates it.
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(
+        schema.MIGRATIONS, 2, ["ALTER TABLE scores ADD COLUMN IF NOT EXISTS weight DOUBLE"]
+    )
+    with pytest.raises(LakeError, match=r"schema version 1.*needs 2"):
+        connect(lake_dir, read_only=True)
+    con = connect(lake_dir)
+    assert lake.schema_version(con) == 2
+    assert con.execute("SELECT run_id, value, weight FROM scores").fetchall() == [("r1", 1.0, None)]
+    con.close()
+
+
+def test_not_a_spanscore_lake(lake_dir: Path) -> None:
+    con = connect(lake_dir, create=True)
+    con.execute("DROP TABLE spanscore_schema")
+    con.execute("CREATE TABLE strangers (a INT)")
+    con.close()
+    with pytest.raises(LakeVersionError, match="not a spanscore lake"):
+        connect(lake_dir)
+
+
+def test_query_yields_dicts_with_bound_parameters(lake_dir: Path) -> None:
+    con = connect(lake_dir, create=True)
+    rows = list(lake.query(con, "SELECT ? AS a, ?::INT AS b", ["x'; DROP TABLE spans; --", 2]))
+    assert rows == [{"a": "x'; DROP TABLE spans; --", "b": 2}]
+    assert list(lake.query(con, "CREATE TEMP TABLE t (a INT)")) == []
+
+
+def _writer(args: tuple[str, str, int]) -> int:
+    lake_path, table, n = args
+    con = connect(lake_path)
+    for i in range(n):
+        lake.retrying(
+            lambda i=i: con.execute(f"INSERT INTO {table} (run_id) VALUES (?)", [f"{table}-{i}"]),
+            con=con,
+        )
+    con.close()
+    return n
+
+
+def test_concurrent_writer_processes_retry_instead_of_failing(lake_dir: Path) -> None:
+    connect(lake_dir, create=True).close()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(3) as pool:
+        done = pool.map(
+            _writer,
+            [
+                (str(lake_dir), "scores", 40),
+                (str(lake_dir), "eval_runs", 40),
+                (str(lake_dir), "scores", 40),
+            ],
+        )
+    assert done == [40, 40, 40]
+    con = connect(lake_dir)
+    assert con.execute("SELECT count(*) FROM scores").fetchone() == (80,)
+    assert con.execute("SELECT count(*) FROM eval_runs").fetchone() == (40,)
+
+
+def test_maintenance_compacts_small_files(lake_dir: Path) -> None:
+    con = connect(lake_dir, create=True)
+    for i in range(30):
+        con.execute(
+            "INSERT INTO scores (run_id, metric) SELECT 'r', 'm' || range FROM range(?)", [20 + i]
+        )
+
+    def files() -> int:
+        row = con.execute("SELECT count(*) FROM ducklake_list_files('lake', 'scores')").fetchone()
+        return int(row[0]) if row else 0
+
+    before = files()
+    done = lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)
+    after = files()
+    assert after < before
+    assert done["merge"] >= 1
+    assert con.execute("SELECT count(*) FROM scores").fetchone() == (
+        sum(20 + i for i in range(30)),
+    )
+
+
+def _postgres_available() -> str | None:
+    try:
+        con = duckdb.connect()
+        lake.load_extension(con, "postgres_scanner")
+        con.execute("ATTACH 'postgresql://postgres@127.0.0.1:5432/test' AS pg (TYPE postgres)")
+        con.close()
+        return None
+    except Exception as exc:
+        return f"no PostgreSQL server on 127.0.0.1:5432 with database 'test' ({exc})"
+
+
+@pytest.fixture
+def postgres_lake(tmp_path: Path) -> Iterator[str]:
+    reason = _postgres_available()
+    if reason:
+        pytest.skip(reason)
+    schema_name = "spanscore_test_" + uuid.uuid4().hex[:10]
+    yield (
+        f"postgresql://postgres@127.0.0.1:5432/test?lake_schema={schema_name}"
+        f"&data_path={tmp_path / 'pgdata'}/"
+    )
+    con = duckdb.connect()
+    lake.load_extension(con, "postgres_scanner")
+    con.execute("ATTACH 'postgresql://postgres@127.0.0.1:5432/test' AS pg (TYPE postgres)")
+    con.execute(f"CALL postgres_execute('pg', 'DROP SCHEMA IF EXISTS {schema_name} CASCADE')")
+
+
+@pytest.mark.postgres
+def test_postgres_catalog_round_trip(postgres_lake: str, make_collector: object) -> None:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    collector = make_collector(lake=postgres_lake)  # type: ignore[operator]
+    provider = TracerProvider()
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            OTLPSpanExporter(endpoint=f"127.0.0.1:{collector.grpc_port}", insecure=True)
+        )
+    )
+    tracer = provider.get_tracer("t")
+    for i in range(5):
+        with tracer.start_as_current_span(
+            "execute_tool t",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": f"t{i}",
+                "gen_ai.conversation.id": "pg-conv",
+            },
+        ):
+            pass
+    assert provider.force_flush(10_000)
+    provider.shutdown()
+    # Another client (no data_path: it comes from the catalog) sees the spans.
+    reader = connect(postgres_lake.split("&data_path=")[0])
+    assert reader.execute("SELECT count(*), min(conversation_id) FROM tool_calls").fetchone() == (
+        5,
+        "pg-conv",
+    )
