@@ -130,7 +130,8 @@ class Collector:
         if grpc_done is not None:
             grpc_done.wait(max(0.1, deadline - time.monotonic()))
         if self._http is not None:
-            self._http.server_close()  # joins the handler threads
+            self._http.requests.wait_idle(max(0.1, deadline - time.monotonic()))
+            self._http.server_close()
         self._maintenance_stop.set()
         for thread in self._threads:
             thread.join(max(0.1, deadline - time.monotonic()))
@@ -351,14 +352,39 @@ def _grpc_status(outcome: Outcome) -> grpc.Status:
 
 
 class _HTTPServer(http.server.ThreadingHTTPServer):
-    daemon_threads = False
-    block_on_close = True
+    # Handler threads are daemons: stop() waits for the requests in progress itself (see
+    # `requests`), so an idle keep-alive connection cannot hold shutdown up.
+    daemon_threads = True
+    block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 1024  # exporters reconnecting together after a restart
 
     def __init__(self, address: tuple[str, int], handler: type[http.server.BaseHTTPRequestHandler]):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        self.requests = _InFlight()
         super().__init__(address, handler)
+
+
+class _InFlight:
+    """Counts requests being handled, so shutdown can wait for them (and only them)."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._cond = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self._cond:
+            self._count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._count -= 1
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._count == 0, timeout)
 
 
 _HTTP_STATUS = {
@@ -370,6 +396,7 @@ _HTTP_STATUS = {
     code_pb2.INTERNAL: 500,
 }
 _PROTOBUF = "application/x-protobuf"
+_DISCARD_CAP = 64 * 1024 * 1024
 _JSON = "application/json"
 
 
@@ -381,6 +408,8 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
         protocol_version = "HTTP/1.1"
         server_version = "spanscore"
         sys_version = ""
+        timeout = 60  # seconds a connection may sit idle or stall mid-body
+        body_read = False
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             log.debug("http %s", format % args)
@@ -392,6 +421,8 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
             content_type: str,
             headers: dict[str, str] | None = None,
         ) -> None:
+            if self.command == "POST" and not self.body_read:
+                self._discard_body()
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -438,6 +469,27 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
             else:
                 self._json_doc(404, {"error": f"no such endpoint: GET {path}"})
 
+        def _discard_body(self) -> None:
+            """Read an unwanted body so the client sees our answer instead of a reset.
+
+            Closing a socket with unread data makes the kernel reset the connection, and a
+            client still sending then gets a broken pipe, not the 4xx. Past a cap we give up
+            and close.
+            """
+            self.body_read = True
+            self.close_connection = True
+            try:
+                remaining = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                return
+            if remaining > _DISCARD_CAP:
+                return
+            while remaining > 0:
+                chunk = self.rfile.read(min(remaining, 1 << 20))
+                if not chunk:
+                    return
+                remaining -= len(chunk)
+
         def _read_body(self, as_json: bool) -> bytes | None:
             if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
                 return self._read_chunked(as_json)
@@ -453,7 +505,6 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
                 self._error(400, code_pb2.INVALID_ARGUMENT, "bad Content-Length", as_json)
                 return None
             if length > limit:
-                self.close_connection = True  # the unread body makes the connection unusable
                 collector.stats.add("refused_too_large")
                 self._error(
                     413,
@@ -462,9 +513,11 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
                     as_json,
                 )
                 return None
+            self.body_read = True
             return self.rfile.read(length)
 
         def _read_chunked(self, as_json: bool) -> bytes | None:
+            self.body_read = True  # a partly read chunked body cannot be drained: we close
             parts: list[bytes] = []
             total = 0
             while True:
@@ -494,6 +547,11 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
                 self.rfile.readline(1024)
 
         def do_POST(self) -> None:
+            self.body_read = False
+            with self.server.requests:  # type: ignore[attr-defined]
+                self._post()
+
+        def _post(self) -> None:
             path = self.path.split("?", 1)[0]
             content_type = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
             as_json = content_type == _JSON

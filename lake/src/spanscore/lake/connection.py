@@ -376,6 +376,12 @@ def maintain(
         f"CALL ducklake_cleanup_old_files('{ALIAS}', "
         f"older_than => now() - INTERVAL {int(delete_older_than_s)} SECOND)",
     )
+    # Files written by transactions that never committed (a retried commit, a crash).
+    step(
+        "orphans",
+        f"CALL ducklake_delete_orphaned_files('{ALIAS}', "
+        f"older_than => now() - INTERVAL {int(delete_older_than_s)} SECOND)",
+    )
     return done
 
 
