@@ -101,7 +101,7 @@ def _send(exporter: SpanExporter) -> SpanExportResult:
     provider.add_span_processor(Capture(exporter))
     with provider.get_tracer("t").start_as_current_span("execute_tool x"):
         pass
-    exporter.shutdown()
+    provider.shutdown()
     return results[0]
 
 

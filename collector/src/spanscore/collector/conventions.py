@@ -124,8 +124,11 @@ def _as_text(value: Any) -> str | None:
     return orjson.dumps(value).decode()
 
 
+_POSITION = {name: i for i, name in enumerate(FIELDS)}
+
+
 class Extractor:
-    """Fills the extracted columns of one span.
+    """Fills the extracted columns of one span (runs once per span: kept lean).
 
     The conversation id comes from the convention, then `conversation_attribute`, then the trace.
     """
@@ -135,6 +138,14 @@ class Extractor:
         self.extra_conversation_keys: tuple[str, ...] = (
             (conversation_attribute,) if conversation_attribute else ()
         )
+        self._compiled = [
+            (
+                c,
+                frozenset(c.markers),
+                tuple((_POSITION[name], keys) for name, keys in c.keys.items()),
+            )
+            for c in self.conventions
+        ]
 
     def extract(
         self,
@@ -143,43 +154,34 @@ class Extractor:
         is_error: bool,
         exception_type: str | None,
         trace_id: str,
-    ) -> tuple[Any, ...]:
-        found: Convention | None = None
-        for convention in self.conventions:
-            if any(marker in attrs for marker in convention.markers):
-                found = convention
+    ) -> list[Any]:
+        """The values of `FIELDS`, in order."""
+        out: list[Any] = [None] * len(FIELDS)
+        for convention, markers, lookups in self._compiled:
+            if not markers.isdisjoint(attrs):
+                get = attrs.get
+                for position, keys in lookups:
+                    for key in keys:
+                        value = get(key)
+                        if value is not None:
+                            out[position] = value if type(value) is str else _as_text(value)
+                            break
+                if out[2] is None:  # operation, from the span name's first word
+                    out[2] = convention.operation_from_name.get(span_name.split(" ", 1)[0])
+                if convention.user_message is not None:
+                    out[7] = convention.user_message(attrs)
+                out[9] = convention.name
                 break
-        values: dict[str, Any] = {}
-        if found is not None:
-            for name, keys in found.keys.items():
-                for key in keys:
-                    value = attrs.get(key)
-                    if value is not None:
-                        values[name] = value
-                        break
-            if "operation" not in values:
-                first_word = span_name.split(" ", 1)[0]
-                if first_word in found.operation_from_name:
-                    values["operation"] = found.operation_from_name[first_word]
-        conversation = values.get("conversation_id")
-        if conversation is None:
+        if out[0] is None:
             for key in self.extra_conversation_keys:
-                if attrs.get(key) is not None:
-                    conversation = attrs[key]
+                value = attrs.get(key)
+                if value is not None:
+                    out[0] = value if type(value) is str else _as_text(value)
                     break
-        error_type = values.get("error_type")
-        if error_type is None and is_error:
-            error_type = exception_type
-        user_message = found.user_message(attrs) if found and found.user_message else None
-        return (
-            _as_text(conversation) if conversation is not None else trace_id,
-            _as_text(values.get("agent_name")),
-            _as_text(values.get("operation")),
-            _as_text(values.get("tool_name")),
-            _as_text(values.get("tool_call_id")),
-            _json_text(values.get("tool_arguments")),
-            _as_text(values.get("tool_result")),
-            user_message,
-            _as_text(error_type),
-            found.name if found else None,
-        )
+            else:
+                out[0] = trace_id
+        if out[5] is not None:  # tool arguments: JSON text, or a non-JSON value as a string
+            out[5] = _json_text(out[5])
+        if out[8] is None and is_error:
+            out[8] = exception_type
+        return out

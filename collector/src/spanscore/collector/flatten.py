@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,7 +111,12 @@ class _AttributeReader:
         if kind == "kvlist_value":
             return {kv.key: self.value(kv.value, notes) for kv in v.kvlist_value.values}
         if kind == "bytes_value":
-            return base64.b64encode(v.bytes_value).decode()
+            text = base64.b64encode(v.bytes_value).decode()
+            if len(text) > self.max_len:
+                if notes is not None:
+                    notes.append(f"truncated a bytes value of {len(text)} base64 chars")
+                return text[: self.max_len]
+            return text
         return None
 
     def mapping(
@@ -126,8 +131,21 @@ class _AttributeReader:
                     f"dropped {dropped} attributes over the limit of {self.max_attributes}"
                 )
             kvs = list(kvs)[: self.max_attributes]
-        value = self.value
-        out = {kv.key: value(kv.value, notes) for kv in kvs}
+        out: dict[str, Any] = {}
+        max_len = self.max_len
+        for kv in kvs:
+            v = kv.value
+            kind = v.WhichOneof("value")
+            # The common kinds inline: this loop runs ~15 times per span.
+            if kind == "string_value":
+                text = v.string_value
+                out[kv.key] = text if len(text) <= max_len else self.value(v, notes)
+            elif kind == "int_value":
+                out[kv.key] = v.int_value
+            elif kind == "bool_value":
+                out[kv.key] = v.bool_value
+            else:
+                out[kv.key] = self.value(v, notes)
         if self.redact is not None:
             hits = [k for k in out if self.redact.search(k)]
             for k in hits:
@@ -141,6 +159,20 @@ def _hex_id(raw: bytes, size: int) -> str | None:
     return raw.hex() if len(raw) == size and raw != bytes(size) else None
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _positions(skipped: Sequence[int]) -> Iterator[int]:
+    """Original positions of the items the decoder kept, given the ones it rejected."""
+    skip = set(skipped)
+    position = 0
+    while True:
+        while position in skip:
+            position += 1
+        yield position
+        position += 1
+
+
 class Flattener:
     """Turns OTLP trace and log requests into lake rows. One per collector; thread-safe."""
 
@@ -149,7 +181,11 @@ class Flattener:
         self.attrs = _AttributeReader(self.limits)
         self.extractor = Extractor(conversation_attribute)
 
-    def spans(self, resource_spans: Iterable[trace_pb2.ResourceSpans]) -> Flattened:
+    def spans(
+        self, resource_spans: Iterable[trace_pb2.ResourceSpans], skipped: Sequence[int] = ()
+    ) -> Flattened:
+        """Rows for `spans`; `skipped` are positions the decoder already rejected, so that
+        problems name each span by its position in the request."""
         rows: list[tuple[Any, ...]] = []
         rejected = 0
         problems: list[str] = []
@@ -157,7 +193,7 @@ class Flattener:
         mapping = self.attrs.mapping
         extract = self.extractor.extract
         dumps = orjson.dumps
-        index = -1
+        position = _positions(skipped)
         for rs in resource_spans:
             res_notes: list[str] = []
             resource, _ = mapping(rs.resource.attributes, len(rs.resource.attributes), res_notes)
@@ -172,7 +208,7 @@ class Flattener:
                 scope_version = scope.version or None
                 schema_url = ss.schema_url or rs.schema_url or None
                 for span in ss.spans:
-                    index += 1
+                    index = next(position)
                     trace_id = _hex_id(span.trace_id, 16)
                     span_id = _hex_id(span.span_id, 8)
                     if trace_id is None or span_id is None:
@@ -196,7 +232,19 @@ class Flattener:
                                 f"or empty, got {len(parent_raw)} bytes"
                             )
                             continue
-                    notes: list[str] = list(res_notes)
+                    start = span.start_time_unix_nano
+                    end = span.end_time_unix_nano
+                    if start > _INT64_MAX or end > _INT64_MAX:
+                        rejected += 1
+                        field = (
+                            "start_time_unix_nano" if start > _INT64_MAX else "end_time_unix_nano"
+                        )
+                        problems.append(
+                            f"span {index} ({span.name!r}): {field} is past the year 2262 "
+                            "(over 2**63 - 1 nanoseconds)"
+                        )
+                        continue
+                    notes: list[str] = res_notes.copy()
                     attrs, dropped = mapping(span.attributes, len(span.attributes), notes)
                     exception_type = None
                     events_json = None
@@ -233,8 +281,6 @@ class Flattener:
                         )
                     status = span.status
                     is_error = status.code == 2
-                    start = span.start_time_unix_nano
-                    end = span.end_time_unix_nano
                     if notes:
                         truncated += 1
                     rows.append(
@@ -274,7 +320,9 @@ class Flattener:
             problems.append(f"{truncated} span(s) were truncated or redacted (see ingest_notes)")
         return Flattened(_to_batch(rows, SPANS_SCHEMA), rejected, problems, truncated)
 
-    def logs(self, resource_logs: Iterable[logs_pb2.ResourceLogs]) -> Flattened:
+    def logs(
+        self, resource_logs: Iterable[logs_pb2.ResourceLogs], skipped: Sequence[int] = ()
+    ) -> Flattened:
         rows: list[tuple[Any, ...]] = []
         rejected = 0
         problems: list[str] = []
@@ -285,7 +333,7 @@ class Flattener:
             "gen_ai.conversation.id",
             *self.extractor.extra_conversation_keys,
         )
-        index = -1
+        position = _positions(skipped)
         for rl in resource_logs:
             resource, _ = mapping(rl.resource.attributes, len(rl.resource.attributes), None)
             service = resource.get("service.name")
@@ -295,41 +343,45 @@ class Flattener:
                 scope_name = sl.scope.name or None
                 scope_version = sl.scope.version or None
                 for record in sl.log_records:
-                    index += 1
+                    index = next(position)
+                    t_event, t_observed = record.time_unix_nano, record.observed_time_unix_nano
+                    if t_event > _INT64_MAX or t_observed > _INT64_MAX:
+                        rejected += 1
+                        problems.append(
+                            f"log record {index}: time is past the year 2262 "
+                            "(nanoseconds over 2**63 - 1)"
+                        )
+                        continue
+                    notes: list[str] = []
+                    # logs.proto: a record with an invalid trace or span id is treated as not
+                    # belonging to a trace; it is kept, and the note says so.
                     trace_id = span_id = None
                     if record.trace_id:
                         trace_id = _hex_id(record.trace_id, 16)
                         if trace_id is None:
-                            rejected += 1
-                            problems.append(
-                                f"log record {index}: trace_id must be 16 bytes or empty, "
-                                f"got {len(record.trace_id)}"
+                            notes.append(
+                                f"ignored an invalid trace_id ({len(record.trace_id)} bytes)"
                             )
-                            continue
                     if record.span_id:
                         span_id = _hex_id(record.span_id, 8)
                         if span_id is None:
-                            rejected += 1
-                            problems.append(
-                                f"log record {index}: span_id must be 8 bytes or empty, "
-                                f"got {len(record.span_id)}"
+                            notes.append(
+                                f"ignored an invalid span_id ({len(record.span_id)} bytes)"
                             )
-                            continue
-                    notes: list[str] = []
                     attrs, dropped = mapping(record.attributes, len(record.attributes), notes)
                     body = self.attrs.value(record.body, notes) if record.HasField("body") else None
                     event_name = record.event_name or attrs.get("event.name")
                     conversation = next(
                         (attrs[k] for k in conversation_keys if attrs.get(k) is not None), None
                     )
-                    t = record.time_unix_nano or record.observed_time_unix_nano
+                    t = t_event or t_observed
                     if notes:
                         truncated += 1
                     rows.append(
                         (
                             t // 1000 if t else None,
-                            record.time_unix_nano,
-                            record.observed_time_unix_nano,
+                            t_event,
+                            t_observed,
                             trace_id,
                             span_id,
                             record.flags,
@@ -349,7 +401,9 @@ class Flattener:
                         )
                     )
         if truncated:
-            problems.append(f"{truncated} record(s) were truncated or redacted (see ingest_notes)")
+            problems.append(
+                f"{truncated} record(s) were truncated, redacted or unlinked (see ingest_notes)"
+            )
         return Flattened(_to_batch(rows, LOGS_SCHEMA), rejected, problems, truncated)
 
 

@@ -41,6 +41,7 @@ class Decoded:
     groups: list[Any]
     rejected: int = 0
     problems: list[str] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)  # positions of the rejected items
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,7 @@ def decode_protobuf(body: bytes, shape: _Shape) -> Decoded:
                             getattr(scope_group, shape.items_field).append(item)
                         except DecodeError as exc:
                             decoded.rejected += 1
+                            decoded.skipped.append(index)
                             decoded.problems.append(
                                 f"{shape.noun} {index}: not valid protobuf ({_why(exc)})"
                             )
@@ -249,7 +251,10 @@ def _fix_ids(obj: dict[str, Any], names: tuple[str, ...]) -> None:
         snake = name[0] + "".join("_" + c.lower() if c.isupper() else c for c in name[1:])
         for key in (name, snake):
             if key in obj and obj[key] not in ("", None):
-                obj[key] = _hex_to_b64(obj[key])
+                try:
+                    obj[key] = _hex_to_b64(obj[key])
+                except ValueError as exc:
+                    raise ValueError(f"{key}: {exc}") from None
 
 
 def _parse_json_item(item: Any, message: Message, shape: _Shape) -> None:
@@ -266,6 +271,12 @@ def _get(obj: dict[str, Any], camel: str, snake: str) -> Any:
     return obj.get(camel, obj.get(snake))
 
 
+def _or_empty(value: Any) -> Any:
+    """A missing or null list is empty; anything else is checked by the caller (`{}` is not a
+    list and is refused, not read as empty)."""
+    return [] if value is None else value
+
+
 def decode_json(body: bytes, shape: _Shape) -> Decoded:
     try:
         doc = orjson.loads(body)
@@ -274,7 +285,7 @@ def decode_json(body: bytes, shape: _Shape) -> Decoded:
     if not isinstance(doc, dict):
         raise BadRequest(f"body must be a JSON object with {shape.json_groups!r}")
     decoded = Decoded([])
-    groups = _get(doc, shape.json_groups, shape.groups_field) or []
+    groups = _or_empty(_get(doc, shape.json_groups, shape.groups_field))
     if not isinstance(groups, list):
         raise BadRequest(f"{shape.json_groups!r} must be an array")
     index = 0
@@ -289,7 +300,7 @@ def decode_json(body: bytes, shape: _Shape) -> Decoded:
             raise BadRequest(f"{shape.json_groups}[{g_i}].resource: {_why(exc)}") from exc
         if isinstance(g.get("schemaUrl"), str):
             group.schema_url = g["schemaUrl"]
-        scopes = _get(g, shape.json_scopes, shape.scopes_field) or []
+        scopes = _or_empty(_get(g, shape.json_scopes, shape.scopes_field))
         if not isinstance(scopes, list):
             raise BadRequest(f"{shape.json_groups}[{g_i}].{shape.json_scopes} must be an array")
         for s_i, s in enumerate(scopes):
@@ -304,7 +315,7 @@ def decode_json(body: bytes, shape: _Shape) -> Decoded:
                 raise BadRequest(f"{where}.scope: {_why(exc)}") from exc
             if isinstance(s.get("schemaUrl"), str):
                 scope_group.schema_url = s["schemaUrl"]
-            items = _get(s, shape.json_items, shape.items_field) or []
+            items = _or_empty(_get(s, shape.json_items, shape.items_field))
             if not isinstance(items, list):
                 raise BadRequest(f"{where}.{shape.json_items} must be an array")
             container = getattr(scope_group, shape.items_field)
@@ -315,6 +326,7 @@ def decode_json(body: bytes, shape: _Shape) -> Decoded:
                     container.append(message)
                 except (json_format.ParseError, ValueError, TypeError, binascii.Error) as exc:
                     decoded.rejected += 1
+                    decoded.skipped.append(index)
                     decoded.problems.append(
                         f"{shape.noun} {index} ({where}.{shape.json_items}[{i_i}]): {_why(exc)}"
                     )

@@ -199,9 +199,9 @@ class Collector:
                 decoder = otlp.decode_json if as_json else otlp.decode_protobuf
                 decoded = decoder(body, shape)
                 flat = (
-                    self.flattener.spans(decoded.groups)
+                    self.flattener.spans(decoded.groups, decoded.skipped)
                     if shape is otlp.TRACES
-                    else self.flattener.logs(decoded.groups)
+                    else self.flattener.logs(decoded.groups, decoded.skipped)
                 )
             except otlp.BadRequest as exc:
                 self.stats.add("refused_bad_request")

@@ -51,6 +51,7 @@ class Pending:
     spans: pa.RecordBatch | None = None
     logs: pa.RecordBatch | None = None
     seq: int = 0
+    enqueued: float = 0.0
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -69,12 +70,7 @@ def _insert_sql(table: str, columns: tuple[schema.Column, ...], source: str) -> 
     return f"INSERT INTO lake.{table} ({names}) SELECT {select} FROM {source}"
 
 
-_SPANS_SOURCE = """(
-    SELECT * FROM incoming_spans
-    WHERE hash(trace_id, span_id) NOT IN (SELECT h FROM recent_span_keys)
-    QUALIFY row_number() OVER (PARTITION BY trace_id, span_id) = 1
-)"""
-INSERT_SPANS = _insert_sql("spans", schema.SPANS, _SPANS_SOURCE)
+INSERT_SPANS = _insert_sql("spans", schema.SPANS, "incoming_spans")
 INSERT_LOGS = _insert_sql("logs", schema.LOGS, "incoming_logs")
 
 
@@ -108,7 +104,9 @@ class GroupCommitWriter:
         self._closing = False
         self._submitted_seq = 0
         self._finished_seq = 0
-        self._recent: deque[tuple[int, int]] = deque()  # (seq, keys) per committed group
+        # Span-id hashes of recent commits (a set for lookups, a deque of lists for eviction).
+        self._recent: set[int] = set()
+        self._recent_order: deque[list[int]] = deque()
         self._recent_total = 0
         self._last_commit_s = 0.1
         self.healthy = True
@@ -118,7 +116,6 @@ class GroupCommitWriter:
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._con.execute("CREATE OR REPLACE TEMP TABLE recent_span_keys (h UBIGINT, seq BIGINT)")
         self._seed_recent_keys()
         self._thread.start()
 
@@ -126,18 +123,13 @@ class GroupCommitWriter:
         """Remember the span ids of the newest commits, so a retry after a crash is no duplicate."""
         if self.dedup_keys <= 0:
             return
-        self._con.execute(
-            f"""INSERT INTO recent_span_keys
-            SELECT hash(trace_id, span_id), 0 FROM lake.spans
+        rows = self._con.execute(
+            f"""SELECT hash(trace_id, span_id) FROM lake.spans
             WHERE ingest_time >= (SELECT max(ingest_time) FROM lake.spans) - INTERVAL 10 MINUTE
             ORDER BY ingest_time DESC LIMIT {int(self.dedup_keys)}"""
-        )
-        row = self._con.execute("SELECT count(*) FROM recent_span_keys").fetchone()
-        seeded = int(row[0]) if row else 0
-        if seeded:
-            self._recent.append((0, seeded))
-            self._recent_total = seeded
-        log.info("writer ready", extra={"seeded_span_keys": seeded})
+        ).fetchall()
+        self._remember([r[0] for r in reversed(rows)])
+        log.info("writer ready", extra={"seeded_span_keys": len(rows)})
 
     def submit(self, pending: Pending) -> Pending:
         """Queue an export's rows; never blocks. Raises QueueFull or WriterClosed."""
@@ -150,6 +142,7 @@ class GroupCommitWriter:
                 raise QueueFull(max(1.0, round(self._last_commit_s * 2)))
             self._submitted_seq += 1
             pending.seq = self._submitted_seq
+            pending.enqueued = time.monotonic()
             self._queue.append(pending)
             self._queued_rows += rows
             self.stats.gauge("queue_rows", self._queued_rows)
@@ -189,8 +182,9 @@ class GroupCommitWriter:
                 if self._closing:
                     return None
                 self._cond.wait()
-            oldest = time.monotonic()
-            # Group commit: let the group grow while its first member waits, unless it is full.
+            oldest = self._queue[0].enqueued
+            # Group commit: let the group grow until its oldest member has waited
+            # `batch_delay_s` (time spent waiting for the previous commit counts), or it is full.
             while self._queued_rows < self.batch_rows and not self._closing:
                 remaining = oldest + self.batch_delay_s - time.monotonic()
                 if remaining <= 0:
@@ -237,35 +231,34 @@ class GroupCommitWriter:
         span_table = pa.Table.from_batches(spans, schema=SPANS_SCHEMA) if spans else None
         log_table = pa.Table.from_batches(logs, schema=LOGS_SCHEMA) if logs else None
         started = time.monotonic()
-        stored_spans = 0
+        received_spans = span_table.num_rows if span_table is not None else 0
+        keys: list[int] = []
+        if span_table is not None:
+            span_table, keys = self._drop_duplicates(span_table)
 
-        def transaction() -> int:
-            stored = 0
+        def transaction() -> None:
             con.execute("BEGIN")
-            if span_table is not None:
+            if span_table is not None and span_table.num_rows:
                 con.register("incoming_spans", span_table)
-                row = con.execute(INSERT_SPANS).fetchone()
-                stored = int(row[0]) if row else 0
+                con.execute(INSERT_SPANS)
             if log_table is not None:
                 con.register("incoming_logs", log_table)
                 con.execute(INSERT_LOGS)
             con.execute("COMMIT")
-            return stored
 
         try:
-            stored_spans = retrying(
-                transaction, con=con, deadline_s=self.commit_deadline_s, what="group commit"
-            )
-            if span_table is not None and self.dedup_keys > 0:
-                self._remember(span_table, group[-1].seq)
+            retrying(transaction, con=con, deadline_s=self.commit_deadline_s, what="group commit")
         finally:
             for name in ("incoming_spans", "incoming_logs"):
                 with contextlib.suppress(duckdb.Error):
                     con.unregister(name)
+        # Committed: from here on nothing may fail the group, or its exporters would retry and
+        # store the spans twice.
+        self._remember(keys)
         elapsed = time.monotonic() - started
         self._last_commit_s = elapsed
         self.healthy = True
-        received_spans = span_table.num_rows if span_table is not None else 0
+        stored_spans = span_table.num_rows if span_table is not None else 0
         self.stats.add("commits")
         self.stats.add("spans_stored", stored_spans)
         self.stats.add("spans_duplicate", received_spans - stored_spans)
@@ -274,22 +267,38 @@ class GroupCommitWriter:
         self.stats.gauge("last_commit_rows", sum(p.rows for p in group))
         self.stats.gauge("last_commit_exports", len(group))
 
-    def _remember(self, span_table: pa.Table, seq: int) -> None:
-        con = self._con
-        con.register("committed_spans", span_table)
+    def _drop_duplicates(self, table: pa.Table) -> tuple[pa.Table, list[int]]:
+        """Remove spans committed recently or repeated within the group; their hash keys."""
+        if self.dedup_keys <= 0:
+            return table, []
+        self._con.register("incoming_keys", table.select(["trace_id", "span_id"]))
         try:
-            con.execute(
-                "INSERT INTO recent_span_keys "
-                "SELECT hash(trace_id, span_id), ? FROM committed_spans",
-                [seq],
+            hashes: list[int] = (
+                self._con.execute("SELECT hash(trace_id, span_id) FROM incoming_keys")
+                .to_arrow_table()
+                .column(0)
+                .to_pylist()
             )
         finally:
-            con.unregister("committed_spans")
-        self._recent.append((seq, span_table.num_rows))
-        self._recent_total += span_table.num_rows
-        if self._recent_total > self.dedup_keys:
-            cut = 0
-            while self._recent and self._recent_total > self.dedup_keys:
-                cut, n = self._recent.popleft()
-                self._recent_total -= n
-            con.execute("DELETE FROM recent_span_keys WHERE seq <= ?", [cut])
+            self._con.unregister("incoming_keys")
+        recent = self._recent
+        if recent.isdisjoint(hashes) and len(set(hashes)) == len(hashes):
+            return table, hashes  # the usual case: nothing to drop
+        seen: set[int] = set()
+        keep: list[bool] = []
+        for h in hashes:
+            keep.append(h not in recent and h not in seen)
+            seen.add(h)
+        kept = [h for h, k in zip(hashes, keep, strict=True) if k]
+        return table.filter(pa.array(keep)), kept
+
+    def _remember(self, keys: list[int]) -> None:
+        if not keys or self.dedup_keys <= 0:
+            return
+        self._recent.update(keys)
+        self._recent_order.append(keys)
+        self._recent_total += len(keys)
+        while self._recent_total > self.dedup_keys and len(self._recent_order) > 1:
+            oldest = self._recent_order.popleft()
+            self._recent_total -= len(oldest)
+            self._recent.difference_update(oldest)

@@ -54,7 +54,7 @@ SPANS: tuple[Column, ...] = (
     Column("span_id", "VARCHAR", "span id, 16 lowercase hex digits"),
     Column("parent_span_id", "VARCHAR", "parent span id, NULL for a root span"),
     Column("trace_state", "VARCHAR", "W3C trace state, NULL when empty"),
-    Column("flags", "INTEGER", "W3C trace flags and OTLP span flags"),
+    Column("flags", "BIGINT", "W3C trace flags and OTLP span flags"),
     Column("name", "VARCHAR", "span name"),
     Column("kind", "VARCHAR", "INTERNAL, SERVER, CLIENT, PRODUCER, CONSUMER or UNSPECIFIED"),
     Column("start_time", "TIMESTAMPTZ", "start time (microseconds)"),
@@ -73,11 +73,9 @@ SPANS: tuple[Column, ...] = (
     Column("attributes", "JSON", "span attributes as a JSON object (keys keep their dots)"),
     Column("events", "JSON", "list of {name, time_unix_nano, attributes}"),
     Column("links", "JSON", "list of {trace_id, span_id, trace_state, attributes}"),
-    Column(
-        "dropped_attributes_count", "INTEGER", "attributes dropped by the producer or by limits"
-    ),
-    Column("dropped_events_count", "INTEGER", "events dropped by the producer"),
-    Column("dropped_links_count", "INTEGER", "links dropped by the producer"),
+    Column("dropped_attributes_count", "BIGINT", "attributes dropped by the producer or by limits"),
+    Column("dropped_events_count", "BIGINT", "events dropped by the producer"),
+    Column("dropped_links_count", "BIGINT", "links dropped by the producer"),
     Column("conversation_id", "VARCHAR", "conversation this span belongs to (trace id if none)"),
     Column("agent_name", "VARCHAR", "agent that made the span (gen_ai.agent.name, ...)"),
     Column("operation", "VARCHAR", "chat, execute_tool, invoke_agent, ... (gen_ai.operation.name)"),
@@ -98,7 +96,7 @@ LOGS: tuple[Column, ...] = (
     Column("observed_time_unix_nano", "BIGINT", "observed time, exact, in ns (0 when unset)"),
     Column("trace_id", "VARCHAR", "trace id of the span the record belongs to, if any"),
     Column("span_id", "VARCHAR", "span id of the span the record belongs to, if any"),
-    Column("flags", "INTEGER", "W3C trace flags"),
+    Column("flags", "BIGINT", "W3C trace flags"),
     Column("severity_number", "INTEGER", "OTLP severity number"),
     Column("severity_text", "VARCHAR", "severity text"),
     Column("event_name", "VARCHAR", "event name (gen_ai.user.message, gen_ai.choice, ...)"),
@@ -108,9 +106,7 @@ LOGS: tuple[Column, ...] = (
     Column("service_name", "VARCHAR", "resource attribute service.name"),
     Column("scope_name", "VARCHAR", "instrumentation scope name"),
     Column("scope_version", "VARCHAR", "instrumentation scope version"),
-    Column(
-        "dropped_attributes_count", "INTEGER", "attributes dropped by the producer or by limits"
-    ),
+    Column("dropped_attributes_count", "BIGINT", "attributes dropped by the producer or by limits"),
     Column("conversation_id", "VARCHAR", "conversation id when the record carries one"),
     Column("ingest_notes", "VARCHAR", "what the collector changed: limits applied, redactions"),
     Column("ingest_time", "TIMESTAMPTZ", "when the collector committed the record"),
