@@ -34,6 +34,7 @@ def make_collector(lake_dir: Path) -> Iterator[Callable[..., Collector]]:
             "http_port": 0,
             "batch_delay_ms": 20,
             "maintenance_interval_s": 0,
+            "workers": 0,  # decode in-process: fast start; the pool has its own tests
             **settings,
         }
         collector = Collector(load_config(overrides=overrides, environ={})).start()

@@ -34,7 +34,7 @@ class CollectorConfig(BaseModel):
     tls_key: Path | None = Field(None, description="TLS private key (PEM)")
     insecure: bool = Field(False, description="allow a non-loopback bind without token or TLS")
     max_request_bytes: int = Field(
-        16 * 1024 * 1024, gt=0, description="largest request body, after decompression"
+        8 * 1024 * 1024, gt=0, description="largest request body, after decompression"
     )
     max_attributes: int = Field(512, gt=0, description="attributes kept per span/record")
     max_attribute_length: int = Field(
@@ -47,10 +47,17 @@ class CollectorConfig(BaseModel):
     conversation_attribute: str | None = Field(
         None, description="attribute holding the conversation id when no convention's does"
     )
-    queue_rows: int = Field(200_000, gt=0, description="rows queued before exports are refused")
-    batch_rows: int = Field(50_000, gt=0, description="most rows in one commit")
-    batch_delay_ms: int = Field(250, ge=0, description="how long a commit waits to grow")
+    queue_rows: int = Field(100_000, gt=0, description="rows queued before exports are refused")
+    batch_rows: int = Field(20_000, gt=0, description="most rows in one commit")
+    batch_delay_ms: int = Field(
+        20, ge=0, description="how long the oldest queued export waits for its commit to grow"
+    )
     commit_deadline_s: float = Field(30.0, gt=0, description="how long a commit is retried")
+    workers: int = Field(
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=0,
+        description="processes decoding requests (default: one per CPU; 0: in the server)",
+    )
     max_concurrent_requests: int = Field(
         32, gt=0, description="requests decoded at once (bounds memory)"
     )

@@ -27,7 +27,8 @@ from spanscore import lake
 
 from . import otlp
 from .config import CollectorConfig
-from .flatten import Flattener, Limits, summarize
+from .flatten import Limits, summarize
+from .pool import FlattenPool
 from .stats import Stats
 from .writer import GroupCommitWriter, Pending, QueueFull, WriterClosed
 
@@ -51,14 +52,12 @@ class Collector:
     def __init__(self, config: CollectorConfig) -> None:
         self.config = config
         self.stats = Stats()
-        self.flattener = Flattener(
-            Limits(
-                max_attributes=config.max_attributes,
-                max_value_length=config.max_attribute_length,
-                redact_patterns=tuple(config.redact),
-            ),
-            conversation_attribute=config.conversation_attribute,
+        self.limits = Limits(
+            max_attributes=config.max_attributes,
+            max_value_length=config.max_attribute_length,
+            redact_patterns=tuple(config.redact),
         )
+        self.pool: FlattenPool | None = None
         self._token = config.bearer_token()
         self._admission = threading.BoundedSemaphore(config.max_concurrent_requests)
         self._closing = False
@@ -89,6 +88,9 @@ class Collector:
         )
         self.writer.start()
         try:
+            self.pool = FlattenPool(
+                self.limits, self.config.conversation_attribute, self.config.workers
+            )
             self._start_grpc()
             self._start_http()
         except Exception:
@@ -133,6 +135,8 @@ class Collector:
             self._http.requests.wait_idle(max(0.1, deadline - time.monotonic()))
             self._http.server_close()
         self._maintenance_stop.set()
+        if self.pool is not None:
+            self.pool.close()
         for thread in self._threads:
             thread.join(max(0.1, deadline - time.monotonic()))
         if self._con is not None:
@@ -183,10 +187,13 @@ class Collector:
             return False
         return hmac.compare_digest(header[7:].strip().encode(), self._token.encode())
 
-    def ingest(self, shape: otlp._Shape, body: bytes, as_json: bool) -> Outcome:
-        """Decode, flatten, queue and wait for the commit. Never raises."""
-        signal = "spans" if shape is otlp.TRACES else "logs"
-        if self._closing or self.writer is None:
+    def admit(self) -> Outcome | None:
+        """Take one of the `max_concurrent_requests` decoding slots, or say why not.
+
+        Bodies are read (HTTP) and decoded only inside a slot, so the memory they take is
+        bounded whatever the number of connections. Release with `release()`.
+        """
+        if self._closing or self.writer is None or self.pool is None:
             self.stats.add("refused_shutting_down")
             return Outcome(code_pb2.UNAVAILABLE, "the collector is shutting down", retry_after_s=5)
         if not self._admission.acquire(timeout=1.0):
@@ -194,15 +201,29 @@ class Collector:
             return Outcome(
                 code_pb2.RESOURCE_EXHAUSTED, "too many concurrent requests", retry_after_s=1
             )
+        return None
+
+    def release(self) -> None:
+        self._admission.release()
+
+    def ingest(
+        self, shape: otlp._Shape, body: bytes, as_json: bool, admitted: bool = False
+    ) -> Outcome:
+        """Decode, flatten, queue and wait for the commit. Never raises.
+
+        With `admitted`, the caller already holds a slot from `admit()`; it is released here
+        once the body is decoded.
+        """
+        signal = "spans" if shape is otlp.TRACES else "logs"
+        if not admitted:
+            refusal = self.admit()
+            if refusal is not None:
+                return refusal
+        assert self.pool is not None
+        assert self.writer is not None
         try:
             try:
-                decoder = otlp.decode_json if as_json else otlp.decode_protobuf
-                decoded = decoder(body, shape)
-                flat = (
-                    self.flattener.spans(decoded.groups, decoded.skipped)
-                    if shape is otlp.TRACES
-                    else self.flattener.logs(decoded.groups, decoded.skipped)
-                )
+                flat = self.pool.run(signal, body, as_json)
             except otlp.BadRequest as exc:
                 self.stats.add("refused_bad_request")
                 return Outcome(code_pb2.INVALID_ARGUMENT, str(exc))
@@ -211,9 +232,9 @@ class Collector:
                 self.stats.add("refused_internal")
                 return Outcome(code_pb2.INTERNAL, f"could not read the request: {exc}")
         finally:
-            self._admission.release()
-        rejected = decoded.rejected + flat.rejected
-        problems = decoded.problems + flat.problems
+            self.release()
+        rejected = flat.rejected
+        problems = flat.problems
         self.stats.add(f"{signal}_received", flat.rows + rejected)
         self.stats.add(f"{signal}_rejected", rejected)
         self.stats.add(f"{signal}_truncated", flat.truncated)
@@ -261,7 +282,9 @@ class Collector:
                 max_workers=cfg.max_concurrent_requests, thread_name_prefix="spanscore-grpc"
             ),
             options=options,
-            maximum_concurrent_rpcs=cfg.max_concurrent_requests * 4,
+            # Bounds the request bodies gRPC holds (each up to max_request_bytes); beyond it
+            # gRPC answers RESOURCE_EXHAUSTED, which exporters retry.
+            maximum_concurrent_rpcs=cfg.max_concurrent_requests * 2,
         )
         handlers = {
             "opentelemetry.proto.collector.trace.v1.TraceService": self._grpc_method(otlp.TRACES),
@@ -576,31 +599,43 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
                     as_json,
                 )
                 return
-            body = self._read_body(as_json)
+            refusal = collector.admit()
+            if refusal is not None:
+                self._error(
+                    _HTTP_STATUS.get(refusal.code, 503),
+                    refusal.code,
+                    refusal.message,
+                    as_json,
+                    refusal.retry_after_s,
+                )
+                return
+            try:
+                body = self._read_body(as_json)
+            except BaseException:
+                collector.release()
+                raise
             if body is None:
+                collector.release()
                 return
             encoding = self.headers.get("Content-Encoding", "").strip().lower()
+            failure: tuple[int, str] | None = None
             if encoding == "gzip":
                 try:
                     body = otlp.gunzip(body, limit)
                 except otlp.TooLarge as exc:
                     collector.stats.add("refused_too_large")
-                    self._error(413, code_pb2.INVALID_ARGUMENT, str(exc), as_json)
-                    return
+                    failure = (413, str(exc))
                 except otlp.BadRequest as exc:
                     collector.stats.add("refused_bad_request")
-                    self._error(400, code_pb2.INVALID_ARGUMENT, str(exc), as_json)
-                    return
+                    failure = (400, str(exc))
             elif encoding not in ("", "identity"):
                 collector.stats.add("refused_bad_request")
-                self._error(
-                    415,
-                    code_pb2.INVALID_ARGUMENT,
-                    f"unsupported Content-Encoding {encoding!r}",
-                    as_json,
-                )
+                failure = (415, f"unsupported Content-Encoding {encoding!r}")
+            if failure is not None:
+                collector.release()
+                self._error(failure[0], code_pb2.INVALID_ARGUMENT, failure[1], as_json)
                 return
-            outcome = collector.ingest(shape, body, as_json)
+            outcome = collector.ingest(shape, body, as_json, admitted=True)
             if outcome.code == code_pb2.OK:
                 assert outcome.body is not None
                 self._send(200, outcome.body, _JSON if as_json else _PROTOBUF)

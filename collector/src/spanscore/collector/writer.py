@@ -82,9 +82,9 @@ class GroupCommitWriter:
         con: duckdb.DuckDBPyConnection,
         stats: Stats,
         *,
-        batch_rows: int = 50_000,
-        batch_delay_s: float = 0.25,
-        queue_rows: int = 200_000,
+        batch_rows: int = 20_000,
+        batch_delay_s: float = 0.02,
+        queue_rows: int = 100_000,
         commit_deadline_s: float = 30.0,
         dedup_keys: int = 1_000_000,
     ) -> None:
