@@ -1,0 +1,101 @@
+"""The README's reference sections, generated from the code so that they cannot drift.
+
+`python -m spanscore.cli.reference README.md` rewrites every block between
+``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``; the tests fail when the README
+differs from what this module generates.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+
+from spanscore.collector.config import CollectorConfig, env_name
+from spanscore.lake import schema
+
+
+def settings() -> str:
+    rows = ["| setting | option | environment | default | meaning |", "|---|---|---|---|---|"]
+    for name, info in CollectorConfig.model_fields.items():
+        if info.default_factory is not None:
+            default = "one per CPU" if name == "workers" else "[]"
+        elif info.is_required():
+            default = "(required)"
+        else:
+            default = "" if info.default is None else f"`{info.default}`"
+        option = "--" + name.replace("_", "-")
+        rows.append(
+            f"| `{name}` | `{option}` | `{env_name(name)}` | {default} | {info.description or ''} |"
+        )
+    return "\n".join(rows)
+
+
+def _view_columns() -> dict[str, list[tuple[str, str]]]:
+    con = duckdb.connect()
+    for name, columns in schema.TABLES.items():
+        con.execute(schema.create_table_sql(name, columns))
+    out = {}
+    for name, body in schema.VIEWS.items():
+        con.execute(f"CREATE VIEW {schema.quote_identifier(name)} AS {body}")
+        out[name] = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {name}").fetchall()]
+    return out
+
+
+def tables() -> str:
+    parts = []
+    for name, columns in schema.TABLES.items():
+        parts.append(f"#### `{name}`\n")
+        parts.append("| column | type | meaning |\n|---|---|---|")
+        parts.extend(f"| `{c.name}` | {c.sql_type} | {c.doc} |" for c in columns)
+        parts.append("")
+    for view, described in _view_columns().items():
+        parts.append(f"#### view `{view}`\n")
+        parts.append("| column | type |\n|---|---|")
+        parts.extend(f"| `{c}` | {t} |" for c, t in described)
+        parts.append("")
+    return "\n".join(parts).rstrip()
+
+
+def commands() -> str:
+    from spanscore.cli import main
+
+    parts = []
+    # Help as the shell shows it: each command's context under the group's (same help options).
+    with main.make_context("spanscore", [], resilient_parsing=True, terminal_width=100) as group:
+        for name in sorted(main.commands):
+            command = main.commands[name]
+            with command.make_context(name, [], parent=group, resilient_parsing=True) as ctx:
+                text = command.get_help(ctx)
+            parts.append(f"#### `spanscore {name}`\n\n```text\n{text}\n```\n")
+    return "\n".join(parts).rstrip()
+
+
+SECTIONS: dict[str, Callable[[], str]] = {
+    "settings": settings,
+    "tables": tables,
+    "commands": commands,
+}
+
+
+def render(text: str) -> str:
+    """`text` with every reference block regenerated."""
+    for name, make in SECTIONS.items():
+        pattern = re.compile(
+            rf"(<!-- reference:{name} -->\n).*?(<!-- /reference:{name} -->)", re.DOTALL
+        )
+        if not pattern.search(text):
+            raise ValueError(f"the README has no <!-- reference:{name} --> block")
+        start, end = pattern.search(text).span()  # type: ignore[union-attr]
+        opening = f"<!-- reference:{name} -->\n"
+        closing = f"<!-- /reference:{name} -->"
+        text = text[:start] + opening + make() + "\n" + closing + text[end:]
+    return text
+
+
+if __name__ == "__main__":
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    path.write_text(render(path.read_text()))

@@ -1,0 +1,117 @@
+"""The command line: sql formats and errors, and the demo end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from spanscore.cli import main
+from spanscore.lake import connect
+
+
+@pytest.fixture
+def small_lake(lake_dir: Path) -> Path:
+    con = connect(lake_dir, create=True)
+    con.execute(
+        "INSERT INTO scores (run_id, conversation_id, metric, value, passed, details) VALUES "
+        "('r1', 'c1', 'strict', 1.0, true, '{\"a\": [1, 2]}'), "
+        "('r1', 'c2', 'strict', 0.5, false, NULL)"
+    )
+    con.close()
+    return lake_dir
+
+
+@pytest.mark.parametrize(
+    ("fmt", "expected"),
+    [
+        ("json", '[\n  {"conversation_id": "c1", "value": 1.0, "passed": true},\n'),
+        ("csv", "conversation_id,value,passed\nc1,1.0,True\nc2,0.5,False\n"),
+        ("table", "conversation_id  value  passed\n---------------  -----  ------\nc1  "),
+    ],
+    ids=["json", "csv", "table"],
+)
+def test_sql_formats(small_lake: Path, fmt: str, expected: str) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["sql", "--lake", str(small_lake), "--format", fmt,
+         "SELECT conversation_id, value, passed FROM scores ORDER BY conversation_id"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(expected)
+
+
+def test_sql_json_is_one_array_of_objects(small_lake: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["sql", "--lake", str(small_lake), "--format", "json", "SELECT * FROM scores"]
+    )
+    rows = json.loads(result.output)
+    assert [r["conversation_id"] for r in rows] == ["c1", "c2"]
+    empty = CliRunner().invoke(
+        main,
+        ["sql", "--lake", str(small_lake), "--format", "json", "SELECT * FROM scores WHERE false"],
+    )
+    assert json.loads(empty.output) == []
+
+
+def test_sql_reads_the_lake_from_the_environment(small_lake: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["sql", "SELECT count(*) AS n FROM scores"], env={"SPANSCORE_LAKE": str(small_lake)}
+    )
+    assert result.exit_code == 0
+    assert "2" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["SELEC 1"], "syntax error"),
+        (["SELECT * FROM nowhere"], "Table with name nowhere does not exist"),
+    ],
+    ids=["syntax", "unknown-table"],
+)
+def test_sql_errors_exit_1_with_the_message(
+    small_lake: Path, args: list[str], message: str
+) -> None:
+    result = CliRunner().invoke(main, ["sql", "--lake", str(small_lake), *args])
+    assert result.exit_code == 1
+    assert message in result.output
+
+
+def test_sql_without_a_lake(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["sql", "--lake", str(tmp_path / "none"), "SELECT 1"], env={})
+    assert result.exit_code == 1
+    assert "no lake at" in result.output
+    assert not (tmp_path / "none").exists()
+    missing = CliRunner().invoke(main, ["sql", "SELECT 1"], env={"SPANSCORE_LAKE": ""})
+    assert missing.exit_code == 2
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(tmp_path: Path) -> None:
+    lake = tmp_path / "demo"
+    result = CliRunner().invoke(main, ["demo", "--lake", str(lake)])
+    assert result.exit_code == 0, result.output
+    assert "spans exported over OTLP/gRPC and committed" in result.output
+    # The policy check finds exactly the conversation that cancels before verifying.
+    policy = result.output.split("Policy check")[1]
+    assert "cs-cancel-2" in policy
+    assert "cs-cancel-1" not in policy
+    con = connect(lake)
+    assert con.execute("SELECT count(DISTINCT conversation_id) FROM conversations").fetchone() == (
+        9,
+    )
+    # A second run starts from a fresh lake.
+    again = CliRunner().invoke(main, ["demo", "--lake", str(lake)])
+    assert again.exit_code == 0
+    assert connect(lake).execute("SELECT count(*) FROM conversations").fetchone() == (9,)
+
+
+def test_demo_refuses_to_clobber_another_directory(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    result = CliRunner().invoke(main, ["demo", "--lake", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "is not a spanscore lake" in result.output
+    assert (tmp_path / "precious.txt").exists()
