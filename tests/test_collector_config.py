@@ -278,3 +278,23 @@ def test_status_command_without_a_collector() -> None:
     result = CliRunner().invoke(main, ["status", "--endpoint", f"http://127.0.0.1:{free_port()}"])
     assert result.exit_code == 1
     assert "no collector at" in result.output
+
+
+def test_background_maintenance_compacts_while_ingesting(
+    make_collector: Callable[..., Collector], lake_dir: Path
+) -> None:
+    collector = make_collector(maintenance_interval_s=0.2, snapshot_retention_s=0)
+    conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=10)
+    for _ in range(15):  # 15 small commits, 15 small files
+        conn.request(
+            "POST",
+            "/v1/traces",
+            f.request(f.tool_spans(5)),
+            {"Content-Type": "application/x-protobuf"},
+        )
+        assert conn.getresponse().read() is not None
+    wait_for(lambda: collector.stats.get("maintenance_runs") >= 2, timeout=30)
+    assert collector.stats.get("maintenance_failed") == 0
+    files = query(lake_dir, "SELECT count(*) FROM ducklake_list_files('lake', 'spans')")[0][0]
+    assert files < 15
+    assert query(lake_dir, "SELECT count(*) FROM spans") == [(75,)]

@@ -119,6 +119,12 @@ def test_sigterm_commits_and_answers_everything_queued(tmp_path: Path) -> None:
     stored = set(_lake_keys(lake))
     for keys, _ in results:
         assert keys <= stored
+    # Structured logs: one JSON object per line; the last says the queue was drained.
+    events = [json.loads(line) for line in server.log_path.read_text().splitlines()]
+    assert events[0]["logger"].startswith("spanscore")
+    stopped = [e for e in events if e["message"] == "stopped"]
+    assert stopped[-1]["drained"] is True
+    assert stopped[-1]["spans_stored"] == 8 * 50
 
 
 def _queued_rows(server: ServeProcess) -> int:
