@@ -89,17 +89,34 @@ def test_older_lake_is_migrated_and_keeps_its_data(
         "INSERT INTO scores (run_id, conversation_id, metric, value) VALUES ('r1', 'c1', 'm', 1)"
     )
     con.close()
-    # A future version 2 that adds a column: opening the version-1 lake migrates it.
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
+    # A future version that adds a column: opening today's lake migrates it.
+    future = schema.SCHEMA_VERSION + 1
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", future)
     monkeypatch.setitem(
-        schema.MIGRATIONS, 2, ["ALTER TABLE scores ADD COLUMN IF NOT EXISTS weight DOUBLE"]
+        schema.MIGRATIONS, future, ["ALTER TABLE scores ADD COLUMN IF NOT EXISTS weight DOUBLE"]
     )
-    with pytest.raises(LakeError, match=r"schema version 1.*needs 2"):
+    with pytest.raises(LakeError, match=rf"schema version {future - 1}.*needs {future}"):
         connect(lake_dir, read_only=True)
     con = connect(lake_dir)
-    assert lake.schema_version(con) == 2
+    assert lake.schema_version(con) == future
     assert con.execute("SELECT run_id, value, weight FROM scores").fetchall() == [("r1", 1.0, None)]
     con.close()
+
+
+def test_a_version_1_lake_gains_the_message_columns(lake_dir: Path) -> None:
+    # Rebuild what spanscore 0.1's first schema looked like: spans without the columns of v2.
+    con = connect(lake_dir, create=True)
+    for column in ("tool_calls_requested", "tool_results", "response_text"):
+        con.execute(f"ALTER TABLE spans DROP COLUMN {column}")
+    con.execute("DELETE FROM spanscore_schema")
+    con.execute("INSERT INTO spanscore_schema VALUES (1, now(), '0.1.0')")
+    con.execute("INSERT INTO spans (trace_id, span_id, name) VALUES ('t', 's', 'old span')")
+    con.close()
+    con = connect(lake_dir)
+    assert lake.schema_version(con) == 2
+    assert con.execute(
+        "SELECT name, tool_calls_requested, tool_results, response_text FROM spans"
+    ).fetchall() == [("old span", None, None, None)]
 
 
 def test_not_a_spanscore_lake(lake_dir: Path) -> None:

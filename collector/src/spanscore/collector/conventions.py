@@ -1,14 +1,30 @@
 """Reading producer conventions into the lake's extracted columns: the one extraction point.
 
-Each convention is data (which attributes mean what) plus, where data is not enough, a small
-function. The collector calls `extract` once per span at ingest; the result fills `spans`'
-columns `conversation_id`, `agent_name`, `operation`, `tool_name`, `tool_call_id`,
-`tool_arguments`, `tool_result`, `user_message`, `error_type` and `convention`.
+Each convention is data (which attributes mean what) plus small functions where data is not
+enough (message lists). The collector calls `Extractor.extract` once per span at ingest; the
+result fills the `spans` columns named in `FIELDS`.
+
+Conventions read, first match wins:
+- OpenInference (Phoenix): `openinference.span.kind`, `tool.name`, `input.value` /
+  `output.value`, flattened `llm.input_messages.N.message...` / `llm.output_messages...`.
+- OpenLLMetry (Traceloop): `traceloop.span.kind`, `traceloop.entity.*`, and the indexed
+  `gen_ai.prompt.N.*` / `gen_ai.completion.N.*` messages of its older releases (its current
+  releases write the GenAI form below).
+- OpenTelemetry GenAI: `gen_ai.*` attributes; messages in `gen_ai.input.messages` /
+  `gen_ai.output.messages` (`tool_call` and `tool_call_response` parts; `response` or `result`),
+  or, in the deprecated form, span events `gen_ai.user.message`, `gen_ai.assistant.message`,
+  `gen_ai.tool.message`, `gen_ai.choice`.
+
+Messages of every convention are first turned into one canonical list
+(`{"role", "text", "tool_calls": [{"id", "name", "arguments"}], "tool_call_id", "result"}`), from
+which the model call's new user message, requested tool calls, received tool results and
+response text are read the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,58 +40,293 @@ FIELDS = (
     "tool_arguments",
     "tool_result",
     "user_message",
+    "tool_calls_requested",
+    "tool_results",
+    "response_text",
     "error_type",
     "convention",
 )
+_POSITION = {name: i for i, name in enumerate(FIELDS)}
+
+# Conversation identity, in order (DESIGN.md): then the configured attribute, then the trace id.
+CONVERSATION_KEYS = (
+    "gen_ai.conversation.id",
+    "session.id",
+    "traceloop.association.properties.session_id",
+)
+
+Message = dict[str, Any]
+MessageReader = Callable[
+    [Mapping[str, Any], list[dict[str, Any]]], tuple[list[Message], list[Message]]
+]
 
 
 @dataclass(frozen=True)
 class Convention:
-    """Attribute names a producer convention uses for each extracted field.
+    """How one producer convention names things.
 
     `markers`: attribute keys whose presence says a span follows this convention.
     `keys`: extracted field -> attribute keys to try, first present wins.
-    `user_message`: reads the latest user message from the attributes, if the convention has one.
+    `operations`: a kind attribute and how its values map onto GenAI operation names.
+    `messages`: reads (input messages, output messages) in the canonical form.
     """
 
     name: str
     markers: tuple[str, ...]
     keys: Mapping[str, tuple[str, ...]]
-    user_message: Callable[[Mapping[str, Any]], str | None] | None = None
+    operations: tuple[str, Mapping[str, str]] | None = None
+    messages: MessageReader | None = None
     operation_from_name: Mapping[str, str] = field(default_factory=dict)
+    marker_prefixes: tuple[str, ...] = ()
 
 
-def _text_of_parts(parts: Any) -> str | None:
-    if isinstance(parts, str):
-        return parts
-    if not isinstance(parts, list):
-        return None
-    texts: list[str] = [
-        p["content"]
-        for p in parts
-        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("content"), str)
-    ]
-    return "\n".join(texts) if texts else None
-
-
-def genai_user_message(attrs: Mapping[str, Any]) -> str | None:
-    """Latest user message of `gen_ai.input.messages` (a JSON string or an already-parsed list)."""
-    raw = attrs.get("gen_ai.input.messages")
-    if raw is None:
-        return None
-    messages = raw
-    if isinstance(raw, str):
+def _loads(value: Any) -> Any:
+    if isinstance(value, str | bytes):
         try:
-            messages = orjson.loads(raw)
+            return orjson.loads(value)
         except orjson.JSONDecodeError:
-            return None
-    if not isinstance(messages, list):
-        return None
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            return _text_of_parts(message.get("parts", message.get("content")))
-    return None
+            return value
+    return value
 
+
+def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    return {
+        "id": call_id if isinstance(call_id, str) and call_id else None,
+        "name": name if isinstance(name, str) else None,
+        "arguments": _loads(arguments),
+    }
+
+
+# --- OpenTelemetry GenAI ---------------------------------------------------------------------
+
+
+def _genai_message(message: Any) -> Message | None:
+    if not isinstance(message, dict):
+        return None
+    out: Message = {"role": message.get("role"), "text": None, "tool_calls": []}
+    parts = message.get("parts")
+    if parts is None and "content" in message:  # tolerate the older {"role", "content"} shape
+        parts = [{"type": "text", "content": message["content"]}]
+    texts = []
+    for part in parts if isinstance(parts, list) else []:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("content"), str):
+            texts.append(part["content"])
+        elif kind == "tool_call":
+            out["tool_calls"].append(_call(part.get("id"), part.get("name"), part.get("arguments")))
+        elif kind == "tool_call_response":
+            out["tool_call_id"] = part.get("id")
+            out["result"] = part.get("response", part.get("result"))
+            out["role"] = "tool"
+    if texts:
+        out["text"] = "\n".join(texts)
+    return out
+
+
+def _genai_list(raw: Any) -> list[Message]:
+    data = _loads(raw)
+    if not isinstance(data, list):
+        return []
+    return [m for m in (_genai_message(x) for x in data) if m is not None]
+
+
+def _event_payload(event: dict[str, Any]) -> dict[str, Any]:
+    attrs = event.get("attributes") or {}
+    content = attrs.get("gen_ai.event.content")
+    if content is not None:
+        parsed = _loads(content)
+        if isinstance(parsed, dict):
+            return parsed
+    return dict(attrs)
+
+
+def deprecated_event_message(name: str, payload: Mapping[str, Any]) -> tuple[str, Message] | None:
+    """One deprecated GenAI event (span event or log record) as ("input"|"output", message)."""
+    role = {
+        "gen_ai.system.message": "system",
+        "gen_ai.user.message": "user",
+        "gen_ai.assistant.message": "assistant",
+        "gen_ai.tool.message": "tool",
+    }.get(name)
+    source: Mapping[str, Any] = payload
+    side = "input"
+    if name == "gen_ai.choice":
+        side, role = "output", "assistant"
+        message = _loads(payload.get("message"))
+        source = message if isinstance(message, dict) else payload
+    elif role is None:
+        return None
+    content = _loads(source.get("content"))
+    out: Message = {
+        "role": role,
+        "text": content if isinstance(content, str) else None,
+        "tool_calls": [],
+    }
+    for call in _loads(source.get("tool_calls")) or []:
+        if isinstance(call, dict):
+            function = call.get("function") or {}
+            out["tool_calls"].append(
+                _call(call.get("id"), function.get("name"), function.get("arguments"))
+            )
+    if role == "tool":
+        out["tool_call_id"] = source.get("id") or source.get("tool_call_id")
+        out["result"] = content
+        out["text"] = None
+    return side, out
+
+
+def genai_messages(
+    attrs: Mapping[str, Any], events: list[dict[str, Any]]
+) -> tuple[list[Message], list[Message]]:
+    inputs = _genai_list(attrs.get("gen_ai.input.messages"))
+    outputs = _genai_list(attrs.get("gen_ai.output.messages"))
+    if not inputs and not outputs:
+        for event in events:
+            found = deprecated_event_message(str(event.get("name")), _event_payload(event))
+            if found is not None:
+                (inputs if found[0] == "input" else outputs).append(found[1])
+    return inputs, outputs
+
+
+# --- flattened (indexed) message attributes: OpenInference and older OpenLLMetry ------------
+
+
+def _indexed(attrs: Mapping[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
+    """`prefix.N.rest = v` keys as {N: {rest: v}}."""
+    out: dict[int, dict[str, Any]] = {}
+    size = len(prefix)
+    for key, value in attrs.items():
+        if not key.startswith(prefix):
+            continue
+        index, _, rest = key[size:].partition(".")
+        if index.isdigit() and rest:
+            out.setdefault(int(index), {})[rest] = value
+    return out
+
+
+_OI_CALL = re.compile(
+    r"^message\.tool_calls\.(\d+)\.tool_call\.(id|function\.name|function\.arguments)$"
+)
+_OI_TEXT = re.compile(r"^message\.contents\.(\d+)\.message_content\.text$")
+
+
+def _openinference_list(attrs: Mapping[str, Any], prefix: str) -> list[Message]:
+    messages = []
+    for _, fields in sorted(_indexed(attrs, prefix).items()):
+        calls: dict[int, dict[str, Any]] = {}
+        texts: dict[int, str] = {}
+        for rest, value in fields.items():
+            if m := _OI_CALL.match(rest):
+                calls.setdefault(int(m.group(1)), {})[m.group(2)] = value
+            elif (t := _OI_TEXT.match(rest)) and isinstance(value, str):
+                texts[int(t.group(1))] = value
+        text = fields.get("message.content")
+        if not isinstance(text, str):
+            text = "\n".join(v for _, v in sorted(texts.items())) or None
+        role = fields.get("message.role")
+        message: Message = {
+            "role": role,
+            "text": text,
+            "tool_calls": [
+                _call(c.get("id"), c.get("function.name"), c.get("function.arguments"))
+                for _, c in sorted(calls.items())
+            ],
+        }
+        if role == "tool":
+            message["tool_call_id"] = fields.get("message.tool_call_id")
+            message["result"] = _loads(text)
+            message["text"] = None
+        messages.append(message)
+    return messages
+
+
+def openinference_messages(
+    attrs: Mapping[str, Any], events: list[dict[str, Any]]
+) -> tuple[list[Message], list[Message]]:
+    return (
+        _openinference_list(attrs, "llm.input_messages."),
+        _openinference_list(attrs, "llm.output_messages."),
+    )
+
+
+_TL_CALL = re.compile(r"^tool_calls\.(\d+)\.(id|name|arguments)$")
+
+
+def _traceloop_list(attrs: Mapping[str, Any], prefix: str) -> list[Message]:
+    messages = []
+    for _, fields in sorted(_indexed(attrs, prefix).items()):
+        calls: dict[int, dict[str, Any]] = {}
+        for rest, value in fields.items():
+            if m := _TL_CALL.match(rest):
+                calls.setdefault(int(m.group(1)), {})[m.group(2)] = value
+        role = fields.get("role")
+        content = fields.get("content")
+        message: Message = {
+            "role": role,
+            "text": content if isinstance(content, str) else None,
+            "tool_calls": [
+                _call(c.get("id"), c.get("name"), c.get("arguments"))
+                for _, c in sorted(calls.items())
+            ],
+        }
+        if role == "tool":
+            message["tool_call_id"] = fields.get("tool_call_id")
+            message["result"] = _loads(content)
+            message["text"] = None
+        messages.append(message)
+    return messages
+
+
+def traceloop_messages(
+    attrs: Mapping[str, Any], events: list[dict[str, Any]]
+) -> tuple[list[Message], list[Message]]:
+    inputs = _traceloop_list(attrs, "gen_ai.prompt.")
+    outputs = _traceloop_list(attrs, "gen_ai.completion.")
+    if inputs or outputs:
+        return inputs, outputs
+    return genai_messages(attrs, events)  # current OpenLLMetry releases write the GenAI form
+
+
+# --- the conventions -------------------------------------------------------------------------
+
+OPENINFERENCE = Convention(
+    name="openinference",
+    markers=("openinference.span.kind",),
+    keys={
+        "agent_name": ("agent.name", "graph.node.name"),
+        "tool_name": ("tool.name", "tool_call.function.name"),
+        "tool_call_id": ("tool.id", "tool_call.id"),
+        "tool_arguments": ("tool_call.function.arguments", "input.value", "tool.parameters"),
+        "tool_result": ("output.value",),
+        "error_type": ("error.type", "exception.type"),
+    },
+    operations=(
+        "openinference.span.kind",
+        {"LLM": "chat", "TOOL": "execute_tool", "AGENT": "invoke_agent", "EMBEDDING": "embeddings"},
+    ),
+    messages=openinference_messages,
+)
+
+TRACELOOP = Convention(
+    name="openllmetry",
+    markers=("traceloop.span.kind", "traceloop.entity.name", "gen_ai.prompt.0.role"),
+    keys={
+        "agent_name": ("gen_ai.agent.name", "traceloop.entity.name"),
+        "operation": ("gen_ai.operation.name", "llm.request.type"),
+        "tool_name": ("gen_ai.tool.name",),
+        "tool_call_id": ("gen_ai.tool.call.id",),
+        "tool_arguments": ("gen_ai.tool.call.arguments",),
+        "tool_result": ("gen_ai.tool.call.result",),
+        "error_type": ("error.type",),
+    },
+    operations=(
+        "traceloop.span.kind",
+        {"tool": "execute_tool", "agent": "invoke_agent", "workflow": "workflow", "task": "task"},
+    ),
+    messages=traceloop_messages,
+)
 
 GENAI = Convention(
     name="genai",
@@ -89,31 +340,34 @@ GENAI = Convention(
         "gen_ai.request.model",
     ),
     keys={
-        "conversation_id": ("gen_ai.conversation.id",),
         "agent_name": ("gen_ai.agent.name",),
-        "operation": ("gen_ai.operation.name",),
+        "operation": ("gen_ai.operation.name", "llm.request.type"),
         "tool_name": ("gen_ai.tool.name",),
         "tool_call_id": ("gen_ai.tool.call.id",),
         "tool_arguments": ("gen_ai.tool.call.arguments",),
         "tool_result": ("gen_ai.tool.call.result",),
         "error_type": ("error.type",),
     },
-    user_message=genai_user_message,
+    messages=genai_messages,
     operation_from_name={"execute_tool": "execute_tool", "invoke_agent": "invoke_agent"},
 )
 
-CONVENTIONS: tuple[Convention, ...] = (GENAI,)
+CONVENTIONS: tuple[Convention, ...] = (OPENINFERENCE, TRACELOOP, GENAI)
+
+
+# --- reading one span ------------------------------------------------------------------------
 
 
 def _json_text(value: Any) -> bytes | None:
-    """Tool arguments as JSON text: JSON strings pass through (validated), values are encoded."""
+    """JSON text for a JSON column: JSON strings pass through (validated), values are encoded,
+    and a string that is not JSON (a Python repr, say) is kept as a JSON string."""
     if value is None:
         return None
     if isinstance(value, str):
         try:
             orjson.loads(value)
         except orjson.JSONDecodeError:
-            return orjson.dumps(value)  # not JSON (a Python repr, say): keep it as a string
+            return orjson.dumps(value)
         return value.encode()
     return orjson.dumps(value)
 
@@ -124,13 +378,26 @@ def _as_text(value: Any) -> str | None:
     return orjson.dumps(value).decode()
 
 
-_POSITION = {name: i for i, name in enumerate(FIELDS)}
+def summarize_messages(
+    inputs: list[Message], outputs: list[Message]
+) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]], str | None]:
+    """(latest user message, tool calls requested, tool results received, response text)."""
+    user = next((m.get("text") for m in reversed(inputs) if m.get("role") == "user"), None)
+    requested = [call for m in outputs for call in m.get("tool_calls", [])]
+    results = [
+        {"id": m.get("tool_call_id"), "result": m.get("result")}
+        for m in inputs
+        if m.get("role") == "tool"
+    ]
+    texts = [m["text"] for m in outputs if isinstance(m.get("text"), str)]
+    return user, requested, results, ("\n".join(texts) if texts else None)
 
 
 class Extractor:
     """Fills the extracted columns of one span (runs once per span: kept lean).
 
-    The conversation id comes from the convention, then `conversation_attribute`, then the trace.
+    The conversation id comes from `CONVERSATION_KEYS`, then `conversation_attribute`, then the
+    trace id.
     """
 
     def __init__(self, conversation_attribute: str | None = None) -> None:
@@ -138,6 +405,7 @@ class Extractor:
         self.extra_conversation_keys: tuple[str, ...] = (
             (conversation_attribute,) if conversation_attribute else ()
         )
+        self.conversation_keys = CONVERSATION_KEYS + self.extra_conversation_keys
         self._compiled = [
             (
                 c,
@@ -154,34 +422,50 @@ class Extractor:
         is_error: bool,
         exception_type: str | None,
         trace_id: str,
+        events: Iterable[dict[str, Any]] = (),
     ) -> list[Any]:
         """The values of `FIELDS`, in order."""
         out: list[Any] = [None] * len(FIELDS)
-        for convention, markers, lookups in self._compiled:
-            if not markers.isdisjoint(attrs):
-                get = attrs.get
-                for position, keys in lookups:
-                    for key in keys:
-                        value = get(key)
-                        if value is not None:
-                            out[position] = value if type(value) is str else _as_text(value)
-                            break
-                if out[2] is None:  # operation, from the span name's first word
-                    out[2] = convention.operation_from_name.get(span_name.split(" ", 1)[0])
-                if convention.user_message is not None:
-                    out[7] = convention.user_message(attrs)
-                out[9] = convention.name
+        get = attrs.get
+        for key in self.conversation_keys:
+            value = get(key)
+            if value is not None:
+                out[0] = value if type(value) is str else _as_text(value)
                 break
-        if out[0] is None:
-            for key in self.extra_conversation_keys:
-                value = attrs.get(key)
-                if value is not None:
-                    out[0] = value if type(value) is str else _as_text(value)
-                    break
-            else:
-                out[0] = trace_id
+        else:
+            out[0] = trace_id
+        for convention, markers, lookups in self._compiled:
+            if markers.isdisjoint(attrs):
+                continue
+            for position, keys in lookups:
+                for key in keys:
+                    value = get(key)
+                    if value is not None:
+                        out[position] = value if type(value) is str else _as_text(value)
+                        break
+            if convention.operations is not None:
+                kind_key, mapping = convention.operations
+                kind = get(kind_key)
+                if isinstance(kind, str) and kind in mapping:
+                    out[2] = mapping[kind]
+            if out[2] is None:  # operation, from the span name's first word
+                out[2] = convention.operation_from_name.get(span_name.split(" ", 1)[0])
+            if out[2] is None and out[3] is not None:
+                out[2] = "execute_tool"  # a span naming the tool it runs is a tool call
+            if convention.messages is not None and out[2] != "execute_tool":
+                inputs, outputs = convention.messages(attrs, list(events))
+                if inputs or outputs:
+                    user, requested, results, text = summarize_messages(inputs, outputs)
+                    out[7] = user
+                    out[8] = orjson.dumps(requested) if requested else None
+                    out[9] = orjson.dumps(results, default=str) if results else None
+                    out[10] = text
+            out[12] = convention.name
+            break
+        if out[2] != "execute_tool":
+            out[3] = out[4] = out[5] = out[6] = None  # tool fields only describe tool spans
         if out[5] is not None:  # tool arguments: JSON text, or a non-JSON value as a string
             out[5] = _json_text(out[5])
-        if out[8] is None and is_error:
-            out[8] = exception_type
+        if out[11] is None and is_error:
+            out[11] = exception_type
         return out

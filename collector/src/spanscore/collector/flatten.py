@@ -248,8 +248,8 @@ class Flattener:
                     attrs, dropped = mapping(span.attributes, len(span.attributes), notes)
                     exception_type = None
                     events_json = None
+                    events: list[dict[str, Any]] = []
                     if span.events:
-                        events = []
                         for ev in span.events:
                             ev_attrs, _ = mapping(ev.attributes, len(ev.attributes), notes)
                             if ev.name == "exception" and exception_type is None:
@@ -311,7 +311,7 @@ class Flattener:
                             span.dropped_attributes_count + dropped,
                             span.dropped_events_count,
                             span.dropped_links_count,
-                            *extract(attrs, span.name, is_error, exception_type, trace_id),
+                            *extract(attrs, span.name, is_error, exception_type, trace_id, events),
                             "; ".join(notes) if notes else None,
                             None,  # ingest_time: the commit's time, set by the writer
                         )

@@ -169,6 +169,7 @@ def is_transient(exc: BaseException) -> bool:
             "could not serialize access",
             "deadlock detected",
             "SQLITE_BUSY",
+            "Current transaction is aborted",  # a conflict inside a DuckLake maintenance call
         )
     )
 
@@ -221,11 +222,14 @@ def connect(
     of the lake.
     """
     location = spec if isinstance(spec, LakeLocation) else LakeLocation.parse(spec, data_path)
-    config: dict[str, str | bool | int | float | list[str]] = {"allow_unsigned_extensions": False}
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "allow_unsigned_extensions": False,
+    }
     if threads is not None:
         config["threads"] = threads
     con = duckdb.connect(config=config)
     try:
+        con.execute("SET enable_progress_bar = false")  # it would print into query output
         load_extension(con, "postgres_scanner" if location.is_postgres else "sqlite_scanner")
         load_extension(con, "ducklake")
         con.execute("SET ducklake_max_retry_count = 100")

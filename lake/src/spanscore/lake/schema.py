@@ -84,6 +84,13 @@ SPANS: tuple[Column, ...] = (
     Column("tool_arguments", "JSON", "tool call arguments (JSON; a non-JSON value as a string)"),
     Column("tool_result", "VARCHAR", "tool call result as sent (usually JSON text)"),
     Column("user_message", "VARCHAR", "latest user message in this span's model input"),
+    Column(
+        "tool_calls_requested",
+        "JSON",
+        "tool calls this model call asked for: [{id, name, arguments}]",
+    ),
+    Column("tool_results", "JSON", "tool results in this model call's input: [{id, result}]"),
+    Column("response_text", "VARCHAR", "text this model call answered"),
     Column("error_type", "VARCHAR", "error.type, or the exception type of a failed span"),
     Column("convention", "VARCHAR", "producer convention the span was read as (genai, ...)"),
     Column("ingest_notes", "VARCHAR", "what the collector changed: limits applied, redactions"),
@@ -205,8 +212,16 @@ VIEWS: dict[str, str] = {
     """,
 }
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
+# MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
+# tables that already have their columns: later migrations must be idempotent (IF NOT EXISTS).
 MIGRATIONS: dict[int, list[str]] = {
     1: [create_table_sql(name, cols) for name, cols in TABLES.items()],
+    # 2: what model calls asked for and received, read from every producer's message format.
+    2: [
+        "ALTER TABLE spans ADD COLUMN IF NOT EXISTS tool_calls_requested JSON",
+        "ALTER TABLE spans ADD COLUMN IF NOT EXISTS tool_results JSON",
+        "ALTER TABLE spans ADD COLUMN IF NOT EXISTS response_text VARCHAR",
+    ],
 }

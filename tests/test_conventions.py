@@ -1,0 +1,289 @@
+"""Convention mappers: every producer's attributes land in the same extracted columns.
+
+The attribute shapes are those the producers write (OpenTelemetry GenAI semantic conventions,
+openinference-instrumentation-openai / -openai-agents, opentelemetry-instrumentation-openai
+from OpenLLMetry, old and new).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from spanscore.collector.conventions import FIELDS, Extractor
+
+
+def extract(
+    attrs: dict[str, Any],
+    name: str = "span",
+    events: list[dict[str, Any]] | None = None,
+    *,
+    conversation_attribute: str | None = None,
+    is_error: bool = False,
+    exception_type: str | None = None,
+) -> dict[str, Any]:
+    values = Extractor(conversation_attribute).extract(
+        attrs, name, is_error, exception_type, "trace-1", events or []
+    )
+    out = dict(zip(FIELDS, values, strict=True))
+    for key in ("tool_arguments", "tool_calls_requested", "tool_results"):
+        if isinstance(out[key], bytes):
+            out[key] = json.loads(out[key])
+    return out
+
+
+GENAI_CHAT = {
+    "gen_ai.operation.name": "chat",
+    "gen_ai.provider.name": "openai",
+    "gen_ai.conversation.id": "conv-1",
+    "gen_ai.input.messages": json.dumps(
+        [
+            {"role": "user", "parts": [{"type": "text", "content": "Where is ORD-1?"}]},
+            {
+                "role": "assistant",
+                "parts": [
+                    {"type": "tool_call", "id": "c1", "name": "get_order", "arguments": {"id": 1}}
+                ],
+            },
+            {
+                "role": "tool",
+                "parts": [{"type": "tool_call_response", "id": "c1", "response": "ok"}],
+            },
+            # `result` instead of `response`: some producers write that
+            {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c0", "result": [1]}]},
+            {"role": "user", "parts": [{"type": "text", "content": "And ORD-2?"}]},
+        ]
+    ),
+    "gen_ai.output.messages": json.dumps(
+        [
+            {
+                "role": "assistant",
+                "parts": [
+                    {"type": "text", "content": "Checking."},
+                    {"type": "tool_call", "id": "c2", "name": "get_order", "arguments": {"id": 2}},
+                    {"type": "tool_call", "id": "c3", "name": "get_order", "arguments": {"id": 3}},
+                ],
+                "finish_reason": "tool_call",
+            }
+        ]
+    ),
+}
+
+GENAI_EVENTS = [
+    {"name": "gen_ai.user.message", "attributes": {"content": "Cancel ORD-7"}},
+    {
+        "name": "gen_ai.assistant.message",
+        "attributes": {
+            "gen_ai.event.content": json.dumps(
+                {
+                    "tool_calls": [
+                        {
+                            "id": "a",
+                            "type": "function",
+                            "function": {"name": "verify", "arguments": "{}"},
+                        }
+                    ]
+                }
+            )
+        },
+    },
+    {"name": "gen_ai.tool.message", "attributes": {"id": "a", "content": '{"verified": true}'}},
+    {
+        "name": "gen_ai.choice",
+        "attributes": {
+            "gen_ai.event.content": json.dumps(
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "tool_calls": [
+                            {
+                                "id": "b",
+                                "type": "function",
+                                "function": {
+                                    "name": "cancel_order",
+                                    "arguments": '{"order_id": "ORD-7"}',
+                                },
+                            }
+                        ]
+                    },
+                }
+            )
+        },
+    },
+]
+
+OPENINFERENCE_LLM = {
+    "openinference.span.kind": "LLM",
+    "session.id": "sess-9",
+    "llm.input_messages.0.message.role": "system",
+    "llm.input_messages.0.message.content": "You are helpful.",
+    "llm.input_messages.1.message.role": "user",
+    "llm.input_messages.1.message.contents.0.message_content.type": "text",
+    "llm.input_messages.1.message.contents.0.message_content.text": "Find a mouse",
+    "llm.input_messages.2.message.role": "assistant",
+    "llm.input_messages.2.message.tool_calls.0.tool_call.id": "call_s",
+    "llm.input_messages.2.message.tool_calls.0.tool_call.function.name": "search",
+    "llm.input_messages.2.message.tool_calls.0.tool_call.function.arguments": '{"q": "mouse"}',
+    "llm.input_messages.3.message.role": "tool",
+    "llm.input_messages.3.message.tool_call_id": "call_s",
+    "llm.input_messages.3.message.content": '[{"sku": "SKU-1"}]',
+    "llm.output_messages.0.message.role": "assistant",
+    "llm.output_messages.0.message.content": "The wireless mouse is $25.",
+    "input.value": '{"messages": []}',
+}
+
+TRACELOOP_LEGACY = {
+    "llm.request.type": "chat",
+    "gen_ai.system": "openai",
+    "traceloop.association.properties.session_id": "tl-1",
+    "gen_ai.prompt.0.role": "user",
+    "gen_ai.prompt.0.content": "Verify me",
+    "gen_ai.completion.0.role": "assistant",
+    "gen_ai.completion.0.finish_reason": "tool_calls",
+    "gen_ai.completion.0.tool_calls.0.id": "t1",
+    "gen_ai.completion.0.tool_calls.0.name": "send_code",
+    "gen_ai.completion.0.tool_calls.0.arguments": '{"email": "a@b.c"}',
+    "gen_ai.completion.0.tool_calls.1.id": "t2",
+    "gen_ai.completion.0.tool_calls.1.name": "lookup",
+    "gen_ai.completion.0.tool_calls.1.arguments": '{"email": "a@b.c"}',
+}
+
+
+def test_genai_current_messages() -> None:
+    out = extract(GENAI_CHAT, "chat gpt-4.1")
+    assert out["convention"] == "genai"
+    assert out["operation"] == "chat"
+    assert out["conversation_id"] == "conv-1"
+    assert out["user_message"] == "And ORD-2?"
+    assert out["tool_calls_requested"] == [
+        {"id": "c2", "name": "get_order", "arguments": {"id": 2}},
+        {"id": "c3", "name": "get_order", "arguments": {"id": 3}},
+    ]
+    assert out["tool_results"] == [{"id": "c1", "result": "ok"}, {"id": "c0", "result": [1]}]
+    assert out["response_text"] == "Checking."
+    assert out["tool_name"] is None  # a model call is not a tool call
+
+
+def test_genai_deprecated_span_events() -> None:
+    out = extract(
+        {"gen_ai.system": "openai", "gen_ai.operation.name": "chat"}, "chat", GENAI_EVENTS
+    )
+    assert out["user_message"] == "Cancel ORD-7"
+    assert out["tool_calls_requested"] == [
+        {"id": "b", "name": "cancel_order", "arguments": {"order_id": "ORD-7"}}
+    ]
+    assert out["tool_results"] == [{"id": "a", "result": {"verified": True}}]
+
+
+def test_openinference_llm_span() -> None:
+    out = extract(OPENINFERENCE_LLM, "ChatCompletion")
+    assert out["convention"] == "openinference"
+    assert out["operation"] == "chat"
+    assert out["conversation_id"] == "sess-9"
+    assert out["user_message"] == "Find a mouse"
+    assert out["tool_results"] == [{"id": "call_s", "result": [{"sku": "SKU-1"}]}]
+    assert out["response_text"] == "The wireless mouse is $25."
+    assert out["tool_arguments"] is None  # input.value of a model call is not tool arguments
+
+
+@pytest.mark.parametrize(
+    ("attrs", "expected"),
+    [
+        # openinference-instrumentation-openai-agents: function spans carry no call id
+        (
+            {
+                "openinference.span.kind": "TOOL",
+                "tool.name": "get_order",
+                "input.value": '{"order_id": "ORD-1"}',
+                "output.value": '{"status": "shipped"}',
+            },
+            ("execute_tool", "get_order", None, {"order_id": "ORD-1"}, '{"status": "shipped"}'),
+        ),
+        # a TOOL span with an id and tool_call.* attributes
+        (
+            {
+                "openinference.span.kind": "TOOL",
+                "tool.name": "lookup",
+                "tool.id": "call_9",
+                "input.value": "{'email': 'x@y.z'}",  # a Python repr: kept as a JSON string
+                "output.value": "Customer(id=1)",
+            },
+            ("execute_tool", "lookup", "call_9", "{'email': 'x@y.z'}", "Customer(id=1)"),
+        ),
+        # OTel GenAI execute_tool without gen_ai.operation.name: the span name says it
+        (
+            {"gen_ai.tool.name": "cancel", "gen_ai.tool.call.arguments": '{"a": 1.0}'},
+            ("execute_tool", "cancel", None, {"a": 1.0}, None),
+        ),
+        # OpenLLMetry tool span
+        (
+            {"traceloop.span.kind": "tool", "traceloop.entity.name": "verify_customer"},
+            ("execute_tool", None, None, None, None),
+        ),
+    ],
+    ids=[
+        "openinference-agents-tool",
+        "openinference-repr-args",
+        "genai-no-operation",
+        "traceloop-tool",
+    ],
+)
+def test_tool_spans(attrs: dict[str, Any], expected: tuple[Any, ...]) -> None:
+    out = extract(attrs, "execute_tool x")
+    assert (
+        out["operation"],
+        out["tool_name"],
+        out["tool_call_id"],
+        out["tool_arguments"],
+        out["tool_result"],
+    ) == expected
+
+
+def test_traceloop_legacy_indexed_messages() -> None:
+    out = extract(TRACELOOP_LEGACY, "openai.chat")
+    assert out["convention"] == "openllmetry"
+    assert out["operation"] == "chat"
+    assert out["conversation_id"] == "tl-1"
+    assert out["user_message"] == "Verify me"
+    assert [c["name"] for c in out["tool_calls_requested"]] == ["send_code", "lookup"]
+
+
+@pytest.mark.parametrize(
+    ("attrs", "configured", "expected"),
+    [
+        ({"gen_ai.conversation.id": "g", "session.id": "s"}, None, "g"),
+        ({"session.id": "s", "traceloop.association.properties.session_id": "t"}, None, "s"),
+        ({"traceloop.association.properties.session_id": "t", "thread": "x"}, "thread", "t"),
+        ({"thread": "x"}, "thread", "x"),
+        ({"thread": 42}, "thread", "42"),
+        ({}, None, "trace-1"),
+    ],
+    ids=["genai-first", "session-next", "traceloop-next", "configured", "non-string", "trace"],
+)
+def test_conversation_identity_order(
+    attrs: dict[str, Any], configured: str | None, expected: str
+) -> None:
+    assert extract(attrs, conversation_attribute=configured)["conversation_id"] == expected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["not json", '[{"role": "user"', "{}", '[1, "x", null]'],
+    ids=["text", "truncated", "object", "odd-items"],
+)
+def test_malformed_messages_are_ignored_not_fatal(raw: str) -> None:
+    out = extract({"gen_ai.operation.name": "chat", "gen_ai.input.messages": raw}, "chat")
+    assert out["convention"] == "genai"
+    assert out["user_message"] is None
+
+
+def test_error_type_falls_back_to_the_exception() -> None:
+    out = extract({"gen_ai.tool.name": "x"}, is_error=True, exception_type="ToolError")
+    assert out["error_type"] == "ToolError"
+    assert (
+        extract({"gen_ai.tool.name": "x", "error.type": "Timeout"}, is_error=True)["error_type"]
+        == "Timeout"
+    )
