@@ -1,0 +1,180 @@
+"""The customer-service agent as a plain tool loop over the real `openai` client.
+
+For each user turn of a conversation the loop asks the model, runs the tools it requests
+against the store, sends their results back, and repeats until the model answers with text.
+It works with the Chat Completions API (`api="chat"`) and the Responses API
+(`api="responses"`), and against any OpenAI-compatible server: the real API, or the scripted
+local one in `spanscore.examples.llm_server`::
+
+    with ScriptedLLM(ScriptedPolicy()) as llm:
+        client = openai.OpenAI(base_url=llm.base_url, api_key="test")
+        for plan in conversations():
+            transcript = run_conversation(client, Store(), plan, api="responses")
+
+The loop returns a transcript: a list of events, in order,
+
+- ``{"type": "user", "text": ...}``
+- ``{"type": "tool_call", "step": ..., "id": ..., "name": ..., "arguments": ...,
+  "result": ..., "error": ...}``: `step` counts the model's responses within the turn (calls
+  with the same step were requested together, in parallel); `result` is what the tool returned
+  and `error` None, or `result` None and `error` the tool's error message;
+- ``{"type": "assistant", "text": ...}``: the model's answer, which ends the turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Literal, cast
+
+import openai
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+from openai.types.responses import ResponseInputItemParam, ToolParam
+
+from .scripted import MODEL, TOOL_DEFINITIONS, Conversation, conversations
+from .store import Store, ToolError
+
+MAX_STEPS = 10  # model responses per user turn before the loop gives up
+
+# TOOL_DEFINITIONS are in the Responses API's shape; Chat Completions nests them in "function".
+RESPONSES_TOOLS = cast(list[ToolParam], TOOL_DEFINITIONS)
+CHAT_TOOLS = cast(
+    list[ChatCompletionToolParam],
+    [
+        {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+        for tool in TOOL_DEFINITIONS
+    ],
+)
+
+Event = dict[str, Any]
+
+
+def run_conversation(
+    client: openai.OpenAI,
+    store: Store,
+    plan: Conversation,
+    model: str = MODEL,
+    api: Literal["chat", "responses"] = "chat",
+) -> list[Event]:
+    """Send the plan's user turns one after another; return the transcript (see above).
+
+    Only the users' messages are taken from the plan: what the agent does is up to the model.
+    """
+    transcript: list[Event] = []
+    chat_history: list[ChatCompletionMessageParam] = []
+    responses_history: list[ResponseInputItemParam] = []
+    for turn in plan.turns:
+        transcript.append({"type": "user", "text": turn.user})
+        if api == "chat":
+            chat_history.append({"role": "user", "content": turn.user})
+            transcript += _chat_turn(client, store, model, chat_history)
+        else:
+            responses_history.append({"role": "user", "content": turn.user})
+            transcript += _responses_turn(client, store, model, responses_history)
+    return transcript
+
+
+def _chat_turn(
+    client: openai.OpenAI, store: Store, model: str, messages: list[ChatCompletionMessageParam]
+) -> list[Event]:
+    """One user turn with Chat Completions; `messages` grows with the model's and tools' ones."""
+    events: list[Event] = []
+    for step in range(MAX_STEPS):
+        completion = client.chat.completions.create(
+            model=model, messages=messages, tools=CHAT_TOOLS
+        )
+        message = completion.choices[0].message
+        calls = [call for call in message.tool_calls or [] if call.type == "function"]
+        if not calls:
+            messages.append({"role": "assistant", "content": message.content or ""})
+            events.append({"type": "assistant", "text": message.content or ""})
+            return events
+        messages.append(
+            {
+                "role": "assistant",
+                "content": message.content,
+                "tool_calls": [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {
+                            "name": call.function.name,
+                            "arguments": call.function.arguments,
+                        },
+                    }
+                    for call in calls
+                ],
+            }
+        )
+        for call in calls:
+            event = _execute(store, step, call.id, call.function.name, call.function.arguments)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": _output(event)})
+            events.append(event)
+    raise RuntimeError(f"no answer after {MAX_STEPS} model responses")
+
+
+def _responses_turn(
+    client: openai.OpenAI, store: Store, model: str, items: list[ResponseInputItemParam]
+) -> list[Event]:
+    """One user turn with the Responses API; `items` grows with the output and tool results."""
+    events: list[Event] = []
+    for step in range(MAX_STEPS):
+        response = client.responses.create(model=model, input=items, tools=RESPONSES_TOOLS)
+        calls = [item for item in response.output if item.type == "function_call"]
+        # The output items go back as input as they are (the client serializes them).
+        items += cast(list[ResponseInputItemParam], response.output)
+        if not calls:
+            events.append({"type": "assistant", "text": response.output_text})
+            return events
+        for call in calls:
+            event = _execute(store, step, call.call_id, call.name, call.arguments)
+            items.append(
+                {"type": "function_call_output", "call_id": call.call_id, "output": _output(event)}
+            )
+            events.append(event)
+    raise RuntimeError(f"no answer after {MAX_STEPS} model responses")
+
+
+def _execute(store: Store, step: int, call_id: str, name: str, arguments: str) -> Event:
+    """Run one requested tool call; a failing tool is reported, not raised."""
+    event: Event = {"type": "tool_call", "step": step, "id": call_id, "name": name}
+    try:
+        event["arguments"] = json.loads(arguments)
+    except json.JSONDecodeError:
+        return {**event, "arguments": arguments, "result": None, "error": "arguments are not JSON"}
+    try:
+        event.update(result=store.call(name, event["arguments"]), error=None)
+    except ToolError as exc:
+        event.update(result=None, error=str(exc))
+    return event
+
+
+def _output(event: Event) -> str:
+    """The tool result as the model reads it: the result's JSON, or {"error": ...}."""
+    if event["error"] is not None:
+        return json.dumps({"error": event["error"]})
+    return json.dumps(event["result"])
+
+
+def main() -> None:
+    """Run the scripted conversations' user turns against the API in OPENAI_BASE_URL.
+
+    For instance against the local scripted model::
+
+        python -m spanscore.examples.llm_server --port 8000 &
+        OPENAI_BASE_URL=http://127.0.0.1:8000/v1 OPENAI_API_KEY=test \\
+            python -m spanscore.examples.customer_service.openai_loop --api responses
+    """
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--api", choices=["chat", "responses"], default="chat")
+    parser.add_argument("--model", default=MODEL)
+    args = parser.parse_args()
+    client = openai.OpenAI()  # reads OPENAI_BASE_URL and OPENAI_API_KEY
+    for plan in conversations():
+        print(f"== {plan.conversation_id}")
+        for event in run_conversation(client, Store(), plan, model=args.model, api=args.api):
+            print("  ", json.dumps(event))
+
+
+if __name__ == "__main__":
+    main()
