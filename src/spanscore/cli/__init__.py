@@ -10,6 +10,7 @@ import click
 
 from .query import sql_command, status_command
 from .serve import serve_command
+from .show import show_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -26,6 +27,7 @@ def main() -> None:
 main.add_command(serve_command)
 main.add_command(sql_command)
 main.add_command(status_command)
+main.add_command(show_command)
 
 # The demo imports the example agent (and its dependencies) only when it runs.
 from .demo import demo_command  # noqa: E402

@@ -16,7 +16,8 @@ Conventions read, first match wins:
   `gen_ai.tool.message`, `gen_ai.choice`.
 
 Messages of every convention are first turned into one canonical list
-(`{"role", "text", "tool_calls": [{"id", "name", "arguments"}], "tool_call_id", "result"}`), from
+(`{"role", "text", "tool_calls": [{"id", "name", "arguments"}], "tool_results": [{"id",
+"result"}]}`), from
 which the model call's new user message, requested tool calls, received tool results and
 response text are read the same way.
 """
@@ -117,9 +118,9 @@ def _genai_message(message: Any) -> Message | None:
         elif kind == "tool_call":
             out["tool_calls"].append(_call(part.get("id"), part.get("name"), part.get("arguments")))
         elif kind == "tool_call_response":
-            out["tool_call_id"] = part.get("id")
-            out["result"] = part.get("response", part.get("result"))
-            out["role"] = "tool"
+            out.setdefault("tool_results", []).append(
+                {"id": part.get("id"), "result": part.get("response", part.get("result"))}
+            )
     if texts:
         out["text"] = "\n".join(texts)
     return out
@@ -171,8 +172,9 @@ def deprecated_event_message(name: str, payload: Mapping[str, Any]) -> tuple[str
                 _call(call.get("id"), function.get("name"), function.get("arguments"))
             )
     if role == "tool":
-        out["tool_call_id"] = source.get("id") or source.get("tool_call_id")
-        out["result"] = content
+        out["tool_results"] = [
+            {"id": source.get("id") or source.get("tool_call_id"), "result": content}
+        ]
         out["text"] = None
     return side, out
 
@@ -235,8 +237,9 @@ def _openinference_list(attrs: Mapping[str, Any], prefix: str) -> list[Message]:
             ],
         }
         if role == "tool":
-            message["tool_call_id"] = fields.get("message.tool_call_id")
-            message["result"] = _loads(text)
+            message["tool_results"] = [
+                {"id": fields.get("message.tool_call_id"), "result": _loads(text)}
+            ]
             message["text"] = None
         messages.append(message)
     return messages
@@ -272,8 +275,9 @@ def _traceloop_list(attrs: Mapping[str, Any], prefix: str) -> list[Message]:
             ],
         }
         if role == "tool":
-            message["tool_call_id"] = fields.get("tool_call_id")
-            message["result"] = _loads(content)
+            message["tool_results"] = [
+                {"id": fields.get("tool_call_id"), "result": _loads(content)}
+            ]
             message["text"] = None
         messages.append(message)
     return messages
@@ -384,11 +388,7 @@ def summarize_messages(
     """(latest user message, tool calls requested, tool results received, response text)."""
     user = next((m.get("text") for m in reversed(inputs) if m.get("role") == "user"), None)
     requested = [call for m in outputs for call in m.get("tool_calls", [])]
-    results = [
-        {"id": m.get("tool_call_id"), "result": m.get("result")}
-        for m in inputs
-        if m.get("role") == "tool"
-    ]
+    results = [r for m in inputs for r in m.get("tool_results", [])]
     texts = [m["text"] for m in outputs if isinstance(m.get("text"), str)]
     return user, requested, results, ("\n".join(texts) if texts else None)
 

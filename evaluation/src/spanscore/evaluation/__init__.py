@@ -2,9 +2,11 @@
 
 Usage::
 
-    from spanscore.evaluation import open_lake
+    from spanscore.evaluation import load_trajectory, open_lake
     con = open_lake("./lake")   # DuckDB connection, lake attached as `lake`, views defined
-    con.sql("SELECT * FROM conversations ORDER BY start_time DESC LIMIT 10").show()
+    trajectory = load_trajectory(con, "conv-123")
+    for turn in trajectory.turns:
+        print(turn.user_message, [call.name for call in turn.tool_calls])
 
 Environment:
     SPANSCORE_LAKE   the default lake of the `spanscore` commands
@@ -18,6 +20,17 @@ import duckdb
 
 from spanscore.lake import connect
 
+from .trajectory import (
+    Handoff,
+    ModelCall,
+    ToolCall,
+    Trajectory,
+    Turn,
+    build_trajectory,
+    load_trajectories,
+    load_trajectory,
+)
+
 
 def open_lake(
     lake: str | os.PathLike[str] | None = None, *, read_only: bool = False
@@ -27,4 +40,14 @@ def open_lake(
     return connect(spec, read_only=read_only)
 
 
-__all__ = ["open_lake"]
+__all__ = [
+    "Handoff",
+    "ModelCall",
+    "ToolCall",
+    "Trajectory",
+    "Turn",
+    "build_trajectory",
+    "load_trajectories",
+    "load_trajectory",
+    "open_lake",
+]

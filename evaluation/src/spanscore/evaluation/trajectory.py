@@ -1,0 +1,448 @@
+"""Trajectories: each conversation rebuilt from its spans, whatever produced them.
+
+A trajectory is conversation -> turns -> steps. A step is a model call, a tool call or an agent
+hand-off, in causal order. The collector has already read every producer's convention into the
+same `spans` columns (`operation`, `tool_*`, `user_message`, `tool_calls_requested`,
+`tool_results`, `response_text`), so rebuilding is one SQL query over a window and one pass in
+Python, never a query per conversation.
+
+Rules, in the order they apply:
+- Conversation: the id a span carries; a span without one (its trace id stood in) takes the id
+  another span of its trace carries, so spans exported before their root still join.
+- Turn: a model call whose latest user message differs from the current turn's, or that comes
+  after the current turn's final answer, starts a new turn. Without model calls, one trace is
+  one turn.
+- Tool calls come from tool spans and from the calls models requested. A requested call is
+  joined to its tool span by call id, else by turn, name and order; joined, it appears once.
+  A requested call with no span is rebuilt from the messages: its result is the
+  `tool_call_response` with the same id in a later model call's input. Calls requested by the
+  same model response share a `parallel_group`.
+- Arguments and results that are JSON are parsed; Python reprs of literals (`{'a': 1}`) are
+  parsed with `ast.literal_eval` (never `eval`); anything else stays a string.
+- What cannot be read is never fatal: the conversation gets a warning and the rest is rebuilt.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import duckdb
+import orjson
+from pydantic import BaseModel, Field
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class ToolCall(BaseModel):
+    kind: Literal["tool_call"] = "tool_call"
+    name: str
+    arguments: Any = None
+    result: Any = None
+    error: str | None = None
+    call_id: str | None = None
+    span_id: str | None = None
+    trace_id: str | None = None
+    start_time: dt.datetime | None = None
+    latency_ms: float | None = None
+    parallel_group: int | None = None  # steps requested by the same model response
+    source: Literal["span", "messages", "span+messages"] = "span"
+
+
+class ModelCall(BaseModel):
+    kind: Literal["model_call"] = "model_call"
+    span_id: str
+    trace_id: str
+    name: str
+    start_time: dt.datetime | None = None
+    latency_ms: float | None = None
+    requested: list[str] = Field(default_factory=list)  # names of the tools it asked for
+    response_text: str | None = None
+    error: str | None = None
+
+
+class Handoff(BaseModel):
+    kind: Literal["handoff"] = "handoff"
+    span_id: str
+    from_agent: str | None = None
+    to_agent: str | None = None
+    start_time: dt.datetime | None = None
+
+
+Step = Annotated[ToolCall | ModelCall | Handoff, Field(discriminator="kind")]
+
+
+class Turn(BaseModel):
+    index: int
+    user_message: str | None = None
+    steps: list[Step] = Field(default_factory=list)
+    final_response: str | None = None
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [s for s in self.steps if isinstance(s, ToolCall)]
+
+
+class Trajectory(BaseModel):
+    conversation_id: str
+    agent_name: str | None = None
+    service_name: str | None = None
+    start_time: dt.datetime | None = None
+    end_time: dt.datetime | None = None
+    span_count: int = 0
+    turns: list[Turn] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [c for t in self.turns for c in t.tool_calls]
+
+
+# --- reading the lake ------------------------------------------------------------------------
+
+COLUMNS = (
+    "conversation_id",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "operation",
+    "agent_name",
+    "service_name",
+    "start_time_unix_nano",
+    "end_time_unix_nano",
+    "status_code",
+    "status_message",
+    "error_type",
+    "tool_name",
+    "tool_call_id",
+    "tool_arguments",
+    "tool_result",
+    "user_message",
+    "tool_calls_requested",
+    "tool_results",
+    "response_text",
+)
+
+# Conversation per trace: the id any span of the trace carries beats the trace-id fallback.
+_QUERY = """
+WITH {targets}picked AS (
+    SELECT {columns}, conversation_id AS own_conversation_id
+    FROM spans
+    WHERE operation IS NOT NULL {restrict}
+), resolved AS (
+    SELECT *, coalesce(
+        max(own_conversation_id) FILTER (WHERE own_conversation_id <> trace_id)
+            OVER (PARTITION BY trace_id),
+        own_conversation_id) AS conversation_id
+    FROM picked
+)
+SELECT {selected} FROM resolved {final}
+ORDER BY conversation_id, start_time_unix_nano, end_time_unix_nano DESC, span_id
+"""
+
+
+@dataclass
+class SpanRow:
+    """One span as the builder needs it (a plain row: this is the hot path)."""
+
+    conversation_id: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    operation: str | None
+    agent_name: str | None
+    service_name: str | None
+    start_time_unix_nano: int
+    end_time_unix_nano: int
+    status_code: str | None
+    status_message: str | None
+    error_type: str | None
+    tool_name: str | None
+    tool_call_id: str | None
+    tool_arguments: str | None
+    tool_result: str | None
+    user_message: str | None
+    tool_calls_requested: str | None
+    tool_results: str | None
+    response_text: str | None
+
+
+def load_trajectories(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    conversation_ids: Sequence[str] | None = None,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+    batch_rows: int = 100_000,
+) -> Iterator[Trajectory]:
+    """Rebuild the trajectories of the given conversations, or of every conversation with a
+    span starting in [since, until). Streams: memory holds one batch of rows."""
+    params: list[Any] = []
+    targets = restrict = final = ""
+    if conversation_ids is not None or since is not None or until is not None:
+        if conversation_ids is not None:
+            chosen = "SELECT unnest(?::VARCHAR[]) AS conversation_id"
+            params.append(list(conversation_ids))
+        else:
+            window = []
+            if since is not None:
+                window.append("start_time >= ?")
+                params.append(since)
+            if until is not None:
+                window.append("start_time < ?")
+                params.append(until)
+            chosen = "SELECT DISTINCT conversation_id FROM spans WHERE " + " AND ".join(window)
+        # Whole conversations, and whole traces: a child span may carry only its trace id.
+        targets = (
+            f"chosen AS ({chosen}), traces AS (SELECT DISTINCT trace_id FROM spans "
+            "WHERE conversation_id IN (SELECT conversation_id FROM chosen)), "
+        )
+        restrict = "AND trace_id IN (SELECT trace_id FROM traces)"
+        final = "WHERE conversation_id IN (SELECT conversation_id FROM chosen)"
+    sql = _QUERY.format(
+        targets=targets,
+        columns=", ".join(c for c in COLUMNS if c != "conversation_id"),
+        restrict=restrict,
+        selected=", ".join(COLUMNS),
+        final=final,
+    )
+    reader = con.execute(sql, params).to_arrow_reader(batch_rows)
+    pending: list[SpanRow] = []
+    for batch in reader:
+        columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+        for values in zip(*columns, strict=True):
+            row = SpanRow(*values)
+            if pending and row.conversation_id != pending[0].conversation_id:
+                yield build_trajectory(pending)
+                pending = []
+            pending.append(row)
+    if pending:
+        yield build_trajectory(pending)
+
+
+def load_trajectory(con: duckdb.DuckDBPyConnection, conversation_id: str) -> Trajectory | None:
+    return next(iter(load_trajectories(con, conversation_ids=[conversation_id])), None)
+
+
+# --- building one ----------------------------------------------------------------------------
+
+
+def parse_value(text: Any, warnings: list[str] | None = None, what: str = "value") -> Any:
+    """JSON, else a Python literal repr, else the text itself. A JSON string holding a repr
+    (how the collector stores arguments that were not JSON) is unwrapped first."""
+    if not isinstance(text, str):
+        return text
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        value = text
+    else:
+        if not isinstance(value, str) or value == text:
+            return value
+        text = value
+    stripped = text.strip()
+    if stripped[:1] in ("{", "[", "(", "'", '"') or stripped in ("None", "True", "False"):
+        try:
+            return ast.literal_eval(stripped)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            if warnings is not None and stripped[:1] in ("{", "["):
+                warnings.append(f"{what} is neither JSON nor a Python literal; kept as text")
+    return text
+
+
+def _time(ns: int | None) -> dt.datetime | None:
+    if not ns:
+        return None
+    return _EPOCH + dt.timedelta(microseconds=ns // 1000)
+
+
+def _latency(row: SpanRow) -> float | None:
+    if not row.start_time_unix_nano or not row.end_time_unix_nano:
+        return None
+    return (row.end_time_unix_nano - row.start_time_unix_nano) / 1e6
+
+
+def _error(row: SpanRow) -> str | None:
+    if row.status_code == "ERROR" or row.error_type:
+        return row.error_type or row.status_message or "error"
+    return None
+
+
+def _json_list(text: str | None, warnings: list[str], what: str) -> list[dict[str, Any]]:
+    if not text:
+        return []
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        warnings.append(f"{what} is not valid JSON; ignored")
+        return []
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def build_trajectory(rows: list[SpanRow]) -> Trajectory:
+    """One conversation's spans (sorted by start time) as a trajectory. Pure: no I/O."""
+    first = rows[0]
+    warnings: list[str] = []
+    trajectory = Trajectory.model_construct(
+        conversation_id=first.conversation_id,
+        agent_name=next((r.agent_name for r in rows if r.agent_name), None),
+        service_name=next((r.service_name for r in rows if r.service_name), None),
+        start_time=_time(min(r.start_time_unix_nano for r in rows)),
+        end_time=_time(max(r.end_time_unix_nano for r in rows)),
+        span_count=len(rows),
+        turns=[],
+        warnings=warnings,
+    )
+    known = {r.span_id for r in rows}
+    orphans = sum(1 for r in rows if r.parent_span_id and r.parent_span_id not in known)
+    roots = {r.trace_id for r in rows if not r.parent_span_id}
+    missing_roots = {r.trace_id for r in rows} - roots
+    if orphans and missing_roots:
+        warnings.append(
+            f"{len(missing_roots)} trace(s) have no root span ({orphans} span(s) with a missing "
+            "parent): rebuilt from the spans present"
+        )
+
+    has_model_calls = any(r.operation == "chat" or r.tool_calls_requested for r in rows)
+    turns: list[Turn] = []
+    turn_of_trace: dict[str, Turn] = {}
+    # Results that model inputs carried, by call id (the last one seen wins).
+    results_by_id: dict[str, Any] = {}
+    for r in rows:
+        for item in _json_list(r.tool_results, warnings, f"tool results of span {r.span_id}"):
+            if isinstance(item.get("id"), str):
+                results_by_id[item["id"]] = item.get("result")
+
+    def new_turn(user_message: str | None) -> Turn:
+        turn = Turn.model_construct(
+            index=len(turns), user_message=user_message, steps=[], final_response=None
+        )
+        turns.append(turn)
+        return turn
+
+    current: Turn | None = None
+    # Requested calls not yet joined to a tool span, per turn: [(ToolCall, name)].
+    open_requests: dict[int, list[ToolCall]] = {}
+    group = 0
+    for r in rows:
+        if r.operation == "chat" or r.tool_calls_requested or r.response_text:
+            if has_model_calls and (
+                current is None
+                or (r.user_message is not None and r.user_message != current.user_message)
+                or (current.final_response is not None and r.user_message is not None)
+            ):
+                current = new_turn(r.user_message)
+            elif current is None:
+                current = new_turn(None)
+            requested = _json_list(
+                r.tool_calls_requested, warnings, f"requested tool calls of span {r.span_id}"
+            )
+            model_call = ModelCall.model_construct(
+                span_id=r.span_id,
+                trace_id=r.trace_id,
+                name=r.name,
+                start_time=_time(r.start_time_unix_nano),
+                latency_ms=_latency(r),
+                requested=[str(c.get("name")) for c in requested],
+                response_text=r.response_text,
+                error=_error(r),
+            )
+            current.steps.append(model_call)
+            if requested:
+                group += 1
+                for call in requested:
+                    call_id = call.get("id") if isinstance(call.get("id"), str) else None
+                    tool = ToolCall.model_construct(
+                        kind="tool_call",
+                        name=str(call.get("name")),
+                        arguments=call.get("arguments"),
+                        result=results_by_id.get(call_id) if call_id else None,
+                        error=None,
+                        call_id=call_id,
+                        span_id=None,
+                        trace_id=r.trace_id,
+                        start_time=_time(r.end_time_unix_nano),
+                        latency_ms=None,
+                        parallel_group=group,
+                        source="messages",
+                    )
+                    current.steps.append(tool)
+                    open_requests.setdefault(current.index, []).append(tool)
+            elif r.response_text is not None:
+                current.final_response = r.response_text
+        elif r.operation == "execute_tool":
+            if current is None or (not has_model_calls and r.trace_id not in turn_of_trace):
+                current = turn_of_trace.get(r.trace_id) or new_turn(None)
+            turn_of_trace.setdefault(r.trace_id, current)
+            _add_tool_span(current, r, open_requests.setdefault(current.index, []), warnings)
+        elif r.operation == "handoff" or r.name.startswith("handoff"):
+            if current is None:
+                current = new_turn(None)
+            current.steps.append(
+                Handoff.model_construct(
+                    span_id=r.span_id,
+                    from_agent=r.agent_name,
+                    to_agent=r.name.split(" ", 1)[1] if " " in r.name else None,
+                    start_time=_time(r.start_time_unix_nano),
+                )
+            )
+    for turn in turns:
+        for unanswered in turn.tool_calls:
+            if unanswered.source == "messages" and unanswered.result is None:
+                warnings.append(
+                    f"turn {turn.index}: tool call {unanswered.name} ({unanswered.call_id}) was "
+                    "requested but neither a tool span nor a result was recorded"
+                )
+    trajectory.turns = turns
+    return trajectory
+
+
+def _add_tool_span(
+    turn: Turn, r: SpanRow, open_requests: list[ToolCall], warnings: list[str]
+) -> None:
+    arguments = parse_value(r.tool_arguments, warnings, f"arguments of tool span {r.span_id}")
+    result = parse_value(r.tool_result, warnings, f"result of tool span {r.span_id}")
+    error = _error(r)
+    # Join to the model's request: by call id, else the first open request with the same name.
+    match = None
+    if r.tool_call_id:
+        match = next((c for c in open_requests if c.call_id == r.tool_call_id), None)
+    if match is None:
+        match = next(
+            (c for c in open_requests if c.name == r.tool_name and c.span_id is None), None
+        )
+    if match is not None:
+        open_requests.remove(match)
+        match.span_id = r.span_id
+        match.trace_id = r.trace_id
+        match.call_id = match.call_id or r.tool_call_id
+        match.start_time = _time(r.start_time_unix_nano)
+        match.latency_ms = _latency(r)
+        match.error = error
+        if r.tool_arguments is not None:
+            match.arguments = arguments
+        if r.tool_result is not None or match.result is None:
+            match.result = result
+        match.source = "span+messages"
+        return
+    turn.steps.append(
+        ToolCall.model_construct(
+            kind="tool_call",
+            name=r.tool_name or r.name.removeprefix("execute_tool ").strip() or "unknown",
+            arguments=arguments,
+            result=result,
+            error=error,
+            call_id=r.tool_call_id,
+            span_id=r.span_id,
+            trace_id=r.trace_id,
+            start_time=_time(r.start_time_unix_nano),
+            latency_ms=_latency(r),
+            parallel_group=None,
+            source="span",
+        )
+    )

@@ -1,0 +1,99 @@
+"""`spanscore show`: one conversation's trajectory as a tree."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from .options import lake_option, open_lake_or_fail
+
+
+def _short(value: Any, width: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.1f} ms" if value is not None else "-"
+
+
+def render_trajectory(trajectory: Any, width: int = 100) -> list[str]:
+    """The lines `spanscore show` prints (also used by tests and the demo)."""
+    from spanscore.evaluation import Handoff, ModelCall, ToolCall
+
+    t = trajectory
+    duration = (
+        f"{(t.end_time - t.start_time).total_seconds() * 1000:.1f} ms"
+        if t.start_time and t.end_time
+        else "-"
+    )
+    lines = [
+        f"conversation {t.conversation_id}",
+        f"  agent {t.agent_name or '-'}  service {t.service_name or '-'}  "
+        f"spans {t.span_count}  started {t.start_time:%Y-%m-%d %H:%M:%S}  lasted {duration}"
+        if t.start_time
+        else f"  agent {t.agent_name or '-'}  service {t.service_name or '-'}",
+    ]
+    for turn in t.turns:
+        lines.append(f"turn {turn.index}  user: {_short(turn.user_message or '-', width)}")
+        steps = turn.steps
+        group_sizes: dict[int, int] = {}
+        for call in turn.tool_calls:
+            if call.parallel_group is not None:
+                group_sizes[call.parallel_group] = group_sizes.get(call.parallel_group, 0) + 1
+        for i, step in enumerate(steps):
+            branch = "└─" if i == len(steps) - 1 else "├─"
+            cont = "  " if i == len(steps) - 1 else "│ "
+            if isinstance(step, ModelCall):
+                asked = f" → {', '.join(step.requested)}" if step.requested else ""
+                error = f"  ERROR {step.error}" if step.error else ""
+                lines.append(f"  {branch} model {step.name}  {_ms(step.latency_ms)}{asked}{error}")
+            elif isinstance(step, ToolCall):
+                parallel = group_sizes.get(step.parallel_group or 0, 0) > 1
+                group = f"  [parallel group {step.parallel_group}]" if parallel else ""
+                ident = f"  {step.call_id}" if step.call_id else ""
+                lines.append(f"  {branch} tool {step.name}{ident}  {_ms(step.latency_ms)}{group}")
+                lines.append(f"  {cont}    args   {_short(step.arguments, width)}")
+                if step.error:
+                    lines.append(f"  {cont}    ERROR  {_short(step.error, width)}")
+                if step.result is not None:
+                    lines.append(f"  {cont}    result {_short(step.result, width)}")
+            elif isinstance(step, Handoff):
+                lines.append(
+                    f"  {branch} handoff {step.from_agent or '?'} → {step.to_agent or '?'}"
+                )
+        if turn.final_response is not None:
+            lines.append(f"  answer: {_short(turn.final_response, width)}")
+    for warning in t.warnings:
+        lines.append(f"warning: {warning}")
+    return lines
+
+
+@click.command("show")
+@lake_option()
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the trajectory as JSON (the pydantic model)."
+)
+@click.argument("conversation_id")
+def show_command(lake: str, as_json: bool, conversation_id: str) -> None:
+    """Print a conversation's trajectory: turns, model calls, tool calls with arguments,
+    results, errors and timings.
+
+    \b
+    $ spanscore show cs-cancel-2 --lake ./spanscore-demo
+    """
+    from spanscore.evaluation import load_trajectory
+
+    con = open_lake_or_fail(lake)
+    try:
+        trajectory = load_trajectory(con, conversation_id)
+    finally:
+        con.close()
+    if trajectory is None:
+        raise click.ClickException(f"no conversation {conversation_id!r} in {lake}")
+    if as_json:
+        click.echo(trajectory.model_dump_json(indent=2))
+    else:
+        click.echo("\n".join(render_trajectory(trajectory)))

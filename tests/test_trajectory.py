@@ -1,0 +1,323 @@
+"""Trajectories rebuilt from the lake: the example agent's plans, out-of-order arrival,
+producers without tool spans or call ids, and malformed data."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.trace.v1 import trace_pb2
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from spanscore.cli import main
+from spanscore.collector import Collector
+from spanscore.evaluation import load_trajectories, load_trajectory, open_lake
+from spanscore.examples.customer_service import Store
+from spanscore.examples.customer_service.scripted import ScriptedAgent, conversations
+
+from . import otlp_factory as f
+
+
+def _post(collector: Collector, spans: list[trace_pb2.Span]) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
+    conn.request("POST", "/v1/traces", f.request(spans), {"Content-Type": "application/x-protobuf"})
+    response = conn.getresponse()
+    assert response.status == 200, response.read()
+
+
+def test_every_example_plan_rebuilds_exactly(collector: Collector, lake_dir: Path) -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": "cs"}))
+    provider.add_span_processor(
+        SimpleSpanProcessor(
+            OTLPSpanExporter(endpoint=f"http://127.0.0.1:{collector.http_port}/v1/traces")
+        )
+    )
+    store = Store()
+    agent = ScriptedAgent(store, provider.get_tracer("t"))
+    plans = conversations()
+    for plan in plans:
+        agent.run(plan)
+    provider.shutdown()
+    con = open_lake(lake_dir)
+    rebuilt = {t.conversation_id: t for t in load_trajectories(con)}
+    assert set(rebuilt) == {p.conversation_id for p in plans}
+    for plan in plans:
+        t = rebuilt[plan.conversation_id]
+        assert t.warnings == []
+        assert [turn.user_message for turn in t.turns] == [turn.user for turn in plan.turns]
+        assert [turn.final_response for turn in t.turns] == [turn.reply for turn in plan.turns]
+        for turn, planned in zip(t.turns, plan.turns, strict=True):
+            got = [
+                [(c.name, c.arguments) for c in turn.tool_calls if c.parallel_group == g]
+                for g in sorted({c.parallel_group for c in turn.tool_calls})
+            ]
+            want = [[(name, agent._fill(args)) for name, args in step] for step in planned.steps]
+            assert got == want
+            assert all(c.source == "span+messages" for c in turn.tool_calls)
+
+
+def _conversation_spans(
+    conversation: str, root_carries_id_only: bool = False
+) -> list[trace_pb2.Span]:
+    """Two turns (two traces): chat -> two parallel tools -> chat answer; then chat -> a failing
+    tool -> chat answer. Tool spans have no call id (joined by name and order)."""
+    spans: list[trace_pb2.Span] = []
+    clock = [1_700_000_000_000_000_000]
+
+    def make(
+        name: str, trace: bytes, parent: bytes | None, attrs: dict[str, Any], error: bool = False
+    ) -> trace_pb2.Span:
+        clock[0] += 1_000_000
+        span = f.span(name, trace_id=trace, attributes=attrs)
+        span.start_time_unix_nano = clock[0]
+        span.end_time_unix_nano = clock[0] + 500_000
+        if parent:
+            span.parent_span_id = parent
+        if error:
+            span.status.code = 2
+        spans.append(span)
+        return span
+
+    conv = {} if root_carries_id_only else {"gen_ai.conversation.id": conversation}
+    for turn, (user, calls, answer) in enumerate(
+        [
+            (
+                "Find a mouse and a keyboard",
+                [("search", {"q": "mouse"}), ("search", {"q": "keyboard"})],
+                "Found both.",
+            ),
+            ("Cancel ORD-9", [("cancel", {"order": "ORD-9"})], "Sorry, it failed."),
+        ]
+    ):
+        trace = random.randbytes(16)
+        root = make(
+            "invoke_agent shop",
+            trace,
+            None,
+            {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": conversation},
+        )
+        requested = [
+            {"id": f"c{turn}{i}", "name": n, "arguments": a} for i, (n, a) in enumerate(calls)
+        ]
+        make(
+            "chat m",
+            trace,
+            root.span_id,
+            {
+                **conv,
+                "gen_ai.operation.name": "chat",
+                "gen_ai.input.messages": json.dumps(
+                    [{"role": "user", "parts": [{"type": "text", "content": user}]}]
+                ),
+                "gen_ai.output.messages": json.dumps(
+                    [
+                        {
+                            "role": "assistant",
+                            "parts": [{"type": "tool_call", **c} for c in requested],
+                        }
+                    ]
+                ),
+            },
+        )
+        for name, args in calls:
+            failing = name == "cancel"
+            attrs = {
+                **conv,
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.arguments": json.dumps(args),
+            }
+            if not failing:
+                attrs["gen_ai.tool.call.result"] = json.dumps({"ok": name})
+            else:
+                attrs["error.type"] = "ToolError"
+            make(f"execute_tool {name}", trace, root.span_id, attrs, error=failing)
+        make(
+            "chat m",
+            trace,
+            root.span_id,
+            {
+                **conv,
+                "gen_ai.operation.name": "chat",
+                "gen_ai.input.messages": json.dumps(
+                    [{"role": "user", "parts": [{"type": "text", "content": user}]}]
+                ),
+                "gen_ai.output.messages": json.dumps(
+                    [{"role": "assistant", "parts": [{"type": "text", "content": answer}]}]
+                ),
+            },
+        )
+    return spans
+
+
+def _shape(t: Any) -> list[Any]:
+    return [
+        (
+            turn.user_message,
+            turn.final_response,
+            [(c.name, c.arguments, c.result, c.error, c.parallel_group) for c in turn.tool_calls],
+        )
+        for turn in t.turns
+    ]
+
+
+EXPECTED = [
+    (
+        "Find a mouse and a keyboard",
+        "Found both.",
+        [
+            ("search", {"q": "mouse"}, {"ok": "search"}, None, 1),
+            ("search", {"q": "keyboard"}, {"ok": "search"}, None, 1),
+        ],
+    ),
+    ("Cancel ORD-9", "Sorry, it failed.", [("cancel", {"order": "ORD-9"}, None, "ToolError", 2)]),
+]
+
+
+@pytest.mark.parametrize(
+    "arrival",
+    ["in-order", "shuffled-one-batch", "shuffled-many-batches", "children-before-root"],
+)
+def test_arrival_order_does_not_change_the_trajectory(
+    make_collector: Callable[..., Collector], tmp_path: Path, arrival: str
+) -> None:
+    collector = make_collector(lake=str(tmp_path / arrival))
+    # children-before-root: only the root spans carry the conversation id, and arrive last.
+    spans = _conversation_spans("conv-x", root_carries_id_only=arrival == "children-before-root")
+    rng = random.Random(7)
+    if arrival == "in-order":
+        _post(collector, spans)
+    elif arrival == "shuffled-one-batch":
+        _post(collector, rng.sample(spans, len(spans)))
+    elif arrival == "shuffled-many-batches":
+        shuffled = rng.sample(spans, len(spans))
+        for i in range(0, len(shuffled), 3):
+            _post(collector, shuffled[i : i + 3])
+    else:
+        roots = [s for s in spans if not s.parent_span_id]
+        _post(collector, [s for s in spans if s.parent_span_id])
+        _post(collector, roots)
+    t = load_trajectory(open_lake(tmp_path / arrival), "conv-x")
+    assert t is not None
+    assert _shape(t) == EXPECTED
+    assert t.warnings == []
+
+
+def test_client_level_producer_without_tool_spans(collector: Collector, lake_dir: Path) -> None:
+    # openai-v2 style: only chat spans, each its own trace; the tool calls live in the messages.
+    user = {"role": "user", "parts": [{"type": "text", "content": "Where is ORD-1?"}]}
+    ask = {
+        "role": "assistant",
+        "parts": [
+            {
+                "type": "tool_call",
+                "id": "call_a",
+                "name": "get_order",
+                "arguments": {"order_id": "ORD-1"},
+            },
+            {
+                "type": "tool_call",
+                "id": "call_b",
+                "name": "track",
+                "arguments": {"order_id": "ORD-1"},
+            },
+        ],
+    }
+    results = {
+        "role": "tool",
+        "parts": [
+            {"type": "tool_call_response", "id": "call_a", "response": {"status": "shipped"}},
+            {"type": "tool_call_response", "id": "call_b", "result": "in transit"},
+        ],
+    }
+    first = f.span(
+        "chat gpt",
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.conversation.id": "cl-1",
+            "gen_ai.input.messages": json.dumps([user]),
+            "gen_ai.output.messages": json.dumps([ask]),
+        },
+    )
+    second = f.span(
+        "chat gpt",
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.conversation.id": "cl-1",
+            "gen_ai.input.messages": json.dumps([user, ask, results]),
+            "gen_ai.output.messages": json.dumps(
+                [{"role": "assistant", "parts": [{"type": "text", "content": "Shipped."}]}]
+            ),
+        },
+    )
+    second.start_time_unix_nano = first.end_time_unix_nano + 10
+    second.end_time_unix_nano = second.start_time_unix_nano + 10
+    _post(collector, [second, first])
+    t = load_trajectory(open_lake(lake_dir), "cl-1")
+    assert t is not None
+    assert len(t.turns) == 1
+    calls = t.turns[0].tool_calls
+    assert [(c.name, c.call_id, c.result, c.source, c.parallel_group) for c in calls] == [
+        ("get_order", "call_a", {"status": "shipped"}, "messages", 1),
+        ("track", "call_b", "in transit", "messages", 1),
+    ]
+    assert t.turns[0].final_response == "Shipped."
+
+
+def test_malformed_data_warns_and_rebuilds_the_rest(collector: Collector, lake_dir: Path) -> None:
+    orphan = f.span(
+        "execute_tool lookup",
+        attributes={
+            "gen_ai.tool.name": "lookup",
+            "gen_ai.conversation.id": "bad-1",
+            "gen_ai.tool.call.arguments": "{'email': 'a@b.c', 'n': 1}",
+        },
+    )
+    orphan.parent_span_id = b"\x01" * 8  # its parent never arrives
+    broken = f.span(
+        "chat m",
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.conversation.id": "bad-1",
+            "gen_ai.input.messages": "[{not json",
+            "gen_ai.output.messages": "also not json",
+        },
+    )
+    good = f.span(
+        "execute_tool ok", attributes={"gen_ai.tool.name": "ok", "gen_ai.conversation.id": "good-1"}
+    )
+    _post(collector, [orphan, broken, good])
+    rebuilt = {t.conversation_id: t for t in load_trajectories(open_lake(lake_dir))}
+    bad = rebuilt["bad-1"]
+    assert any("no root span" in w for w in bad.warnings)
+    assert [(c.name, c.arguments) for c in bad.tool_calls] == [
+        ("lookup", {"email": "a@b.c", "n": 1})
+    ]
+    assert rebuilt["good-1"].warnings == []
+    assert [c.name for c in rebuilt["good-1"].tool_calls] == ["ok"]
+
+
+def test_show_prints_the_tree(collector: Collector, lake_dir: Path) -> None:
+    from click.testing import CliRunner
+
+    _post(collector, _conversation_spans("conv-show"))
+    result = CliRunner().invoke(main, ["show", "conv-show", "--lake", str(lake_dir)])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "turn 0  user: Find a mouse and a keyboard" in out
+    assert "[parallel group 1]" in out
+    assert "ERROR  ToolError" in out
+    assert "answer: Sorry, it failed." in out
+    as_json = CliRunner().invoke(main, ["show", "conv-show", "--lake", str(lake_dir), "--json"])
+    assert json.loads(as_json.output)["conversation_id"] == "conv-show"
+    missing = CliRunner().invoke(main, ["show", "nope", "--lake", str(lake_dir)])
+    assert missing.exit_code == 1
+    assert "no conversation 'nope'" in missing.output
