@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from spanscore.cli import main
 from spanscore.collector import Collector
-from spanscore.evaluation import load_trajectories, load_trajectory, open_lake
+from spanscore.evaluation import Trajectory, load_trajectories, load_trajectory, open_lake
 from spanscore.examples.customer_service import Store
 from spanscore.examples.customer_service.scripted import ScriptedAgent, conversations
 
@@ -51,6 +51,8 @@ def test_every_example_plan_rebuilds_exactly(collector: Collector, lake_dir: Pat
     assert set(rebuilt) == {p.conversation_id for p in plans}
     for plan in plans:
         t = rebuilt[plan.conversation_id]
+        # Built without validation on the hot path: it must still be a valid model.
+        assert Trajectory.model_validate(t.model_dump()) == t
         assert t.warnings == []
         assert [turn.user_message for turn in t.turns] == [turn.user for turn in plan.turns]
         assert [turn.final_response for turn in t.turns] == [turn.reply for turn in plan.turns]

@@ -28,7 +28,7 @@ import ast
 import datetime as dt
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import duckdb
 import orjson
@@ -232,6 +232,20 @@ def load_trajectory(con: duckdb.DuckDBPyConnection, conversation_id: str) -> Tra
 # --- building one ----------------------------------------------------------------------------
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def _make(cls: type[M], **values: Any) -> M:
+    """A model from values this module produced itself: no validation (like `model_construct`,
+    which does more per call than the hot path can pay). Every field must be given."""
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", values)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
 def parse_value(text: Any, warnings: list[str] | None = None, what: str = "value") -> Any:
     """JSON, else a Python literal repr, else the text itself. A JSON string holding a repr
     (how the collector stores arguments that were not JSON) is unwrapped first."""
@@ -288,39 +302,56 @@ def build_trajectory(rows: list[SpanRow]) -> Trajectory:
     """One conversation's spans (sorted by start time) as a trajectory. Pure: no I/O."""
     first = rows[0]
     warnings: list[str] = []
-    trajectory = Trajectory.model_construct(
+    # One pass for what the whole conversation needs before steps are placed.
+    known: set[str] = set()
+    traces: set[str] = set()
+    rooted: set[str] = set()
+    start = end = 0
+    agent_name = service_name = None
+    has_model_calls = False
+    results_by_id: dict[str, Any] = {}  # results model inputs carried, by call id (last wins)
+    for r in rows:
+        known.add(r.span_id)
+        traces.add(r.trace_id)
+        if not r.parent_span_id:
+            rooted.add(r.trace_id)
+        if not start or (r.start_time_unix_nano and r.start_time_unix_nano < start):
+            start = r.start_time_unix_nano
+        if r.end_time_unix_nano > end:
+            end = r.end_time_unix_nano
+        agent_name = agent_name or r.agent_name
+        service_name = service_name or r.service_name
+        if r.operation == "chat" or r.tool_calls_requested:
+            has_model_calls = True
+        if r.tool_results:
+            for item in _json_list(r.tool_results, warnings, f"tool results of span {r.span_id}"):
+                if isinstance(item.get("id"), str):
+                    results_by_id[item["id"]] = item.get("result")
+    trajectory = _make(
+        Trajectory,
         conversation_id=first.conversation_id,
-        agent_name=next((r.agent_name for r in rows if r.agent_name), None),
-        service_name=next((r.service_name for r in rows if r.service_name), None),
-        start_time=_time(min(r.start_time_unix_nano for r in rows)),
-        end_time=_time(max(r.end_time_unix_nano for r in rows)),
+        agent_name=agent_name,
+        service_name=service_name,
+        start_time=_time(start),
+        end_time=_time(end),
         span_count=len(rows),
         turns=[],
         warnings=warnings,
     )
-    known = {r.span_id for r in rows}
-    orphans = sum(1 for r in rows if r.parent_span_id and r.parent_span_id not in known)
-    roots = {r.trace_id for r in rows if not r.parent_span_id}
-    missing_roots = {r.trace_id for r in rows} - roots
-    if orphans and missing_roots:
-        warnings.append(
-            f"{len(missing_roots)} trace(s) have no root span ({orphans} span(s) with a missing "
-            "parent): rebuilt from the spans present"
-        )
-
-    has_model_calls = any(r.operation == "chat" or r.tool_calls_requested for r in rows)
+    missing_roots = traces - rooted
+    if missing_roots:
+        orphans = sum(1 for r in rows if r.parent_span_id and r.parent_span_id not in known)
+        if orphans:
+            warnings.append(
+                f"{len(missing_roots)} trace(s) have no root span ({orphans} span(s) with a "
+                "missing parent): rebuilt from the spans present"
+            )
     turns: list[Turn] = []
     turn_of_trace: dict[str, Turn] = {}
-    # Results that model inputs carried, by call id (the last one seen wins).
-    results_by_id: dict[str, Any] = {}
-    for r in rows:
-        for item in _json_list(r.tool_results, warnings, f"tool results of span {r.span_id}"):
-            if isinstance(item.get("id"), str):
-                results_by_id[item["id"]] = item.get("result")
 
     def new_turn(user_message: str | None) -> Turn:
-        turn = Turn.model_construct(
-            index=len(turns), user_message=user_message, steps=[], final_response=None
+        turn = _make(
+            Turn, index=len(turns), user_message=user_message, steps=[], final_response=None
         )
         turns.append(turn)
         return turn
@@ -342,7 +373,9 @@ def build_trajectory(rows: list[SpanRow]) -> Trajectory:
             requested = _json_list(
                 r.tool_calls_requested, warnings, f"requested tool calls of span {r.span_id}"
             )
-            model_call = ModelCall.model_construct(
+            model_call = _make(
+                ModelCall,
+                kind="model_call",
                 span_id=r.span_id,
                 trace_id=r.trace_id,
                 name=r.name,
@@ -357,7 +390,8 @@ def build_trajectory(rows: list[SpanRow]) -> Trajectory:
                 group += 1
                 for call in requested:
                     call_id = call.get("id") if isinstance(call.get("id"), str) else None
-                    tool = ToolCall.model_construct(
+                    tool = _make(
+                        ToolCall,
                         kind="tool_call",
                         name=str(call.get("name")),
                         arguments=call.get("arguments"),
@@ -374,7 +408,7 @@ def build_trajectory(rows: list[SpanRow]) -> Trajectory:
                     current.steps.append(tool)
                     open_requests.setdefault(current.index, []).append(tool)
             elif r.response_text is not None:
-                current.final_response = r.response_text
+                current.__dict__["final_response"] = r.response_text
         elif r.operation == "execute_tool":
             if current is None or (not has_model_calls and r.trace_id not in turn_of_trace):
                 current = turn_of_trace.get(r.trace_id) or new_turn(None)
@@ -384,7 +418,9 @@ def build_trajectory(rows: list[SpanRow]) -> Trajectory:
             if current is None:
                 current = new_turn(None)
             current.steps.append(
-                Handoff.model_construct(
+                _make(
+                    Handoff,
+                    kind="handoff",
                     span_id=r.span_id,
                     from_agent=r.agent_name,
                     to_agent=r.name.split(" ", 1)[1] if " " in r.name else None,
@@ -398,7 +434,7 @@ def build_trajectory(rows: list[SpanRow]) -> Trajectory:
                     f"turn {turn.index}: tool call {unanswered.name} ({unanswered.call_id}) was "
                     "requested but neither a tool span nor a result was recorded"
                 )
-    trajectory.turns = turns
+    trajectory.__dict__["turns"] = turns
     return trajectory
 
 
@@ -418,20 +454,22 @@ def _add_tool_span(
         )
     if match is not None:
         open_requests.remove(match)
-        match.span_id = r.span_id
-        match.trace_id = r.trace_id
-        match.call_id = match.call_id or r.tool_call_id
-        match.start_time = _time(r.start_time_unix_nano)
-        match.latency_ms = _latency(r)
-        match.error = error
+        fields = match.__dict__  # the model is ours and not yet returned: skip validation
+        fields["span_id"] = r.span_id
+        fields["trace_id"] = r.trace_id
+        fields["call_id"] = match.call_id or r.tool_call_id
+        fields["start_time"] = _time(r.start_time_unix_nano)
+        fields["latency_ms"] = _latency(r)
+        fields["error"] = error
         if r.tool_arguments is not None:
-            match.arguments = arguments
+            fields["arguments"] = arguments
         if r.tool_result is not None or match.result is None:
-            match.result = result
-        match.source = "span+messages"
+            fields["result"] = result
+        fields["source"] = "span+messages"
         return
     turn.steps.append(
-        ToolCall.model_construct(
+        _make(
+            ToolCall,
             kind="tool_call",
             name=r.tool_name or r.name.removeprefix("execute_tool ").strip() or "unknown",
             arguments=arguments,

@@ -1,0 +1,148 @@
+"""Benchmark: rebuilding every trajectory of a window from the lake.
+
+Builds a lake of ``--conversations`` conversations (default 100,000) of 10 spans each (1,000,000
+spans): an ``invoke_agent`` root, four model calls (the first two ask for two parallel tool
+calls each, the third for one, the fourth answers) and five ``execute_tool`` spans joined to
+their requests by call id, with realistic JSON arguments and results, conversations interleaved
+in time as real traffic is. Then it times ``load_trajectories`` over the whole lake (one SQL
+query, one Python pass) and prints spans/s and conversations/s, next to the baseline of the
+same run: the SQL query alone, fetched as Arrow without building anything.
+
+Target (issue): >= 100,000 spans/s on 2 cores. Figures are printed, nothing is asserted.
+
+    .venv/bin/python bench/trajectories.py                 # 100,000 conversations
+    .venv/bin/python bench/trajectories.py --conversations 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from spanscore.evaluation import load_trajectories
+from spanscore.evaluation.trajectory import COLUMNS
+from spanscore.lake import connect
+
+SPANS_PER_CONVERSATION = 10
+
+# s = span position within the conversation: 0 root, 1/4/6/8 model calls, others tools.
+_BUILD = """
+INSERT INTO spans (trace_id, span_id, parent_span_id, name, kind, start_time, end_time,
+    start_time_unix_nano, end_time_unix_nano, duration_ms, status_code, service_name,
+    attributes, conversation_id, agent_name, operation, tool_name, tool_call_id,
+    tool_arguments, tool_result, user_message, tool_calls_requested, tool_results,
+    response_text, error_type, convention, ingest_time)
+WITH base AS (
+    SELECT c, s,
+        md5('t' || c) AS trace_id,
+        substr(md5('s' || c || '-' || s), 1, 16) AS span_id,
+        substr(md5('s' || c || '-0'), 1, 16) AS root_id,
+        -- conversations interleave: start times spread over a day, 50 ms per step
+        1700000000000000000 + (hash(c) % 86400000000000)::BIGINT + s * 50000000 AS t0,
+        'conv-' || substr(md5('c' || c), 1, 12) AS conversation_id,
+        CASE WHEN s IN (1, 4, 6, 8) THEN 'chat'
+             WHEN s = 0 THEN 'invoke_agent' ELSE 'execute_tool' END AS operation,
+        CASE s WHEN 2 THEN 0 WHEN 3 THEN 1 WHEN 5 THEN 2 WHEN 7 THEN 3 WHEN 9 THEN 4 END AS k,
+        ['get_order', 'lookup_customer', 'search_products', 'verify_customer',
+         'cancel_order'][(c + s) % 5 + 1] AS tool
+    FROM range({start}, {stop}) r(c), range(10) q(s)
+)
+SELECT trace_id, span_id, CASE WHEN s = 0 THEN NULL ELSE root_id END,
+    CASE operation WHEN 'chat' THEN 'chat gpt-4.1-mini' WHEN 'invoke_agent'
+         THEN 'invoke_agent support' ELSE 'execute_tool ' || tool END,
+    'INTERNAL',
+    make_timestamp((t0 // 1000)::BIGINT), make_timestamp(((t0 + 20000000) // 1000)::BIGINT),
+    t0, t0 + 20000000, 20.0, 'UNSET', 'support-agent',
+    '{{"gen_ai.operation.name": "' || operation || '", "gen_ai.request.model": "gpt-4.1-mini"}}',
+    conversation_id, 'support', operation,
+    CASE WHEN k IS NOT NULL THEN tool END,
+    CASE WHEN k IS NOT NULL THEN 'call_' || c || '_' || k END,
+    CASE WHEN k IS NOT NULL THEN '{{"order_id": "ORD-' || c || '", "email": "user' || c
+        || '@example.com", "reason": "customer asked about the delivery window", "n": '
+        || k || '}}' END,
+    CASE WHEN k IS NOT NULL THEN '{{"status": "shipped", "order_id": "ORD-' || c
+        || '", "items": [{{"sku": "SKU-1", "qty": 1}}, {{"sku": "SKU-2", "qty": 2}}], '
+        || '"eta": "2026-11-24", "carrier": "DHL", "note": "' || repeat('x', 300) || '"}}' END,
+    CASE WHEN s = 1 THEN 'Where is my order ORD-' || c || '?' WHEN operation = 'chat'
+         THEN 'Where is my order ORD-' || c || '?' END,
+    CASE s WHEN 1 THEN '[{{"id": "call_' || c || '_0", "name": "get_order", '
+                    || '"arguments": {{}}}}, {{"id": "call_' || c || '_1", '
+                    || '"name": "lookup_customer", "arguments": {{}}}}]'
+           WHEN 4 THEN '[{{"id": "call_' || c || '_2", "name": "search_products", '
+                    || '"arguments": {{}}}}, {{"id": "call_' || c || '_3", '
+                    || '"name": "verify_customer", "arguments": {{}}}}]'
+           WHEN 6 THEN '[{{"id": "call_' || c || '_4", "name": "cancel_order", '
+                    || '"arguments": {{}}}}]'
+    END,
+    CASE WHEN s IN (4, 6, 8) THEN '[{{"id": "call_' || c || '_0", "result": "ok"}}]' END,
+    CASE WHEN s = 8 THEN 'Your order ORD-' || c || ' has shipped.' END,
+    NULL, 'genai', now()
+FROM base
+"""
+
+
+def build_lake(directory: Path, conversations: int, per_commit: int) -> float:
+    con = connect(directory, create=True)
+    started = time.perf_counter()
+    for start in range(0, conversations, per_commit):
+        stop = min(conversations, start + per_commit)
+        con.execute(_BUILD.format(start=start, stop=stop))
+    elapsed = time.perf_counter() - started
+    con.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conversations", type=int, default=100_000)
+    parser.add_argument("--commit-conversations", type=int, default=25_000)
+    parser.add_argument("--batch-rows", type=int, default=100_000)
+    args = parser.parse_args()
+    spans = args.conversations * SPANS_PER_CONVERSATION
+    workdir = Path(tempfile.mkdtemp(prefix="spanscore-bench-"))
+    try:
+        lake_dir = workdir / "lake"
+        built = build_lake(lake_dir, args.conversations, args.commit_conversations)
+        print(f"built {spans:,} spans ({args.conversations:,} conversations) in {built:.1f}s")
+
+        con = connect(lake_dir)
+        started = time.perf_counter()
+        rows = 0
+        reader = con.execute(
+            f"SELECT {', '.join(COLUMNS)} FROM spans WHERE operation IS NOT NULL "
+            "ORDER BY conversation_id, start_time_unix_nano"
+        ).to_arrow_reader(args.batch_rows)
+        for batch in reader:
+            rows += batch.num_rows
+        query_s = time.perf_counter() - started
+        print(f"baseline, the sorted query alone: {rows / query_s:,.0f} spans/s ({query_s:.1f}s)")
+
+        started = time.perf_counter()
+        count = tool_calls = warnings = 0
+        for trajectory in load_trajectories(con, batch_rows=args.batch_rows):
+            count += 1
+            tool_calls += len(trajectory.tool_calls)
+            warnings += len(trajectory.warnings)
+        rebuild_s = time.perf_counter() - started
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        con.close()
+        print(
+            f"rebuilt {count:,} trajectories ({tool_calls:,} tool calls, {warnings} warnings) "
+            f"in {rebuild_s:.1f}s"
+        )
+        print()
+        print(f"{'':34}{'spans/s':>12}{'conversations/s':>18}")
+        print(f"{'query alone (baseline)':34}{rows / query_s:>12,.0f}{count / query_s:>18,.0f}")
+        print(f"{'query + rebuild':34}{spans / rebuild_s:>12,.0f}{count / rebuild_s:>18,.0f}")
+        print(f"peak RSS of this process: {peak / 2**20:,.0f} MiB (rows stream in batches)")
+        print("target: >= 100,000 spans/s on 2 cores (printed, not asserted)")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
