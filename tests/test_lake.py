@@ -113,7 +113,7 @@ def test_a_version_1_lake_gains_the_message_columns(lake_dir: Path) -> None:
     con.execute("INSERT INTO spans (trace_id, span_id, name) VALUES ('t', 's', 'old span')")
     con.close()
     con = connect(lake_dir)
-    assert lake.schema_version(con) == 2
+    assert lake.schema_version(con) == schema.SCHEMA_VERSION
     assert con.execute(
         "SELECT name, tool_calls_requested, tool_results, response_text FROM spans"
     ).fetchall() == [("old span", None, None, None)]

@@ -26,6 +26,26 @@ from spanscore.examples.customer_service.scripted import ScriptedAgent, conversa
 from . import otlp_factory as f
 
 
+def _view_agrees(lake: Path, trajectory: Any) -> None:
+    """The SQL view `tool_calls` lists the same calls, turns and order as the builder."""
+    con = open_lake(lake)
+    rows = con.execute(
+        "SELECT turn_index, tool_name, arguments, error FROM tool_calls "
+        "WHERE conversation_id = ? ORDER BY step_index",
+        [trajectory.conversation_id],
+    ).fetchall()
+    assert [(r[0], r[1], json.loads(r[2]), r[3]) for r in rows] == [
+        (turn.index, c.name, c.arguments, c.error)
+        for turn in trajectory.turns
+        for c in turn.tool_calls
+    ]
+    count = con.execute(
+        "SELECT tool_call_count FROM conversations WHERE conversation_id = ?",
+        [trajectory.conversation_id],
+    ).fetchone()
+    assert count == (len(trajectory.tool_calls),)
+
+
 def _post(collector: Collector, spans: list[trace_pb2.Span]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
     conn.request("POST", "/v1/traces", f.request(spans), {"Content-Type": "application/x-protobuf"})
@@ -54,6 +74,7 @@ def test_every_example_plan_rebuilds_exactly(collector: Collector, lake_dir: Pat
         # Built without validation on the hot path: it must still be a valid model.
         assert Trajectory.model_validate(t.model_dump()) == t
         assert t.warnings == []
+        _view_agrees(lake_dir, t)
         assert [turn.user_message for turn in t.turns] == [turn.user for turn in plan.turns]
         assert [turn.final_response for turn in t.turns] == [turn.reply for turn in plan.turns]
         for turn, planned in zip(t.turns, plan.turns, strict=True):
@@ -211,6 +232,7 @@ def test_arrival_order_does_not_change_the_trajectory(
     assert t is not None
     assert _shape(t) == EXPECTED
     assert t.warnings == []
+    _view_agrees(tmp_path / arrival, t)
 
 
 def test_client_level_producer_without_tool_spans(collector: Collector, lake_dir: Path) -> None:
@@ -272,6 +294,7 @@ def test_client_level_producer_without_tool_spans(collector: Collector, lake_dir
         ("track", "call_b", "in transit", "messages", 1),
     ]
     assert t.turns[0].final_response == "Shipped."
+    _view_agrees(lake_dir, t)
 
 
 def test_malformed_data_warns_and_rebuilds_the_rest(collector: Collector, lake_dir: Path) -> None:

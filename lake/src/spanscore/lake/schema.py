@@ -6,7 +6,7 @@ collector appends with, and the README's table reference come from the same defi
 
 Schema versions: `SCHEMA_VERSION` is the version this code writes. `MIGRATIONS[n]` holds the
 statements that take a lake from version n - 1 to n (`MIGRATIONS[1]` creates everything). Views
-are recreated after every migration, so a view change needs no migration of its own.
+are recreated after every migration: a view change is a new version with no statements.
 """
 
 from __future__ import annotations
@@ -167,33 +167,96 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "spanscore_schema": SCHEMA_INFO,
 }
 
-# A turn is one trace of the conversation (agents usually start a trace per user message); the
-# step index orders every span-level tool call of the conversation by start time.
+# The views follow the trajectory rules of spanscore.evaluation.trajectory, in SQL:
+# - a span without its own conversation id takes the one another span of its trace carries;
+# - a model call starts a new turn when its latest user message differs from the previous
+#   model call's, or when the previous model call answered (text, no tool calls requested);
+#   without model calls, each trace is a turn;
+# - tool calls are the tool spans; a conversation with no tool span at all (client-level
+#   instrumentation) gets its tool calls from what its model calls requested, with the results
+#   later model calls received.
+_RESOLVED = """
+    resolved AS (
+        SELECT s.*, coalesce(
+            max(s.conversation_id) FILTER (WHERE s.conversation_id <> s.trace_id)
+                OVER (PARTITION BY s.trace_id),
+            s.conversation_id) AS conv
+        FROM spans s
+    )"""
+
 VIEWS: dict[str, str] = {
-    "tool_calls": """
-        WITH traces AS (
-            SELECT conversation_id, trace_id, min(start_time_unix_nano) AS trace_start
-            FROM spans GROUP BY conversation_id, trace_id
-        ), turns AS (
-            SELECT conversation_id, trace_id,
-                   row_number() OVER (PARTITION BY conversation_id
-                                      ORDER BY trace_start, trace_id) - 1 AS turn_index
-            FROM traces
-        )
-        SELECT s.conversation_id, s.trace_id, s.span_id, s.parent_span_id,
-               t.turn_index,
-               row_number() OVER (PARTITION BY s.conversation_id
-                                  ORDER BY s.start_time_unix_nano, s.span_id) - 1 AS step_index,
-               s.tool_name, s.tool_call_id, s.tool_arguments AS arguments, s.tool_result AS result,
-               CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
-                    THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
-               s.start_time, s.end_time, s.duration_ms AS latency_ms,
-               s.agent_name, s.service_name, s.convention AS producer
-        FROM spans s JOIN turns t USING (conversation_id, trace_id)
-        WHERE s.operation = 'execute_tool'
+    "tool_calls": f"""
+        WITH {_RESOLVED},
+        models AS (
+            SELECT conv, start_time_unix_nano AS t, user_message,
+                   lag(user_message) OVER w AS prev_user,
+                   lag(tool_calls_requested IS NULL AND response_text IS NOT NULL) OVER w
+                       AS prev_answered,
+                   lag(start_time_unix_nano) OVER w AS prev_t
+            FROM resolved
+            WHERE operation = 'chat' OR tool_calls_requested IS NOT NULL
+            WINDOW w AS (PARTITION BY conv ORDER BY start_time_unix_nano, span_id)
+        ),
+        turn_starts AS (
+            SELECT conv, t, sum(CASE WHEN prev_t IS NULL OR (user_message IS NOT NULL AND (
+                        user_message IS DISTINCT FROM prev_user OR prev_answered))
+                    THEN 1 ELSE 0 END)
+                OVER (PARTITION BY conv ORDER BY t ROWS UNBOUNDED PRECEDING) - 1 AS turn_index
+            FROM models
+        ),
+        trace_turns AS (
+            SELECT conv, trace_id, row_number() OVER (PARTITION BY conv
+                ORDER BY min(start_time_unix_nano), trace_id) - 1 AS turn_index
+            FROM resolved GROUP BY conv, trace_id
+        ),
+        from_spans AS (
+            SELECT conv AS conversation_id, trace_id, span_id, parent_span_id,
+                   start_time_unix_nano AS t, tool_name, tool_call_id,
+                   tool_arguments AS arguments, tool_result AS result,
+                   CASE WHEN status_code = 'ERROR' OR error_type IS NOT NULL
+                        THEN coalesce(error_type, status_message, 'error') END AS error,
+                   start_time, end_time, duration_ms AS latency_ms,
+                   agent_name, service_name, convention AS producer, 'span' AS source
+            FROM resolved WHERE operation = 'execute_tool'
+        ),
+        answered AS (
+            SELECT conv, r.id, arg_max(r.result, start_time_unix_nano) AS result
+            FROM (SELECT conv, start_time_unix_nano, unnest(from_json(tool_results,
+                    '[{{"id": "VARCHAR", "result": "JSON"}}]')) AS r
+                  FROM resolved WHERE tool_results IS NOT NULL)
+            GROUP BY conv, r.id
+        ),
+        from_messages AS (
+            SELECT q.conv AS conversation_id, q.trace_id, NULL AS span_id,
+                   q.span_id AS parent_span_id, q.end_time_unix_nano AS t,
+                   q.c.name AS tool_name, q.c.id AS tool_call_id,
+                   q.c.arguments AS arguments, a.result::VARCHAR AS result, NULL AS error,
+                   q.end_time AS start_time, NULL::TIMESTAMPTZ AS end_time,
+                   NULL::DOUBLE AS latency_ms,
+                   q.agent_name, q.service_name, q.convention AS producer, 'messages' AS source
+            FROM (SELECT *, unnest(from_json(tool_calls_requested,
+                    '[{{"id": "VARCHAR", "name": "VARCHAR", "arguments": "JSON"}}]')) AS c
+                  FROM resolved
+                  WHERE tool_calls_requested IS NOT NULL
+                    AND conv NOT IN (SELECT conv FROM resolved
+                                     WHERE operation = 'execute_tool')) q
+            LEFT JOIN answered a ON a.conv = q.conv AND a.id = q.c.id
+        ),
+        calls AS (SELECT * FROM from_spans UNION ALL BY NAME SELECT * FROM from_messages)
+        SELECT c.conversation_id, c.trace_id, c.span_id, c.parent_span_id,
+               coalesce(ts.turn_index, tt.turn_index) AS turn_index,
+               row_number() OVER (PARTITION BY c.conversation_id
+                                  ORDER BY c.t, c.span_id, c.tool_call_id) - 1 AS step_index,
+               c.tool_name, c.tool_call_id, c.arguments::JSON AS arguments, c.result, c.error,
+               c.start_time, c.end_time, c.latency_ms, c.agent_name, c.service_name,
+               c.producer, c.source
+        FROM calls c
+        ASOF LEFT JOIN turn_starts ts ON ts.conv = c.conversation_id AND ts.t <= c.t
+        LEFT JOIN trace_turns tt ON tt.conv = c.conversation_id AND tt.trace_id = c.trace_id
     """,
-    "conversations": """
-        SELECT conversation_id,
+    "conversations": f"""
+        WITH {_RESOLVED}
+        SELECT conv AS conversation_id,
                arg_min(agent_name, start_time_unix_nano)
                    FILTER (WHERE agent_name IS NOT NULL) AS agent_name,
                arg_min(service_name, start_time_unix_nano) AS service_name,
@@ -201,18 +264,21 @@ VIEWS: dict[str, str] = {
                max(end_time) AS end_time,
                count(*) AS span_count,
                count(DISTINCT trace_id) AS trace_count,
-               count(*) FILTER (WHERE operation = 'execute_tool') AS tool_call_count,
+               greatest(count(*) FILTER (WHERE operation = 'execute_tool'),
+                        CASE WHEN count(*) FILTER (WHERE operation = 'execute_tool') = 0
+                             THEN sum(json_array_length(tool_calls_requested)) ELSE 0 END
+               )::BIGINT AS tool_call_count,
                count(*) FILTER (WHERE status_code = 'ERROR' OR error_type IS NOT NULL)
                    AS error_count,
                arg_min(user_message, start_time_unix_nano)
                    FILTER (WHERE user_message IS NOT NULL) AS first_user_message,
                max(ingest_time) AS last_ingest_time
-        FROM spans
-        GROUP BY conversation_id
+        FROM resolved
+        GROUP BY conv
     """,
 }
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
 # tables that already have their columns: later migrations must be idempotent (IF NOT EXISTS).
@@ -224,4 +290,6 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE spans ADD COLUMN IF NOT EXISTS tool_results JSON",
         "ALTER TABLE spans ADD COLUMN IF NOT EXISTS response_text VARCHAR",
     ],
+    # 3: views follow the trajectory rules (turns, tool calls rebuilt from messages).
+    3: [],
 }
