@@ -201,7 +201,8 @@ VIEWS: dict[str, str] = {
             SELECT conv, t, sum(CASE WHEN prev_t IS NULL OR (user_message IS NOT NULL AND (
                         user_message IS DISTINCT FROM prev_user OR prev_answered))
                     THEN 1 ELSE 0 END)
-                OVER (PARTITION BY conv ORDER BY t ROWS UNBOUNDED PRECEDING) - 1 AS turn_index
+                OVER (PARTITION BY conv ORDER BY t ROWS UNBOUNDED PRECEDING)::BIGINT - 1
+                AS turn_index
             FROM models
         ),
         trace_turns AS (
