@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -54,15 +55,106 @@ def test_instrument_sends_spans_to_the_collector(
     )
     assert got is provider
     assert instrumentation.instrument(tracer_provider=TracerProvider()) is provider  # idempotent
-    with provider.get_tracer("agent").start_as_current_span(
-        "execute_tool lookup", attributes={"gen_ai.tool.name": "lookup"}
+    with (
+        instrumentation.conversation("conv-9"),
+        provider.get_tracer("agent").start_as_current_span(
+            "execute_tool lookup", attributes={"gen_ai.tool.name": "lookup"}
+        ),
     ):
         pass
     instrumentation.uninstrument()  # flushes
     assert not instrumentation.is_instrumented()
-    assert query(lake_dir, "SELECT tool_name FROM spans") == [("lookup",)]
+    assert query(lake_dir, "SELECT tool_name, conversation_id FROM spans") == [("lookup", "conv-9")]
     # Uninstrumented: the provider's spans no longer reach the collector.
     with provider.get_tracer("agent").start_as_current_span("after"):
         pass
     provider.force_flush()
     assert query(lake_dir, "SELECT count(*) FROM spans") == [(1,)]
+
+
+@pytest.fixture
+def stamped() -> tuple[TracerProvider, Any]:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(instrumentation.ConversationSpanProcessor())
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    return provider, memory
+
+
+def test_conversation_stamps_every_span_inside(stamped: tuple[TracerProvider, Any]) -> None:
+    provider, memory = stamped
+    ours, theirs = provider.get_tracer("spanscore"), provider.get_tracer("openinference")
+    with (
+        instrumentation.conversation("conv-1", user_id="u-7", scenario_id="refund", tier="gold"),
+        ours.start_as_current_span("invoke_agent a"),
+        theirs.start_as_current_span("LLM"),
+    ):
+        pass
+    with ours.start_as_current_span("outside"):
+        pass
+    spans = {s.name: dict(s.attributes or {}) for s in memory.get_finished_spans()}
+    expected = {
+        "gen_ai.conversation.id": "conv-1",
+        "user.id": "u-7",
+        "scenario.id": "refund",
+        "tier": "gold",
+    }
+    assert spans["invoke_agent a"] == expected
+    assert spans["LLM"] == expected  # another instrumentation's span is stamped too
+    assert spans["outside"] == {}
+
+
+def test_conversation_as_decorator_sync_and_async(stamped: tuple[TracerProvider, Any]) -> None:
+    import asyncio
+
+    provider, memory = stamped
+    tracer = provider.get_tracer("t")
+
+    @instrumentation.conversation("sync-1")
+    def handle() -> None:
+        with tracer.start_as_current_span("sync"):
+            pass
+
+    @instrumentation.conversation("async-1")
+    async def handle_async() -> None:
+        async def child() -> None:
+            with tracer.start_as_current_span("in-task"):
+                pass
+
+        await asyncio.gather(asyncio.create_task(child()), child())  # tasks copy the context
+
+    async def with_block() -> None:
+        async with instrumentation.conversation("block-1"):
+            with tracer.start_as_current_span("async-with"):
+                pass
+
+    handle()
+    asyncio.run(handle_async())
+    asyncio.run(with_block())
+    ids = [
+        (s.name, (s.attributes or {}).get("gen_ai.conversation.id"))
+        for s in memory.get_finished_spans()
+    ]
+    assert ids == [
+        ("sync", "sync-1"),
+        ("in-task", "async-1"),
+        ("in-task", "async-1"),
+        ("async-with", "block-1"),
+    ]
+
+
+def test_conversation_crosses_services_in_w3c_baggage() -> None:
+    from opentelemetry import propagate
+
+    carrier: dict[str, str] = {}
+    with instrumentation.conversation("conv-remote", scenario_id="s-1"):
+        propagate.inject(carrier)
+    assert "baggage" in carrier
+    remote = propagate.extract(carrier)  # the other service's side
+    assert instrumentation.current_values(remote) == {
+        "gen_ai.conversation.id": "conv-remote",
+        "scenario.id": "s-1",
+    }

@@ -10,6 +10,13 @@ batching OTLP exporter. It is idempotent; `uninstrument()` flushes and removes w
 Exporting never blocks the agent: spans go through the SDK's bounded BatchSpanProcessor queue,
 which drops (and counts) spans when the collector is unreachable for long.
 
+Conversation identity: every span started inside the block (by any instrumentation on the
+provider) carries ``gen_ai.conversation.id`` and the given attributes; it follows asyncio tasks
+and, through W3C baggage, calls to other services::
+
+    with spanscore.instrumentation.conversation("conv-123", user_id="u-7", scenario_id="refund"):
+        agent.run(...)
+
 Configuration (arguments win over the standard OpenTelemetry variables):
     OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
         collector address (default: http://127.0.0.1:4318 for HTTP, 127.0.0.1:4317 for gRPC)
@@ -19,6 +26,14 @@ Configuration (arguments win over the standard OpenTelemetry variables):
     OTEL_SERVICE_NAME            service name on every span
 """
 
+from ._conversation import ConversationSpanProcessor, conversation, current_values
 from ._setup import instrument, is_instrumented, uninstrument
 
-__all__ = ["instrument", "is_instrumented", "uninstrument"]
+__all__ = [
+    "ConversationSpanProcessor",
+    "conversation",
+    "current_values",
+    "instrument",
+    "is_instrumented",
+    "uninstrument",
+]

@@ -12,6 +12,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from ._conversation import ConversationSpanProcessor
+
 log = logging.getLogger("spanscore.instrumentation")
 
 _lock = threading.Lock()
@@ -89,11 +91,13 @@ def instrument(
             provider = TracerProvider(resource=Resource.create(attributes))
             trace.set_tracer_provider(provider)
             owned = True
+        stamper = ConversationSpanProcessor()
+        provider.add_span_processor(stamper)  # first: stamps before any exporter sees the span
         processor = BatchSpanProcessor(
             exporter or _exporter(_protocol(protocol), endpoint, headers)
         )
         provider.add_span_processor(processor)
-        _state.update(provider=provider, processor=processor, owned=owned)
+        _state.update(provider=provider, processor=processor, stamper=stamper, owned=owned)
         return provider
 
 
@@ -113,9 +117,10 @@ def uninstrument(timeout_millis: int = 30_000) -> None:
         provider: TracerProvider = _state["provider"]
         multi = getattr(provider, "_active_span_processor", None)
         procs = getattr(multi, "_span_processors", None)
-        if multi is not None and isinstance(procs, tuple) and processor in procs:
+        ours = (processor, _state.get("stamper"))
+        if multi is not None and isinstance(procs, tuple):
             # The SDK has no public remove; its processor list is an immutable tuple swapped
             # under its own lock.
             with multi._lock:
-                multi._span_processors = tuple(p for p in procs if p is not processor)
+                multi._span_processors = tuple(p for p in procs if p not in ours)
         _state.clear()

@@ -1,0 +1,130 @@
+"""Conversation identity: stamp a conversation id (and attributes) on every span inside a block.
+
+`conversation("conv-123", user_id=..., scenario_id=..., **attributes)` puts the values in
+OpenTelemetry baggage, so they follow the context: into nested calls, asyncio tasks (which copy
+the context), and other services (W3C `baggage` header, with the default propagators). The
+`ConversationSpanProcessor` that `instrument()` installs copies them onto every span started
+in that context, whoever starts it: our shims or any other instrumentation on the provider.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+from opentelemetry import baggage, context
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+log = logging.getLogger("spanscore.instrumentation")
+
+CONVERSATION_ID = "gen_ai.conversation.id"
+_PREFIX = "spanscore."  # baggage keys we own carry this prefix; the span attribute does not
+_NAMED = {"user_id": "user.id", "scenario_id": "scenario.id"}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class conversation:  # noqa: N801 - used like a function: `with conversation("c-1"):`
+    """Sync and async context manager, and decorator, for one conversation's work."""
+
+    def __init__(
+        self,
+        conversation_id: str,
+        *,
+        user_id: str | None = None,
+        scenario_id: str | None = None,
+        **attributes: str | int | float | bool,
+    ) -> None:
+        values: dict[str, str] = {CONVERSATION_ID: str(conversation_id)}
+        named = {"user_id": user_id, "scenario_id": scenario_id}
+        for key, attribute in _NAMED.items():
+            if named[key] is not None:
+                values[attribute] = str(named[key])
+        for key, extra in attributes.items():
+            values[key] = str(extra)
+        self.values = values
+        self._tokens: list[object] = []
+
+    def __enter__(self) -> conversation:
+        ctx = context.get_current()
+        for key, value in self.values.items():
+            ctx = baggage.set_baggage(_PREFIX + key, value, ctx)
+        self._tokens.append(context.attach(ctx))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        context.detach(self._tokens.pop())  # type: ignore[arg-type]
+
+    async def __aenter__(self) -> conversation:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __call__(self, fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                with conversation.__new__(conversation)._like(self):
+                    return await fn(*args, **kwargs)
+
+            return run_async  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with conversation.__new__(conversation)._like(self):
+                return fn(*args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+    def _like(self, other: conversation) -> conversation:
+        """A fresh manager with the same values (a decorated function may run concurrently)."""
+        self.values = other.values
+        self._tokens = []
+        return self
+
+
+def current_values(ctx: Context | None = None) -> dict[str, str]:
+    """The conversation values in `ctx` (default: the current context)."""
+    return {
+        key[len(_PREFIX) :]: str(value)
+        for key, value in baggage.get_all(ctx).items()
+        if key.startswith(_PREFIX)
+    }
+
+
+class ConversationSpanProcessor(SpanProcessor):
+    """Copies the conversation values of the span's context onto the span when it starts."""
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        try:
+            values = current_values(parent_context)
+            if values:
+                span.set_attributes(values)
+        except Exception:  # telemetry must never break the agent
+            log.debug("could not stamp the conversation on a span", exc_info=True)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
