@@ -78,7 +78,6 @@ class Convention:
     operations: tuple[str, Mapping[str, str]] | None = None
     messages: MessageReader | None = None
     operation_from_name: Mapping[str, str] = field(default_factory=dict)
-    marker_prefixes: tuple[str, ...] = ()
 
 
 def _loads(value: Any) -> Any:
@@ -118,9 +117,10 @@ def _genai_message(message: Any) -> Message | None:
         elif kind == "tool_call":
             out["tool_calls"].append(_call(part.get("id"), part.get("name"), part.get("arguments")))
         elif kind == "tool_call_response":
-            out.setdefault("tool_results", []).append(
-                {"id": part.get("id"), "result": part.get("response", part.get("result"))}
-            )
+            # Producers send the tool's output as the text the model saw: parse it when it is
+            # JSON, as the OpenInference and indexed readers do.
+            result = _loads(part.get("response", part.get("result")))
+            out.setdefault("tool_results", []).append({"id": part.get("id"), "result": result})
     if texts:
         out["text"] = "\n".join(texts)
     return out

@@ -1,0 +1,431 @@
+"""Run one scripted conversation under a real producer instrumentation; export over OTLP/HTTP.
+
+Runs inside a producer's own virtual environment (see tests/producers/README.md), so it imports
+nothing from spanscore: only the standard library and what that environment has installed (the
+producer package, `openai`, the OpenTelemetry SDK and its OTLP/HTTP exporter, and for the
+Agents producer the `openai-agents` SDK).
+
+It reads one JSON document on stdin::
+
+    {"producer": "openai-v2" | "openinference" | "openinference-agents" | "openllmetry",
+     "llm_base_url": "http://127.0.0.1:PORT/v1",     # the ScriptedLLM
+     "otlp_endpoint": "http://127.0.0.1:PORT",       # the collector's OTLP/HTTP address
+     "service_name": "...", "model": "gpt-4.1-mini", "agent_name": "...",
+     "conversation_id": "...",
+     "turns": [{"user": "..."}, ...],                # the user messages, in order
+     "outcomes": [{"name": "get_order", "arguments": {...}, "result": {...}},
+                  {"name": "get_order", "arguments": {...}, "error": "..."}, ...]}
+
+and prints one JSON document on stdout: the tool calls it executed, in order,
+``[{"turn", "id", "name", "arguments", "sent", "error"}]`` (`sent`: the text sent back to the
+model; `error`: the tool's error message, or null).
+
+The tools (`get_order`, `search_products`) answer from `outcomes`: the result for the exact
+arguments, or a raised `ToolError` with the given message (sent back to the model as
+``{"error": message}``). A call that matches no outcome is a bug of the test: it exits 3.
+
+How each producer is switched on, with its content capture and its conversation id:
+
+- openai-v2 (`opentelemetry-instrumentation-openai-v2` over `opentelemetry-util-genai`):
+  `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_and_event` (messages on the span and
+  in a `gen_ai.client.inference.operation.details` log record; the plain `true` of the
+  package's docs selects no mode with these versions: util-genai's `is_experimental_mode()` is
+  always true, so "true" is read as an unknown mode, i.e. no content). Each turn runs inside
+  util-genai's `invoke_local_agent()` with its `conversation_id` set (util-genai 1.1b0 writes
+  it on that span only), each tool call inside util-genai's `tool(...)` (an `execute_tool`
+  span).
+- openinference (`openinference-instrumentation-openai`): content is captured by default
+  (`OPENINFERENCE_HIDE_*` unset); each turn runs inside `using_session(conversation_id)` and an
+  OITracer AGENT span; tool calls inside OITracer TOOL spans (`openinference_span_kind="tool"`,
+  `set_tool`, `set_input`, `set_output`, `tool.id`).
+- openinference-agents (`openinference-instrumentation-openai-agents`): the Agents SDK's
+  `Runner` with function tools over the Responses API; each turn inside `using_session`.
+- openllmetry (`opentelemetry-instrumentation-openai`, Traceloop):
+  `TRACELOOP_TRACE_CONTENT=true`; the conversation id is the association property
+  `session_id`, put on the context exactly as traceloop-sdk's `set_association_properties` does
+  and copied onto every span by a span processor doing what traceloop-sdk's does
+  (`traceloop.association.properties.<key>`), so that the heavy traceloop-sdk need not be
+  installed. The instrumentation makes no tool spans and no span per turn.
+"""
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+# Content capture switches, set before any instrumentation is imported (some read them early).
+CONTENT_SWITCHES: dict[str, dict[str, str]] = {
+    "openai-v2": {
+        "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "span_and_event",
+    },
+    "openinference": {},
+    "openinference-agents": {},
+    "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
+}
+
+SYSTEM_PROMPT = "You are a customer-service agent. Use the tools to answer."
+
+# The tools as the Chat Completions API describes them (the Agents SDK derives the same schemas
+# from the Python functions below).
+CHAT_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_order",
+            "description": "Get order details by order ID",
+            "parameters": {
+                "type": "object",
+                "properties": {"order_id": {"type": "string"}},
+                "required": ["order_id"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search_products",
+            "description": "Search the product catalog by keyword and price limit",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}, "max_price": {"type": "number"}},
+                "required": ["query", "max_price"],
+            },
+        },
+    },
+]
+DESCRIPTIONS = {t["function"]["name"]: t["function"]["description"] for t in CHAT_TOOLS}
+PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in CHAT_TOOLS}
+
+
+class ToolError(Exception):
+    """A tool failed; its message goes back to the model."""
+
+
+def _key(name: str, arguments: Any) -> str:
+    return json.dumps([name, arguments], sort_keys=True)
+
+
+class Tools:
+    """Deterministic tools answering from the plan's outcomes; records what was executed."""
+
+    def __init__(self, outcomes: list[dict[str, Any]]) -> None:
+        self.outcomes = {_key(o["name"], o["arguments"]): o for o in outcomes}
+        self.executed: list[dict[str, Any]] = []
+        self.turn = 0
+
+    def call(self, name: str, arguments: dict[str, Any]) -> str:
+        """The result as JSON text, or ToolError."""
+        outcome = self.outcomes.get(_key(name, arguments))
+        if outcome is None:
+            print(f"run_producer: no outcome planned for {name}({arguments})", file=sys.stderr)
+            os._exit(3)
+        if "error" in outcome:
+            raise ToolError(outcome["error"])
+        return json.dumps(outcome["result"])
+
+    def record(self, call_id: str, name: str, arguments: Any, sent: str, error: str | None) -> None:
+        self.executed.append(
+            {
+                "turn": self.turn,
+                "id": call_id,
+                "name": name,
+                "arguments": arguments,
+                "sent": sent,
+                "error": error,
+            }
+        )
+
+
+# --- OpenTelemetry: traces and logs over OTLP/HTTP --------------------------------------------
+
+
+class Telemetry:
+    def __init__(self, endpoint: str, service_name: str) -> None:
+        from opentelemetry import _logs, trace
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        resource = Resource.create({"service.name": service_name})
+        self.tracer_provider = TracerProvider(resource=resource)
+        self.tracer_provider.add_span_processor(
+            BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces", timeout=10))
+        )
+        self.logger_provider = LoggerProvider(resource=resource)
+        self.logger_provider.add_log_record_processor(
+            BatchLogRecordProcessor(OTLPLogExporter(endpoint=f"{endpoint}/v1/logs", timeout=10))
+        )
+        trace.set_tracer_provider(self.tracer_provider)
+        _logs.set_logger_provider(self.logger_provider)
+
+    def close(self) -> None:
+        if not self.tracer_provider.force_flush(30_000):
+            raise SystemExit("run_producer: spans were not flushed")
+        if not self.logger_provider.force_flush(30_000):
+            raise SystemExit("run_producer: log records were not flushed")
+        self.tracer_provider.shutdown()
+        self.logger_provider.shutdown()
+
+
+# --- a plain Chat Completions tool loop (openai-v2, openinference, openllmetry) ---------------
+
+TurnScope = Callable[[], AbstractContextManager[Any]]
+ToolScope = Callable[[str, str, dict[str, Any]], AbstractContextManager[Any]]
+ToolDone = Callable[[Any, str | None, ToolError | None], None]
+
+
+def chat_loop(
+    spec: dict[str, Any],
+    tools: Tools,
+    turn_scope: TurnScope,
+    tool_scope: ToolScope | None = None,
+    tool_done: ToolDone | None = None,
+) -> None:
+    """Each user turn: ask, run the requested tools (in the order asked), send the results
+    back, until the model answers with text. `turn_scope` wraps each turn; `tool_scope(call_id,
+    name, arguments)` wraps each tool call and `tool_done(scope value, result, error)` reports
+    its outcome to it."""
+    import openai
+
+    # Any: typed against whichever openai the producer's venv has, not the main venv's
+    client: Any = openai.OpenAI(base_url=spec["llm_base_url"], api_key="test", max_retries=0)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    for index, turn in enumerate(spec["turns"]):
+        tools.turn = index
+        messages.append({"role": "user", "content": turn["user"]})
+        with turn_scope():
+            for _ in range(10):
+                response = client.chat.completions.create(
+                    model=spec["model"], messages=messages, tools=CHAT_TOOLS
+                )
+                message = response.choices[0].message
+                if not message.tool_calls:
+                    messages.append({"role": "assistant", "content": message.content})
+                    break
+                messages.append(message.model_dump(exclude_none=True))
+                for call in message.tool_calls:
+                    name, arguments = call.function.name, json.loads(call.function.arguments)
+                    scope = tool_scope(call.id, name, arguments) if tool_scope else nullcontext()
+                    with scope as handle:
+                        try:
+                            result: str | None = tools.call(name, arguments)
+                            error = None
+                        except ToolError as exc:
+                            result, error = None, exc
+                        if tool_done is not None:
+                            tool_done(handle, result, error)
+                    sent = result if error is None else json.dumps({"error": str(error)})
+                    assert sent is not None
+                    tools.record(call.id, name, arguments, sent, str(error) if error else None)
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": sent})
+            else:
+                raise SystemExit("run_producer: the model never answered with text")
+
+
+# --- the producers ----------------------------------------------------------------------------
+
+
+def run_openai_v2(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    from opentelemetry.util.genai.handler import TelemetryHandler
+
+    OpenAIInstrumentor().instrument(
+        tracer_provider=telemetry.tracer_provider, logger_provider=telemetry.logger_provider
+    )
+    handler = TelemetryHandler(
+        tracer_provider=telemetry.tracer_provider,
+        logger_provider=telemetry.logger_provider,
+    )
+
+    @contextmanager
+    def turn_scope() -> Iterator[Any]:
+        with handler.invoke_local_agent(
+            agent_name=spec["agent_name"], request_model=spec["model"]
+        ) as invocation:
+            invocation.conversation_id = spec["conversation_id"]
+            yield invocation
+
+    @contextmanager
+    def tool_scope(call_id: str, name: str, arguments: dict[str, Any]) -> Iterator[Any]:
+        invocation = handler.tool(
+            name, tool_call_id=call_id, tool_type="function", tool_description=DESCRIPTIONS[name]
+        )
+        invocation.arguments = arguments
+        yield invocation
+
+    def tool_done(invocation: Any, result: str | None, error: ToolError | None) -> None:
+        if error is not None:
+            invocation.fail(error)
+        else:
+            invocation.tool_result = result
+            invocation.stop()
+
+    chat_loop(spec, tools, turn_scope, tool_scope, tool_done)
+
+
+def run_openinference(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    from openinference.instrumentation import OITracer, TraceConfig, using_session
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+    from opentelemetry.trace import Status, StatusCode
+
+    OpenAIInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+    tracer = OITracer(
+        telemetry.tracer_provider.get_tracer("spanscore.tests.producers"), config=TraceConfig()
+    )
+
+    @contextmanager
+    def turn_scope() -> Iterator[None]:
+        with (
+            using_session(spec["conversation_id"]),
+            tracer.start_as_current_span(
+                spec["agent_name"],
+                openinference_span_kind="agent",
+                attributes={"agent.name": spec["agent_name"]},
+            ) as span,
+        ):
+            yield
+            span.set_status(Status(StatusCode.OK))
+
+    @contextmanager
+    def tool_scope(call_id: str, name: str, arguments: dict[str, Any]) -> Iterator[Any]:
+        with tracer.start_as_current_span(name, openinference_span_kind="tool") as span:
+            span.set_tool(name=name, description=DESCRIPTIONS[name], parameters=PARAMETERS[name])
+            span.set_attribute("tool.id", call_id)
+            span.set_input(json.dumps(arguments), mime_type="application/json")
+            yield span
+
+    def tool_done(span: Any, result: str | None, error: ToolError | None) -> None:
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, str(error)))
+        else:
+            span.set_output(result, mime_type="application/json")
+            span.set_status(Status(StatusCode.OK))
+
+    chat_loop(spec, tools, turn_scope, tool_scope, tool_done)
+
+
+def run_openllmetry(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    from opentelemetry import context
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class AssociationProperties(SpanProcessor):
+        """What traceloop-sdk's span processor does with association properties."""
+
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            properties = context.get_value("association_properties")
+            if isinstance(properties, dict):
+                for key, value in properties.items():
+                    span.set_attribute(f"traceloop.association.properties.{key}", value)
+
+    telemetry.tracer_provider.add_span_processor(AssociationProperties())
+    OpenAIInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+
+    @contextmanager
+    def turn_scope() -> Iterator[None]:
+        # traceloop-sdk's set_association_properties({"session_id": ...}) does exactly this.
+        properties = {"session_id": spec["conversation_id"]}
+        token = context.attach(context.set_value("association_properties", properties))
+        try:
+            yield
+        finally:
+            context.detach(token)
+
+    chat_loop(spec, tools, turn_scope)
+
+
+def run_openinference_agents(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    from agents import (
+        Agent,
+        Runner,
+        set_default_openai_api,
+        set_default_openai_client,
+    )
+    from agents.tool import function_tool
+    from agents.tool_context import ToolContext
+    from openai import AsyncOpenAI
+    from openinference.instrumentation import using_session
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    OpenAIAgentsInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+    client = AsyncOpenAI(base_url=spec["llm_base_url"], api_key="test", max_retries=0)
+    set_default_openai_client(client, use_for_tracing=False)
+    set_default_openai_api("responses")
+
+    def run_tool(ctx: ToolContext[Any], name: str, arguments: dict[str, Any]) -> str:
+        try:
+            result = tools.call(name, arguments)
+        except ToolError as exc:
+            sent = json.dumps({"error": str(exc)})
+            tools.record(ctx.tool_call_id, name, arguments, sent, str(exc))
+            raise
+        tools.record(ctx.tool_call_id, name, arguments, result, None)
+        return result
+
+    def failure(ctx: Any, error: Exception) -> str:
+        return json.dumps({"error": str(error)})
+
+    def get_order(ctx: ToolContext[Any], order_id: str) -> str:
+        """Get order details by order ID"""
+        return run_tool(ctx, "get_order", {"order_id": order_id})
+
+    def search_products(ctx: ToolContext[Any], query: str, max_price: float) -> str:
+        """Search the product catalog by keyword and price limit"""
+        return run_tool(ctx, "search_products", {"query": query, "max_price": max_price})
+
+    # the tool's error goes back to the model as {"error": message}, as in the other producers
+    as_tool = function_tool(failure_error_function=failure)
+    agent = Agent(
+        name=spec["agent_name"],
+        instructions=SYSTEM_PROMPT,
+        model=spec["model"],
+        tools=[as_tool(get_order), as_tool(search_products)],
+    )
+
+    async def conversation() -> None:  # one event loop: the client's connections belong to it
+        items: list[Any] = []
+        for index, turn in enumerate(spec["turns"]):
+            tools.turn = index
+            items = [*items, {"role": "user", "content": turn["user"]}]
+            with using_session(spec["conversation_id"]):
+                result = await Runner.run(agent, items)
+            items = result.to_input_list()
+
+    asyncio.run(conversation())
+
+
+PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
+    "openai-v2": run_openai_v2,
+    "openinference": run_openinference,
+    "openinference-agents": run_openinference_agents,
+    "openllmetry": run_openllmetry,
+}
+
+
+def main() -> None:
+    spec = json.load(sys.stdin)
+    producer = spec["producer"]
+    if producer not in PRODUCERS:
+        raise SystemExit(f"run_producer: unknown producer {producer!r}")
+    os.environ.update(CONTENT_SWITCHES[producer])
+    telemetry = Telemetry(spec["otlp_endpoint"], spec["service_name"])
+    tools = Tools(spec["outcomes"])
+    try:
+        PRODUCERS[producer](spec, telemetry, tools)
+    finally:
+        telemetry.close()
+    json.dump(tools.executed, sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,621 @@
+"""Real producer instrumentations, real OTLP, the real collector: what lands in the lake.
+
+Each producer package runs in its own virtual environment (their pins conflict with each other
+and with the main one), built by these tests under `.venv-producers/` and reused while its
+requirements file is unchanged; `tests/producers/run_producer.py` runs there, one scripted
+two-turn conversation with the real `openai` client against the local `ScriptedLLM` (the plan
+below: a parallel pair of tool calls, one of which fails, then one more call), and exports over
+OTLP/HTTP to a collector started here. The assertions are SQL over the lake.
+
+Versions tested (every package pinned in tests/producers/requirements/<producer>.txt), all with
+openai 3.52.0, opentelemetry-sdk / -exporter-otlp-proto-http 1.45.2,
+opentelemetry-instrumentation 0.66b2, Python 3.11:
+
+- openai-v2: opentelemetry-instrumentation-openai-v2 2.4b0 with opentelemetry-util-genai
+  1.1b0 (the newest it can import) and httpx 0.28.1 (imported, not declared).
+- openinference: openinference-instrumentation-openai 0.1.66, openinference-instrumentation
+  0.1.72, openinference-semantic-conventions 0.1.42.
+- openinference-agents: openinference-instrumentation-openai-agents 2.6.0 with openai-agents
+  0.24.0 (Responses API), openinference-instrumentation 0.1.72.
+- openllmetry: opentelemetry-instrumentation-openai 0.62.4 (Traceloop), with
+  opentelemetry-semantic-conventions-ai 0.5.1, without traceloop-sdk.
+
+What each producer cannot carry, asserted as such:
+
+- openai-v2 puts `gen_ai.conversation.id` only on util-genai's `invoke_agent` span of each turn:
+  util-genai 1.1b0 does not hand it down to the chat and `execute_tool` spans (the ambient
+  conversation id arrived in util-genai 1.2b0, which instrumentation-openai-v2 2.4b0 cannot
+  import), so those spans stand in their trace id in `spans.conversation_id`; the views and
+  trajectories join them to the conversation their trace names.
+- openinference-agents: the Agents SDK's function spans carry no tool call id, and a failed
+  tool's span only an ERROR status whose message holds the error (no error.type, no exception).
+- openllmetry: without traceloop-sdk (its `@tool` / `@workflow` decorators) there are no tool
+  spans and no span per turn: each model call is its own trace, its tool calls are rebuilt
+  from the model calls' messages (`tool_calls.source = 'messages'`), where a failed call shows
+  only in its result. Its current release writes the GenAI form only, so `convention` is
+  `genai`.
+
+A tool result every producer sends as the text the model saw is parsed when it is JSON, so the
+same result is the same value whatever produced it (a regression test here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanscore.collector import Collector
+from spanscore.evaluation import load_trajectories
+from spanscore.examples.customer_service.scripted import Conversation, Turn
+from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy
+from spanscore.lake import connect
+
+from .conftest import query
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "tests" / "producers"
+RUNNER = HERE / "run_producer.py"
+VENVS = ROOT / ".venv-producers"
+
+# --- the conversation ---------------------------------------------------------------------------
+
+CONVERSATION_ID = "producers-conv-1"
+AGENT = "customer-service"
+MODEL = "gpt-4.1-mini"
+MISSING = "order ORD-9999 not found"
+
+PLAN = Conversation(
+    CONVERSATION_ID,
+    "producer_roundtrip",
+    [
+        Turn(
+            "Hi, where are my orders ORD-1001 and ORD-9999?",
+            [[("get_order", {"order_id": "ORD-1001"}), ("get_order", {"order_id": "ORD-9999"})]],
+            "ORD-1001 has shipped; I could not find ORD-9999.",
+        ),
+        Turn(
+            "Thanks. Any keyboards under $100?",
+            [[("search_products", {"query": "keyboard", "max_price": 100.0})]],
+            "The mechanical keyboard is $89.",
+        ),
+    ],
+)
+
+# What each tool call answers (or the error it raises), by exact arguments.
+OUTCOMES: list[dict[str, Any]] = [
+    {
+        "name": "get_order",
+        "arguments": {"order_id": "ORD-1001"},
+        "result": {"order_id": "ORD-1001", "status": "shipped"},
+    },
+    {"name": "get_order", "arguments": {"order_id": "ORD-9999"}, "error": MISSING},
+    {
+        "name": "search_products",
+        "arguments": {"query": "keyboard", "max_price": 100.0},
+        "result": [{"name": "Mechanical keyboard", "price": 89.0}],
+    },
+]
+
+
+def _key(name: str, arguments: Any) -> str:
+    return json.dumps([name, arguments], sort_keys=True)
+
+
+OUTCOME = {_key(o["name"], o["arguments"]): o for o in OUTCOMES}
+
+
+def sent_back(name: str, arguments: Any) -> Any:
+    """What the agent sends the model for this call (parsed): the result, or {"error": ...}."""
+    outcome = OUTCOME[_key(name, arguments)]
+    return {"error": outcome["error"]} if "error" in outcome else outcome["result"]
+
+
+# --- the producers ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Producer:
+    name: str
+    convention: str  # `convention` of its model-call spans
+    scope: str  # instrumentation scope of its model-call spans
+    spans_carry_conversation: bool  # every span has the conversation id
+    tool_spans: bool  # tool calls are spans of their own
+    tool_span_call_ids: bool  # ... carrying the model's call id
+    failed_tool_error_type: str | None  # error_type of the failed tool call's span
+    log_events: str | None  # the log records it sends per model call (event name)
+
+
+PRODUCERS = {
+    p.name: p
+    for p in (
+        Producer(
+            "openai-v2",
+            convention="genai",
+            scope="opentelemetry.util.genai.handler",
+            spans_carry_conversation=False,
+            tool_spans=True,
+            tool_span_call_ids=True,
+            failed_tool_error_type="__main__.ToolError",
+            log_events="gen_ai.client.inference.operation.details",
+        ),
+        Producer(
+            "openinference",
+            convention="openinference",
+            scope="openinference.instrumentation.openai",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=True,
+            failed_tool_error_type="__main__.ToolError",
+            log_events=None,
+        ),
+        Producer(
+            "openinference-agents",
+            convention="openinference",
+            scope="openinference.instrumentation.openai_agents",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=False,
+            failed_tool_error_type=None,  # only the span status says so (message included)
+            log_events=None,
+        ),
+        Producer(
+            "openllmetry",
+            # Its current release writes the GenAI form only (no traceloop.* marker on the
+            # openai spans), so the spans are read, and labelled, as genai.
+            convention="genai",
+            scope="opentelemetry.instrumentation.openai.v1",
+            spans_carry_conversation=True,
+            tool_spans=False,
+            tool_span_call_ids=False,
+            failed_tool_error_type=None,
+            log_events=None,
+        ),
+    )
+}
+
+
+def producers(**marks: pytest.MarkDecorator) -> list[Any]:
+    """The producers as parameters (id: the name), with `marks` for the ones named."""
+    return [
+        pytest.param(name, id=name, marks=marks.get(name.replace("-", "_"), ()))
+        for name in PRODUCERS
+    ]
+
+
+# --- the producer virtual environments ----------------------------------------------------------
+
+# pip's messages when it cannot reach the package index at all
+UNREACHABLE = (
+    "NewConnectionError",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "nodename nor servname provided",
+    "Network is unreachable",
+    "No route to host",
+    "Connection refused",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ProxyError",
+)
+
+
+@dataclass
+class Venv:
+    python: Path | None = None
+    unreachable: str | None = None  # why it could not be built: the registry was unreachable
+    failed: str | None = None  # why it could not be built otherwise (pip's log)
+    seconds: float = 0.0
+    reused: bool = False
+
+
+def build_venv(name: str) -> Venv:
+    """The producer's venv, reused when its requirements file (and Python) are unchanged."""
+    VENVS.mkdir(exist_ok=True)
+    with (VENVS / f".{name}.lock").open("w") as lock:  # one builder at a time (other sessions)
+        if os.name != "nt":
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_venv(name)
+
+
+def _build_venv(name: str) -> Venv:
+    started = time.monotonic()
+    requirements = HERE / "requirements" / f"{name}.txt"
+    digest = hashlib.sha256(
+        requirements.read_bytes() + f"{sys.version_info[:2]} {sys.platform}".encode()
+    ).hexdigest()[:12]
+    target = VENVS / f"{name}-{digest}"
+    python = target / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    stamp = target / ".complete"
+    if stamp.is_file() and python.exists():
+        return Venv(python, seconds=time.monotonic() - started, reused=True)
+    stale = re.compile(re.escape(name) + r"-[0-9a-f]{12}")
+    for old in VENVS.glob(f"{name}-*"):
+        if stale.fullmatch(old.name):
+            shutil.rmtree(old, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
+    pip = subprocess.run(
+        [
+            *(str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"),
+            *("--retries", "2", "--timeout", "30", "-r", str(requirements)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1000,
+    )
+    if pip.returncode != 0:
+        log = pip.stdout + pip.stderr
+        shutil.rmtree(target, ignore_errors=True)
+        seen = [line.strip() for line in log.splitlines() if any(m in line for m in UNREACHABLE)]
+        if seen:
+            return Venv(
+                unreachable=f"package registry unreachable: cannot build the {name} producer "
+                f"venv from {requirements.relative_to(ROOT)} (pip: {seen[0][:300]})"
+            )
+        return Venv(failed=f"pip install -r {requirements} failed:\n{log[-6000:]}")
+    stamp.write_text(requirements.read_text())
+    return Venv(python, seconds=time.monotonic() - started)
+
+
+@pytest.fixture(scope="session")
+def producer_venvs() -> dict[str, Venv]:
+    """Every producer's venv, built in parallel (the first time: minutes; then: instant)."""
+    with ThreadPoolExecutor(len(PRODUCERS)) as pool:
+        built = dict(zip(PRODUCERS, pool.map(build_venv, PRODUCERS), strict=True))
+    for name, venv in built.items():
+        state = "reused" if venv.reused else "built"
+        print(f"producer venv {name}: {state} in {venv.seconds:.1f}s", file=sys.stderr)
+    return built
+
+
+# --- one run per producer (shared by the tests of that producer) --------------------------------
+
+
+@dataclass
+class Run:
+    producer: Producer
+    lake: Path
+    executed: list[dict[str, Any]]  # the tool calls the agent ran: turn, id, name, ...
+
+    def sql(self, statement: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        return query(self.lake, statement, params)
+
+    def call_id(self, name: str, arguments: Any) -> str:
+        ids = [
+            c["id"]
+            for c in self.executed
+            if _key(c["name"], c["arguments"]) == _key(name, arguments)
+        ]
+        assert len(ids) == 1, (name, arguments, self.executed)
+        return str(ids[0])
+
+
+@pytest.fixture(scope="session")
+def runs() -> dict[str, Run]:
+    return {}
+
+
+def run_producer(python: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """run_producer.py in the producer's venv; its transcript of executed tool calls."""
+    prefixes = ("OTEL_", "OPENAI_", "TRACELOOP_", "OPENINFERENCE_", "PYTHON")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    proc = subprocess.run(
+        [str(python), str(RUNNER)],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, f"run_producer.py exited {proc.returncode}:\n{proc.stderr[-6000:]}"
+    transcript: list[dict[str, Any]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return transcript
+
+
+@pytest.fixture
+def run(
+    producer: str,
+    producer_venvs: dict[str, Venv],
+    runs: dict[str, Run],
+    make_collector: Callable[..., Collector],
+    lake_dir: Path,
+) -> Run:
+    """The producer's conversation, in a lake: run once, by the first test that needs it."""
+    if producer in runs:
+        return runs[producer]
+    venv = producer_venvs[producer]
+    if venv.unreachable:
+        pytest.skip(venv.unreachable)
+    if venv.failed or venv.python is None:
+        pytest.fail(venv.failed or "no venv")
+    collector = make_collector()
+    with ScriptedLLM(ScriptedPolicy([PLAN])) as llm:
+        spec = {
+            "producer": producer,
+            "llm_base_url": llm.base_url,
+            "otlp_endpoint": f"http://127.0.0.1:{collector.http_port}",
+            "service_name": f"producer-{producer}",
+            "model": MODEL,
+            "agent_name": AGENT,
+            "conversation_id": CONVERSATION_ID,
+            "turns": [{"user": turn.user} for turn in PLAN.turns],
+            "outcomes": OUTCOMES,
+        }
+        executed = run_producer(venv.python, spec)
+        assert not llm.errors, llm.errors
+    planned = sorted(_key(n, a) for turn in PLAN.turns for step in turn.steps for n, a in step)
+    assert sorted(_key(c["name"], c["arguments"]) for c in executed) == planned
+    runs[producer] = Run(PRODUCERS[producer], lake_dir, executed)
+    return runs[producer]
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _value(result: Any) -> Any:
+    """A tool result as a value: JSON text parsed."""
+    if isinstance(result, str):
+        try:
+            return json.loads(result)
+        except ValueError:
+            return result
+    return result
+
+
+def model_calls(run: Run) -> list[dict[str, Any]]:
+    """The model-call spans, in start order, with their extracted columns (JSON parsed)."""
+    rows = run.sql(
+        """SELECT span_id, user_message, tool_calls_requested, tool_results, response_text,
+                  convention, scope_name
+           FROM spans WHERE operation = 'chat' ORDER BY start_time_unix_nano"""
+    )
+    return [
+        {
+            "span_id": span_id,
+            "user": user,
+            "requested": _json(requested),
+            "results": _json(results),
+            "text": text,
+            "convention": convention,
+            "scope": scope,
+        }
+        for span_id, user, requested, results, text, convention, scope in rows
+    ]
+
+
+def expected_model_calls(run: Run) -> list[dict[str, Any]]:
+    """Per model call, in order: the user message, the calls it asks for, the results in its
+    input (every result sent so far: the whole history goes with each call), the answer."""
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    for turn in PLAN.turns:
+        for step in turn.steps:
+            requested = [{"id": run.call_id(n, a), "name": n, "arguments": a} for n, a in step]
+            calls.append({"user": turn.user, "requested": requested, "results": list(results)})
+            results += [
+                {"id": c["id"], "result": sent_back(c["name"], c["arguments"])} for c in requested
+            ]
+        calls.append(
+            {"user": turn.user, "requested": None, "results": list(results), "text": turn.reply}
+        )
+    return calls
+
+
+# --- the tests ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("producer", producers())
+def test_spans_arrive_read_as_the_producers_convention(run: Run) -> None:
+    calls = model_calls(run)
+    assert len(calls) == sum(len(t.steps) + 1 for t in PLAN.turns)
+    assert {(c["convention"], c["scope"]) for c in calls} == {
+        (run.producer.convention, run.producer.scope)
+    }
+    events = run.sql("SELECT event_name, span_id FROM logs ORDER BY time_unix_nano")
+    if run.producer.log_events is None:
+        assert events == []
+    else:  # one record per model call, tied to its span
+        assert [e for e, _ in events] == [run.producer.log_events] * len(calls)
+        assert sorted(s for _, s in events) == sorted(c["span_id"] for c in calls)
+
+
+@pytest.mark.parametrize("producer", producers())
+def test_conversation_id_as_each_span_carries_it(run: Run) -> None:
+    spans = run.sql(
+        "SELECT trace_id, span_id, parent_span_id, operation, conversation_id FROM spans"
+    )
+    assert spans
+    if run.producer.spans_carry_conversation:
+        assert {s[4] for s in spans} == {CONVERSATION_ID}
+        return
+    # openai-v2: the id is on each turn's invoke_agent span (its trace's root) only; every
+    # other span stands in its trace id.
+    roots = {s[0]: s for s in spans if s[2] is None}
+    assert len(roots) == len(PLAN.turns)
+    assert {(r[3], r[4]) for r in roots.values()} == {("invoke_agent", CONVERSATION_ID)}
+    for trace_id, _, parent, _, conversation in spans:
+        if parent is not None:
+            assert conversation == trace_id
+
+
+@pytest.mark.parametrize("producer", producers())
+def test_conversations_view_gathers_the_whole_conversation(run: Run) -> None:
+    """Spans that carry only their trace id join the conversation another span of the trace
+    names (openai-v2), and a producer without tool spans counts the calls its model asked for."""
+    (total,) = run.sql("SELECT count(*) FROM spans")[0]
+    planned = sum(len(step) for turn in PLAN.turns for step in turn.steps)
+    assert run.sql(
+        "SELECT conversation_id, span_count, tool_call_count, first_user_message FROM conversations"
+    ) == [(CONVERSATION_ID, total, planned, PLAN.turns[0].user)]
+
+
+@pytest.mark.parametrize("producer", producers())
+def test_model_calls_user_message_and_requested_tool_calls(run: Run) -> None:
+    calls = model_calls(run)
+    expected = expected_model_calls(run)
+    assert [(c["user"], c["requested"]) for c in calls] == [
+        (e["user"], e["requested"]) for e in expected
+    ]
+    # the parallel pair: both get_order calls asked for in one model response
+    pair = [c for c in calls if c["requested"] and len(c["requested"]) == 2]
+    assert len(pair) == 1
+    assert [r["arguments"]["order_id"] for r in pair[0]["requested"]] == ["ORD-1001", "ORD-9999"]
+    assert [c["text"] for c in calls if c["requested"] is None] == [t.reply for t in PLAN.turns]
+
+
+@pytest.mark.parametrize("producer", producers())
+def test_model_calls_tool_results_include_the_failure(run: Run) -> None:
+    """Every result sent back is in the next model calls' input, the failed call's error too
+    (compared as values: see the next test for how they are stored)."""
+    calls = model_calls(run)
+    got = [
+        [{"id": r["id"], "result": _value(r["result"])} for r in c["results"] or []] for c in calls
+    ]
+    assert got == [e["results"] for e in expected_model_calls(run)]
+    failed = run.call_id("get_order", {"order_id": "ORD-9999"})
+    assert {"id": failed, "result": {"error": MISSING}} in got[1]  # answered in the same turn
+
+
+@pytest.mark.parametrize("producer", producers())
+def test_model_calls_tool_results_are_json_values_for_every_producer(run: Run) -> None:
+    calls = model_calls(run)
+    assert [c["results"] or [] for c in calls] == [e["results"] for e in expected_model_calls(run)]
+
+
+@pytest.mark.parametrize("producer", producers())
+def test_tool_spans(run: Run) -> None:
+    rows = run.sql(
+        """SELECT tool_name, tool_call_id, tool_arguments, tool_result, error_type, status_code,
+                  coalesce(status_message, '') || coalesce(CAST(events AS VARCHAR), '')
+           FROM spans WHERE operation = 'execute_tool' ORDER BY start_time_unix_nano"""
+    )
+    if not run.producer.tool_spans:
+        assert rows == []  # its tool calls are known from the model calls' messages only
+        return
+    planned = [(n, a) for turn in PLAN.turns for step in turn.steps for n, a in step]
+    got = sorted(rows, key=lambda r: _key(r[0], _json(r[2])))
+    assert [(r[0], _json(r[2])) for r in got] == sorted(planned, key=lambda c: _key(*c))
+    for name, call_id, arguments, result, error_type, status, error_text in got:
+        arguments = _json(arguments)
+        expected_id = run.call_id(name, arguments) if run.producer.tool_span_call_ids else None
+        assert call_id == expected_id
+        outcome = OUTCOME[_key(name, arguments)]
+        if "error" in outcome:
+            assert status == "ERROR"
+            assert error_type == run.producer.failed_tool_error_type
+            assert outcome["error"] in error_text + (result or "")
+            if result is not None:  # openinference-agents: what the model was sent
+                assert _value(result) == {"error": outcome["error"]}
+        else:
+            assert status != "ERROR"
+            assert error_type is None
+            assert _value(result) == outcome["result"]
+
+
+def planned_calls() -> list[tuple[int, str, Any]]:
+    """(turn index, tool name, arguments) of every planned call."""
+    return [
+        (index, name, arguments)
+        for index, turn in enumerate(PLAN.turns)
+        for step in turn.steps
+        for name, arguments in step
+    ]
+
+
+@pytest.mark.parametrize("producer", producers())
+def test_tool_calls_view(run: Run) -> None:
+    rows = run.sql(
+        """SELECT turn_index, tool_name, arguments, tool_call_id, error, source FROM tool_calls
+           WHERE conversation_id = ? ORDER BY step_index""",
+        [CONVERSATION_ID],
+    )
+    source = "span" if run.producer.tool_spans else "messages"
+    with_ids = run.producer.tool_span_call_ids or not run.producer.tool_spans
+    got = sorted(
+        (turn, name, _key(name, _json(arguments)), call_id, error is not None, kind)
+        for turn, name, arguments, call_id, error, kind in rows
+    )
+    # The failed call is an error where it has a span; rebuilt from messages, only its result
+    # ({"error": ...}) tells.
+    assert got == sorted(
+        (
+            turn,
+            name,
+            _key(name, arguments),
+            run.call_id(name, arguments) if with_ids else None,
+            "error" in OUTCOME[_key(name, arguments)] and run.producer.tool_spans,
+            source,
+        )
+        for turn, name, arguments in planned_calls()
+    )
+
+
+@pytest.mark.parametrize("producer", producers())
+def test_trajectory(run: Run) -> None:
+    con = connect(run.lake)
+    try:
+        (trajectory,) = load_trajectories(con, conversation_ids=[CONVERSATION_ID])
+    finally:
+        con.close()
+    assert trajectory.warnings == []
+    assert [(t.user_message, t.final_response) for t in trajectory.turns] == [
+        (t.user, t.reply) for t in PLAN.turns
+    ]
+    got = sorted(
+        (turn.index, c.name, _key(c.name, c.arguments), c.error is not None)
+        for turn in trajectory.turns
+        for c in turn.tool_calls
+    )
+    assert got == sorted(
+        (
+            turn,
+            name,
+            _key(name, arguments),
+            "error" in OUTCOME[_key(name, arguments)] and run.producer.tool_spans,
+        )
+        for turn, name, arguments in planned_calls()
+    )
+    pair = [c.parallel_group for c in trajectory.turns[0].tool_calls]
+    assert len(pair) == 2
+    if run.producer.tool_spans:
+        assert pair[0] == pair[1]  # requested together
+
+
+@pytest.mark.parametrize("producer", producers())
+def test_rebuilt_tool_call_results_are_the_values_sent(run: Run) -> None:
+    """tool_calls.result (JSON text) and the trajectory's results (values) are what the tools
+    returned; the failed call's result is its error, or nothing where its span recorded none."""
+    view = run.sql(
+        "SELECT tool_name, arguments, result FROM tool_calls WHERE conversation_id = ?",
+        [CONVERSATION_ID],
+    )
+    con = connect(run.lake)
+    try:
+        (trajectory,) = load_trajectories(con, conversation_ids=[CONVERSATION_ID])
+    finally:
+        con.close()
+    rebuilt = [(c.name, c.arguments, c.result) for c in trajectory.tool_calls]
+    for name, arguments, result in [(n, _json(a), _json(r)) for n, a, r in view] + rebuilt:
+        if result is None:  # a failed tool span without output: its error says it
+            assert "error" in OUTCOME[_key(name, arguments)]
+        else:
+            assert result == sent_back(name, arguments)
