@@ -360,31 +360,48 @@ def maintain(
     """Compact small data files, expire old snapshots and delete files nobody can read any more.
 
     Safe while others write: each step is its own DuckLake transaction and is retried on
-    conflict. Returns how many files each step touched.
+    conflict. Returns what each step did: `rows_flushed` (inlined rows written to files),
+    `files_merged` and `files_created` (compaction), `snapshots_expired`, `files_deleted`
+    (of expired snapshots) and `orphans_deleted` (files of transactions that never committed).
     """
     done: dict[str, int] = {}
 
-    def step(name: str, sql: str) -> None:
-        rows = retrying(lambda: con.execute(sql).fetchall(), con=con, what=name)
-        done[name] = len(rows)
+    def step(sql: str, what: str) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = retrying(
+            lambda: con.execute(sql).fetchall(), con=con, what=what
+        )
+        return rows
 
-    step("flush_inlined", f"CALL ducklake_flush_inlined_data('{ALIAS}')")
-    step("merge", f"CALL ducklake_merge_adjacent_files('{ALIAS}')")
-    step(
-        "expire",
-        f"CALL ducklake_expire_snapshots('{ALIAS}', "
-        f"older_than => now() - INTERVAL {int(expire_older_than_s)} SECOND)",
+    def total(rows: list[tuple[Any, ...]], column: int) -> int:
+        return sum(int(r[column] or 0) for r in rows)
+
+    # flush: (schema, table, rows_flushed); merge: (schema, table, files_processed,
+    # files_created); expire: one row per snapshot; cleanup and orphans: one row per file.
+    flushed = step(f"CALL ducklake_flush_inlined_data('{ALIAS}')", "flush inlined data")
+    done["rows_flushed"] = total(flushed, 2)
+    merged = step(f"CALL ducklake_merge_adjacent_files('{ALIAS}')", "merge files")
+    done["files_merged"] = total(merged, 2)
+    done["files_created"] = total(merged, 3)
+    done["snapshots_expired"] = len(
+        step(
+            f"CALL ducklake_expire_snapshots('{ALIAS}', "
+            f"older_than => now() - INTERVAL {int(expire_older_than_s)} SECOND)",
+            "expire snapshots",
+        )
     )
-    step(
-        "cleanup",
-        f"CALL ducklake_cleanup_old_files('{ALIAS}', "
-        f"older_than => now() - INTERVAL {int(delete_older_than_s)} SECOND)",
+    done["files_deleted"] = len(
+        step(
+            f"CALL ducklake_cleanup_old_files('{ALIAS}', "
+            f"older_than => now() - INTERVAL {int(delete_older_than_s)} SECOND)",
+            "delete old files",
+        )
     )
-    # Files written by transactions that never committed (a retried commit, a crash).
-    step(
-        "orphans",
-        f"CALL ducklake_delete_orphaned_files('{ALIAS}', "
-        f"older_than => now() - INTERVAL {int(delete_older_than_s)} SECOND)",
+    done["orphans_deleted"] = len(
+        step(
+            f"CALL ducklake_delete_orphaned_files('{ALIAS}', "
+            f"older_than => now() - INTERVAL {int(delete_older_than_s)} SECOND)",
+            "delete orphaned files",
+        )
     )
     return done
 

@@ -1,0 +1,741 @@
+"""Query benchmark: how fast one conversation's spans come out of a big lake, and what compaction
+does for a lake filled by many small commits.
+
+The requirement it measures: "A query for one conversation's spans in a lake of 5 million spans
+answers in under a second". What it does, in one run:
+
+1. **Big lake**: builds a lake of ``--spans`` (5,000,000) synthetic agent spans in commits of
+   ``--commit-rows`` (250,000; standing for the collector's group commits after compaction)
+   with ``INSERT INTO spans ... SELECT ... FROM range(...)`` in DuckDB SQL. Every column of
+   ``schema.SPANS`` gets a value of its type (or NULL where a real span has none):
+   ~10 spans per conversation (``conv-<16 hex>`` ids, so ~500,000 conversations), 32/16-hex
+   trace/span ids, ``invoke_agent``/``chat``/``execute_tool`` spans of six agents, four models and
+   eight tools, ~200-byte tool arguments, ~500-byte tool results, ~850-byte attribute JSON, start
+   times over 7 days and an increasing ``ingest_time``. Conversations interleave as in real
+   traffic: by default a conversation's spans land anywhere in the lake (uniform random, the
+   hardest case: every Parquet row group holds ~110,000 distinct conversation ids, too many for
+   the Parquet writer's dictionaries and so for bloom filters); ``--in-flight N`` keeps only N
+   conversations open at once (their spans then lie within N * 10 consecutive spans).
+   Prints the build rate, data file count and size.
+2. **Point queries** on that lake for one conversation picked at random (``--seed``):
+   (a) ``SELECT * FROM spans WHERE conversation_id = ?``, (a') the same selecting only
+   ``conversation_id`` (what finding the rows costs without fetching the wide columns),
+   (b) ``SELECT * FROM tool_calls WHERE ...`` and (c) ``SELECT * FROM conversations WHERE ...``
+   (the two views), plus the baseline, a full scan
+   ``SELECT count(*), sum(length(attributes)) FROM spans``. Each is timed on ``--runs`` fresh
+   ``spanscore.lake.connect()`` connections, like ``spanscore sql`` (the median ``connect()``
+   time and query time are printed apart, and the verdict against 1 s uses their sum), and
+   ``--runs`` times on one warm connection (after one untimed run). The full scan runs half as
+   often, and a query whose first run takes over 2 s only 3 times. The operating system's page
+   cache is warm in both cases (the lake fits in memory and was just written): these are not
+   cold-disk figures.
+3. **Fragmentation**: a second lake of ``--fragmented-spans`` (500,000) spans committed
+   ``--small-commit-rows`` (512) at a time, the collector's small-traffic case (~1,000 commits,
+   each one data file and one snapshot). Query (a) and the full scan are timed before and after
+   ``spanscore.lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)``; data file and
+   snapshot counts before and after, and how long ``maintain`` took, are printed.
+4. ``--try-sorted`` (off by default; adds one to two minutes at 5M spans): the scratch
+   experiment for making (a) fast when conversations are spread out. It runs
+   ``ALTER TABLE spans SET SORTED BY (conversation_id)`` on the big lake, then ``maintain``
+   (whose file merge rewrites the data sorted, so each row group covers a narrow range of ids
+   and the Parquet reader skips the others by their min/max), and times the point queries again.
+
+A summary table ends the run. Figures are printed, never asserted: the 1 s target is shown for
+context only, next to the full scan of the same lake as a baseline.
+
+Run (from the repository root)::
+
+    .venv/bin/python bench/query.py                   # default: 5M-span lake, 3-4 min, 2 CPUs
+    .venv/bin/python bench/query.py --quick           # 500k spans, smoke test
+    .venv/bin/python bench/query.py --in-flight 250   # conversations close together in the lake
+    .venv/bin/python bench/query.py --try-sorted      # plus the sorted-compaction experiment
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from spanscore.lake import connect, maintain, schema
+
+TARGET_S = 1.0
+SLOW_S = 2.0  # a query slower than this on its first run is timed only SLOW_RUNS times
+SLOW_RUNS = 3
+SPANS_PER_CONVERSATION = 10
+TURNS_PER_CONVERSATION = 3
+DAYS = 7
+FIRST_ARRIVAL = "2025-06-02 00:00:00+00"
+MIB = 1 << 20
+
+AGENTS = ("support", "billing", "returns", "travel-planner", "research", "sre-oncall")
+MODELS = ("gpt-4.1-mini", "gpt-4o", "claude-sonnet-4", "gemini-2.5-flash")
+TOOLS = (
+    "get_order",
+    "verify_customer",
+    "cancel_order",
+    "refund_payment",
+    "search_kb",
+    "update_address",
+    "get_weather",
+    "run_sql",
+)
+# Free text is a random slice of this, so that values differ but compress like real prose.
+_PROSE = (
+    "order shipped pending refund customer address parcel invoice warehouse carrier delayed "
+    "tracking priority standard express return label policy exception verified account email "
+    "payment card captured authorized region europe north south west east store online "
+) * 8
+
+
+# --- synthetic spans ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each span of a lake goes: row i's conversation, turn, operation and times."""
+
+    spans: int
+    in_flight: int  # conversations open at once; 0 = all of them (uniform random spread)
+
+    @property
+    def window(self) -> int:
+        """A conversation's spans lie within this many consecutive spans."""
+        if self.in_flight <= 0:
+            return max(SPANS_PER_CONVERSATION, self.spans)
+        return max(SPANS_PER_CONVERSATION, min(self.spans, self.in_flight * SPANS_PER_CONVERSATION))
+
+    @property
+    def conversations_per_window(self) -> int:
+        return self.window // SPANS_PER_CONVERSATION
+
+    @property
+    def step_us(self) -> float:
+        """Microseconds between span arrivals, so that the lake covers `DAYS` days."""
+        return DAYS * 86_400e6 / max(1, self.spans)
+
+
+def _sql_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _pick(values: Sequence[str], key: str) -> str:
+    """One of `values`, chosen by the UBIGINT expression `key`."""
+    return f"{_sql_list(values)}[(1 + ({key}) % {len(values)})::BIGINT]"
+
+
+def _prose(offset: str, length: int) -> str:
+    return f"substr('{_PROSE}', 1 + ({offset}), {length})"
+
+
+def _source_sql(layout: Layout, lo: int, hi: int) -> str:
+    """A CTE `s` with one row per span i in [lo, hi) and the draws its columns are made of.
+
+    Every draw is a hash of i (or of the conversation number), so any row can be recomputed.
+    The constants are integers typed BIGINT on purpose: UBIGINT % BIGINT would be HUGEINT
+    arithmetic, several times slower.
+    """
+    w = layout.window
+    cpw = layout.conversations_per_window
+    return f"""
+WITH b AS (
+    SELECT i,
+           (i // {w}) * {cpw} + (hash(i, 'conv') % {cpw})::BIGINT AS conv,
+           ((i % {w}) * {TURNS_PER_CONVERSATION}) // {w} AS turn,
+           (hash(i, 'op') % 100)::BIGINT AS op_r,
+           (hash(i, 'r') >> 1)::BIGINT AS r,
+           TIMESTAMPTZ '{FIRST_ARRIVAL}' + to_microseconds((i * {layout.step_us!r})::BIGINT)
+               AS arrived
+    FROM range({lo}, {hi}) t(i)
+), c AS (
+    SELECT *,
+        CASE WHEN op_r < 15 THEN 'invoke_agent' WHEN op_r < 55 THEN 'chat'
+             ELSE 'execute_tool' END AS op,
+        {_pick(AGENTS, "hash(conv, 'agent')")} AS agent,
+        {_pick(MODELS, "hash(conv, 'model')")} AS model,
+        {_pick(TOOLS, "r")} AS tool,
+        'conv-' || printf('%016x', hash(conv, 'id')) AS conv_id,
+        printf('%016x%016x', hash(conv, 'trace'), hash(conv, turn)) AS trace,
+        'call_' || printf('%016x', hash(i, 'call')) AS call_id,
+        (r >> 8) % 100 < 2 AS failed,
+        CASE WHEN op_r < 15 THEN 2000000 + (r >> 16) % 20000000
+             WHEN op_r < 55 THEN 400000 + (r >> 16) % 6000000
+             ELSE 5000 + (r >> 16) % 900000 END AS dur_us,
+        (r >> 24) % 400 AS off
+    FROM b
+), s AS (
+    SELECT *, arrived - to_microseconds(dur_us + 1000000 + (r >> 32) % 3000000) AS st
+    FROM c
+)"""
+
+
+# Column name -> SQL expression over `s`. A column of schema.SPANS missing here is NULL (and
+# the run says so); an entry for a column the schema does not have is unused.
+VALUES: dict[str, str] = {
+    "trace_id": "trace",
+    "span_id": "printf('%016x', hash(i, 'span'))",
+    "parent_span_id": (
+        "CASE WHEN op = 'invoke_agent' THEN NULL ELSE printf('%016x', hash(conv, turn, 'root')) END"
+    ),
+    "trace_state": "NULL",
+    "flags": "257",
+    "name": (
+        "CASE op WHEN 'invoke_agent' THEN 'invoke_agent ' || agent "
+        "WHEN 'chat' THEN 'chat ' || model ELSE 'execute_tool ' || tool END"
+    ),
+    "kind": "CASE op WHEN 'chat' THEN 'CLIENT' ELSE 'INTERNAL' END",
+    "start_time": "st",
+    "end_time": "st + to_microseconds(dur_us)",
+    "start_time_unix_nano": "epoch_us(st) * 1000 + r % 1000",
+    "end_time_unix_nano": "(epoch_us(st) + dur_us) * 1000 + r % 1000",
+    "duration_ms": "dur_us / 1000.0",
+    "status_code": "CASE WHEN failed THEN 'ERROR' WHEN op = 'chat' THEN 'UNSET' ELSE 'OK' END",
+    "status_message": "CASE WHEN failed THEN 'upstream timeout after 30s' END",
+    "service_name": "'agent-' || agent",
+    "resource": (
+        """'{"service.name":"agent-' || agent || '","service.version":"1.4.2",'"""
+        """ || '"deployment.environment":"prod","telemetry.sdk.language":"python",'"""
+        """ || '"telemetry.sdk.name":"opentelemetry","telemetry.sdk.version":"1.27.0",'"""
+        """ || '"host.name":"worker-' || (hash(conv, 'host') % 16) || '"}'"""
+    ),
+    "scope_name": "'opentelemetry.instrumentation.openai_agents'",
+    "scope_version": "'0.3.1'",
+    "scope_attributes": "NULL",
+    "schema_url": "'https://opentelemetry.io/schemas/1.28.0'",
+    "attributes": (
+        """'{"gen_ai.operation.name":"' || op || '","gen_ai.system":"openai",'"""
+        """ || '"gen_ai.conversation.id":"' || conv_id || '","gen_ai.agent.name":"' || agent"""
+        """ || '","gen_ai.request.model":"' || model || '","gen_ai.response.model":"' || model"""
+        """ || '-2025-04-14","gen_ai.response.id":"resp_' || printf('%016x', r)"""
+        """ || '","gen_ai.usage.input_tokens":' || (r % 4000)"""
+        """ || ',"gen_ai.usage.output_tokens":' || ((r >> 12) % 800)"""
+        """ || ',"gen_ai.request.temperature":0.2,"gen_ai.response.finish_reasons":["'"""
+        """ || CASE WHEN op = 'chat' THEN 'tool_calls' ELSE 'stop' END"""
+        """ || '"],"server.address":"api.openai.com","server.port":443,"app.tenant":"tenant-'"""
+        """ || (hash(conv, 'tenant') % 200) || '","app.note":"' || """
+        + _prose("off", 300)
+        + """ || '"' || CASE WHEN op = 'execute_tool' THEN ',"gen_ai.tool.name":"' || tool"""
+        """ || '","gen_ai.tool.call.id":"' || call_id || '"' ELSE '' END || '}'"""
+    ),
+    "events": (
+        """CASE WHEN failed THEN '[{"name":"exception","time_unix_nano":'"""
+        """ || ((epoch_us(st) + dur_us) * 1000) || ',"attributes":{'"""
+        """ || '"exception.type":"TimeoutError",'"""
+        """ || '"exception.message":"upstream timeout after 30s"},"dropped_attributes_count":0}]'"""
+        """ END"""
+    ),
+    "links": "NULL",
+    "dropped_attributes_count": "0",
+    "dropped_events_count": "0",
+    "dropped_links_count": "0",
+    "conversation_id": "conv_id",
+    "agent_name": "agent",
+    "operation": "op",
+    "tool_name": "CASE WHEN op = 'execute_tool' THEN tool END",
+    "tool_call_id": "CASE WHEN op = 'execute_tool' THEN call_id END",
+    "tool_arguments": (
+        """CASE WHEN op = 'execute_tool' THEN '{"order_id":"ORD-' || (r % 1000000)"""
+        """ || '","customer_id":"cus_' || printf('%08x', hash(conv, 'customer') % 4294967295)"""
+        """ || '","reason":"' || """ + _prose("off", 120) + """ || '","priority":"standard"}' END"""
+    ),
+    "tool_result": (
+        """CASE WHEN op = 'execute_tool' THEN '{"status":"ok","order":{"id":"ORD-'"""
+        """ || (r % 1000000)"""
+        """ || '","state":"shipped","carrier":"dhl","items":' || (1 + r % 5)"""
+        """ || ',"total_eur":' || ((r % 50000) / 100.0) || '},"notes":"' || """
+        + _prose("(r >> 40) % 400", 400)
+        + """ || '"}' END"""
+    ),
+    "user_message": (
+        "CASE WHEN op = 'chat' THEN 'Hi, ' || " + _prose("(r >> 44) % 400", 90) + " || '?' END"
+    ),
+    "tool_calls_requested": (
+        """CASE WHEN op = 'chat' AND (r >> 4) % 10 < 6 THEN '[{"id":"call_'"""
+        """ || printf('%016x', hash(i, 'requested')) || '","name":"' || tool"""
+        """ || '","arguments":{"order_id":"ORD-' || (r % 1000000) || '"}}]' END"""
+    ),
+    "tool_results": (
+        """CASE WHEN op = 'chat' AND (r >> 6) % 10 < 5 THEN '[{"id":"call_'"""
+        """ || printf('%016x', hash(i, 'previous')) || '","result":"status ok; ' || """
+        + _prose("(r >> 48) % 400", 200)
+        + """ || '"}]' END"""
+    ),
+    "response_text": (
+        "CASE WHEN op = 'chat' THEN 'Your order ' || " + _prose("(r >> 52) % 400", 160) + " END"
+    ),
+    "error_type": "CASE WHEN failed THEN 'TimeoutError' END",
+    "convention": "'genai'",
+    "ingest_notes": "NULL",
+    "ingest_time": "arrived",
+}
+
+
+def unfilled_columns() -> list[str]:
+    return [c.name for c in schema.SPANS if c.name not in VALUES]
+
+
+def insert_sql(layout: Layout, lo: int, hi: int) -> str:
+    names = ", ".join(schema.quote_identifier(c.name) for c in schema.SPANS)
+    select = ",\n    ".join(
+        f"CAST({VALUES.get(c.name, 'NULL')} AS {c.sql_type})" for c in schema.SPANS
+    )
+    return f"INSERT INTO spans ({names})\n{_source_sql(layout, lo, hi)}\nSELECT {select}\nFROM s"
+
+
+def conversation_at(con: duckdb.DuckDBPyConnection, layout: Layout, i: int) -> str:
+    """The conversation id of span i (recomputed, no lake scan)."""
+    return str(_one(con, f"{_source_sql(layout, i, i + 1)} SELECT conv_id FROM s")[0])
+
+
+@dataclass
+class Built:
+    seconds: float
+    commits: int
+
+    def rate(self, spans: int) -> float:
+        return spans / self.seconds if self.seconds else 0.0
+
+
+def build_lake(lake_dir: Path, layout: Layout, commit_rows: int, label: str) -> Built:
+    """Fill a new lake, one DuckLake transaction (one data file) per `commit_rows` spans."""
+    con = connect(lake_dir, create=True)
+    commits = 0
+    started = time.perf_counter()
+    next_report = started + 15.0
+    try:
+        for lo in range(0, layout.spans, commit_rows):
+            con.execute(insert_sql(layout, lo, min(layout.spans, lo + commit_rows)))
+            commits += 1
+            if time.perf_counter() > next_report:
+                done = min(layout.spans, lo + commit_rows)
+                print(f"  {label}: {done:,} spans in {commits:,} commits so far", flush=True)
+                next_report += 15.0
+    finally:
+        con.close()
+    return Built(time.perf_counter() - started, commits)
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LakeState:
+    files: int
+    data_bytes: int
+    snapshots: int
+    spans: int
+    row_groups: int
+    row_groups_with_bloom: int  # row groups whose conversation_id column has a bloom filter
+
+
+def lake_state(con: duckdb.DuckDBPyConnection) -> LakeState:
+    files, data_bytes = _one(
+        con,
+        "SELECT count(*), coalesce(sum(data_file_size_bytes), 0) "
+        "FROM ducklake_list_files('lake', 'spans')",
+    )
+    (snapshots,) = _one(con, "SELECT count(*) FROM ducklake_snapshots('lake')")
+    (spans,) = _one(con, "SELECT count(*) FROM spans")
+    listing = con.execute("SELECT data_file FROM ducklake_list_files('lake', 'spans')")
+    paths = [str(r[0]) for r in listing.fetchall()]
+    row_groups = with_bloom = 0
+    if paths:
+        listed = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+        row_groups, with_bloom = _one(
+            con,
+            "SELECT count(*), count(*) FILTER (WHERE bloom_filter_offset IS NOT NULL) "
+            f"FROM parquet_metadata([{listed}]) WHERE path_in_schema = 'conversation_id'",
+        )
+    return LakeState(
+        int(files), int(data_bytes), int(snapshots), int(spans), int(row_groups), int(with_bloom)
+    )
+
+
+def _one(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[Any, ...]:
+    row = con.execute(sql).fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from {sql}")
+    return tuple(row)
+
+
+@dataclass(frozen=True)
+class Query:
+    key: str
+    label: str
+    sql: str
+    point: bool  # a one-conversation query (False: the full-scan baseline)
+
+
+QUERIES = (
+    Query("a", "spans", "SELECT * FROM spans WHERE conversation_id = ?", True),
+    Query(
+        "a'",
+        "spans, id column only",
+        "SELECT conversation_id FROM spans WHERE conversation_id = ?",
+        True,
+    ),
+    Query("b", "tool_calls view", "SELECT * FROM tool_calls WHERE conversation_id = ?", True),
+    Query("c", "conversations view", "SELECT * FROM conversations WHERE conversation_id = ?", True),
+    Query("scan", "full scan", "SELECT count(*), sum(length(attributes)) FROM spans", False),
+)
+QUERY = {q.key: q for q in QUERIES}
+
+
+@dataclass(frozen=True)
+class Timing:
+    scenario: str
+    query: Query
+    rows: int
+    files: int
+    connect_s: float  # median connect() on a fresh connection
+    fresh_s: float  # median query time on a fresh connection (without connect)
+    warm_s: float  # median query time on a warm connection
+
+    @property
+    def fresh_total_s(self) -> float:
+        return self.connect_s + self.fresh_s
+
+
+def _run(con: duckdb.DuckDBPyConnection, query: Query, conversation: str) -> tuple[float, int]:
+    params = [conversation] if query.point else []
+    started = time.perf_counter()
+    rows = con.execute(query.sql, params).fetchall()
+    return time.perf_counter() - started, len(rows)
+
+
+def time_query(
+    lake_dir: Path, scenario: str, query: Query, conversation: str, runs: int, files: int
+) -> Timing:
+    runs = runs if query.point else max(1, (runs + 1) // 2)
+    connects: list[float] = []
+    fresh: list[float] = []
+    rows = 0
+    while len(fresh) < runs:
+        started = time.perf_counter()
+        con = connect(lake_dir)
+        connects.append(time.perf_counter() - started)
+        try:
+            seconds, rows = _run(con, query, conversation)
+        finally:
+            con.close()
+        fresh.append(seconds)
+        if fresh[0] > SLOW_S:
+            runs = min(runs, SLOW_RUNS)  # enough for a median of a slow query
+    warm: list[float] = []
+    con = connect(lake_dir)
+    try:
+        _run(con, query, conversation)  # warm-up, untimed
+        for _ in range(runs):
+            seconds, rows = _run(con, query, conversation)
+            warm.append(seconds)
+    finally:
+        con.close()
+    timing = Timing(
+        scenario,
+        query,
+        rows,
+        files,
+        statistics.median(connects),
+        statistics.median(fresh),
+        statistics.median(warm),
+    )
+    print(
+        f"  ({query.key:<4}) {query.label:<22} {rows:>9,} rows  fresh: connect "
+        f"{_ms(timing.connect_s):>6} + query {_ms(timing.fresh_s):>7} = "
+        f"{_ms(timing.fresh_total_s):>7}   warm: {_ms(timing.warm_s):>7}   "
+        f"(median of {runs})",
+        flush=True,
+    )
+    return timing
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f} ms"
+
+
+def _print_state(what: str, state: LakeState) -> None:
+    print(
+        f"  {what}: {state.spans:,} spans, {state.files:,} data files "
+        f"({state.data_bytes / MIB:,.0f} MiB), {state.snapshots:,} snapshots; "
+        f"{state.row_groups:,} row groups, {state.row_groups_with_bloom:,} of them with a "
+        "conversation_id bloom filter",
+        flush=True,
+    )
+
+
+def open_state(lake_dir: Path) -> LakeState:
+    con = connect(lake_dir)
+    try:
+        return lake_state(con)
+    finally:
+        con.close()
+
+
+def run_maintain(lake_dir: Path) -> tuple[float, dict[str, int]]:
+    con = connect(lake_dir)
+    try:
+        started = time.perf_counter()
+        done = maintain(con, expire_older_than_s=0, delete_older_than_s=0)
+        return time.perf_counter() - started, done
+    finally:
+        con.close()
+
+
+def pick_conversation(lake_dir: Path, layout: Layout, rng: random.Random) -> str:
+    con = connect(lake_dir)
+    try:
+        return conversation_at(con, layout, rng.randrange(layout.spans))
+    finally:
+        con.close()
+
+
+# --- scenarios ----------------------------------------------------------------------------------
+
+
+def big_lake(
+    args: argparse.Namespace, workdir: Path, rng: random.Random
+) -> tuple[list[Timing], Path, Layout, str]:
+    layout = Layout(args.spans, args.in_flight)
+    lake_dir = workdir / "big"
+    print(
+        f"\n== lake of {layout.spans:,} spans in commits of {args.commit_rows:,} "
+        f"(a conversation's spans within {layout.window:,} consecutive spans)",
+        flush=True,
+    )
+    built = build_lake(lake_dir, layout, args.commit_rows, "big lake")
+    state = open_state(lake_dir)
+    print(
+        f"  built in {built.seconds:.1f}s: {built.rate(layout.spans):,.0f} spans/s, "
+        f"{built.commits:,} commits",
+        flush=True,
+    )
+    _print_state("lake", state)
+    conversation = pick_conversation(lake_dir, layout, rng)
+    print(f"  conversation {conversation}:", flush=True)
+    timings = [
+        time_query(lake_dir, "big", q, conversation, args.runs, state.files) for q in QUERIES
+    ]
+    return timings, lake_dir, layout, conversation
+
+
+def fragmented_lake(args: argparse.Namespace, workdir: Path, rng: random.Random) -> list[Timing]:
+    layout = Layout(args.fragmented_spans, args.in_flight)
+    lake_dir = workdir / "fragmented"
+    print(
+        f"\n== fragmented lake: {layout.spans:,} spans in commits of {args.small_commit_rows:,}",
+        flush=True,
+    )
+    built = build_lake(lake_dir, layout, args.small_commit_rows, "fragmented lake")
+    print(
+        f"  built in {built.seconds:.1f}s: {built.rate(layout.spans):,.0f} spans/s, "
+        f"{built.commits:,} commits ({built.commits / built.seconds:,.0f} commits/s)",
+        flush=True,
+    )
+    conversation = pick_conversation(lake_dir, layout, rng)
+    before = open_state(lake_dir)
+    _print_state("before maintain", before)
+    print(f"  conversation {conversation}:", flush=True)
+    timings = [
+        time_query(lake_dir, "fragmented", QUERY[k], conversation, args.runs, before.files)
+        for k in ("a", "scan")
+    ]
+    seconds, done = run_maintain(lake_dir)
+    print(
+        f"  maintain(expire_older_than_s=0, delete_older_than_s=0) took {seconds:.1f}s: "
+        + ", ".join(f"{k} {v:,}" for k, v in done.items()),
+        flush=True,
+    )
+    after = open_state(lake_dir)
+    _print_state("after maintain", after)
+    timings += [
+        time_query(lake_dir, "compacted", QUERY[k], conversation, args.runs, after.files)
+        for k in ("a", "scan")
+    ]
+    return timings
+
+
+def sorted_experiment(
+    args: argparse.Namespace, lake_dir: Path, conversation: str
+) -> tuple[list[Timing], float]:
+    print(
+        "\n== experiment: ALTER TABLE spans SET SORTED BY (conversation_id), then maintain",
+        flush=True,
+    )
+    con = connect(lake_dir)
+    try:
+        con.execute("ALTER TABLE spans SET SORTED BY (conversation_id ASC)")
+    finally:
+        con.close()
+    seconds, done = run_maintain(lake_dir)
+    print(
+        f"  maintain took {seconds:.1f}s: " + ", ".join(f"{k} {v:,}" for k, v in done.items()),
+        flush=True,
+    )
+    state = open_state(lake_dir)
+    _print_state("lake", state)
+    print(f"  conversation {conversation}:", flush=True)
+    timings = [
+        time_query(lake_dir, "big, sorted", QUERY[k], conversation, args.runs, state.files)
+        for k in ("a", "b", "c", "scan")
+    ]
+    return timings, seconds
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Benchmark one-conversation queries on a big lake, and what compaction "
+        "does for a lake filled by many small commits.",
+    )
+    parser.add_argument(
+        "--spans", type=int, default=5_000_000, help="spans in the big lake (default 5,000,000)"
+    )
+    parser.add_argument(
+        "--commit-rows",
+        type=int,
+        default=250_000,
+        help="spans per commit (= per data file) of the big lake (default 250,000)",
+    )
+    parser.add_argument(
+        "--fragmented-spans",
+        type=int,
+        default=500_000,
+        help="spans in the fragmented lake (default 500,000)",
+    )
+    parser.add_argument(
+        "--small-commit-rows",
+        type=int,
+        default=512,
+        help="spans per commit of the fragmented lake (default 512)",
+    )
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=0,
+        help="conversations open at once; a conversation's spans lie within this many times "
+        "10 consecutive spans (default 0: anywhere in the lake, uniformly)",
+    )
+    parser.add_argument(
+        "--runs", type=int, default=5, help="timed runs per query and connection kind"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="picks the conversation queried")
+    parser.add_argument(
+        "--try-sorted",
+        action="store_true",
+        help="also sort the big lake by conversation_id on compaction and time it again",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 500,000 + 100,000 spans, 3 runs"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.spans = min(args.spans, 500_000)
+        args.commit_rows = min(args.commit_rows, 50_000)
+        args.fragmented_spans = min(args.fragmented_spans, 100_000)
+        args.runs = min(args.runs, 3)
+    for name in ("spans", "commit_rows", "fragmented_spans", "small_commit_rows", "runs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
+    if args.in_flight < 0:
+        parser.error("--in-flight must be 0 or more")
+    return args
+
+
+def print_summary(timings: list[Timing], args: argparse.Namespace) -> None:
+    width = 34
+    print()
+    print(
+        f"Summary ({args.spans:,}-span lake in {args.commit_rows:,}-span commits; fragmented "
+        f"lake {args.fragmented_spans:,} spans in {args.small_commit_rows:,}-span commits; "
+        f"median of {args.runs} runs; {os.cpu_count()} CPUs)"
+    )
+    print(
+        f"{'lake / query':<{width}}{'rows':>11}{'files':>7}{'connect':>10}{'fresh':>10}"
+        f"{'conn+fresh':>12}{'warm':>10}   target"
+    )
+    for t in timings:
+        if t.query.point and t.query.key != "a'":
+            verdict = "< 1 s" if t.fresh_total_s < TARGET_S else "OVER 1 s"
+        else:
+            verdict = "(baseline)" if not t.query.point else "(diagnostic)"
+        print(
+            f"{t.scenario + ' (' + t.query.key + ') ' + t.query.label:<{width}}{t.rows:>11,}"
+            f"{t.files:>7,}{_ms(t.connect_s):>10}{_ms(t.fresh_s):>10}"
+            f"{_ms(t.fresh_total_s):>12}{_ms(t.warm_s):>10}   {verdict}"
+        )
+    print()
+    print(
+        "Target (for context; not asserted): a query for one conversation's spans in a lake of "
+        "5 million spans answers in under a second (connect + query on a fresh connection, as "
+        "`spanscore sql` does, Python start-up not counted)."
+    )
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages, or '?' where the platform has none."""
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+_signals: list[int] = []  # signals received; DuckDB turns the KeyboardInterrupt into its own error
+
+
+def _raise_interrupt(signum: int, frame: types.FrameType | None) -> None:
+    _signals.append(signum)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # clean up on SIGTERM as on Ctrl-C
+    workdir = Path(tempfile.mkdtemp(prefix="spanscore-query-bench-"))
+    rng = random.Random(args.seed)
+    try:
+        started = time.perf_counter()
+        print(
+            f"spanscore query benchmark: DuckDB {duckdb.__version__}, {os.cpu_count()} CPUs, "
+            f"{len(schema.SPANS)} span columns; load average {_load()}",
+            flush=True,
+        )
+        unfilled = unfilled_columns()
+        if unfilled:
+            print(f"  columns this benchmark leaves NULL: {', '.join(unfilled)}")
+        timings, lake_dir, _layout, conversation = big_lake(args, workdir, rng)
+        timings += fragmented_lake(args, workdir, rng)
+        if args.try_sorted:
+            sorted_timings, _ = sorted_experiment(args, lake_dir, conversation)
+            timings += sorted_timings
+        print_summary(timings, args)
+        print(
+            f"\n(total run time {time.perf_counter() - started:.0f}s; load average now {_load()}: "
+            "other work on the machine shows up in these timings)"
+        )
+        return 0
+    except (KeyboardInterrupt, duckdb.Error, RuntimeError) as exc:
+        if isinstance(exc, KeyboardInterrupt) or _signals:
+            print("\ninterrupted", file=sys.stderr)
+            return 130
+        raise
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
