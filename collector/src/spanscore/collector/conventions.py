@@ -208,6 +208,27 @@ def _indexed(attrs: Mapping[str, Any], prefix: str) -> dict[int, dict[str, Any]]
     return out
 
 
+def _indexed_message(
+    role: Any,
+    text: str | None,
+    calls: dict[int, dict[str, Any]],
+    tool_call_id: Any,
+    keys: tuple[str, str],
+) -> Message:
+    """A canonical message from flattened fields; `keys` name a call's name and arguments."""
+    message: Message = {
+        "role": role,
+        "text": text,
+        "tool_calls": [
+            _call(c.get("id"), c.get(keys[0]), c.get(keys[1])) for _, c in sorted(calls.items())
+        ],
+    }
+    if role == "tool":  # a tool message's text is the result the model saw
+        message["tool_results"] = [{"id": tool_call_id, "result": _loads(text)}]
+        message["text"] = None
+    return message
+
+
 _OI_CALL = re.compile(
     r"^message\.tool_calls\.(\d+)\.tool_call\.(id|function\.name|function\.arguments)$"
 )
@@ -227,21 +248,15 @@ def _openinference_list(attrs: Mapping[str, Any], prefix: str) -> list[Message]:
         text = fields.get("message.content")
         if not isinstance(text, str):
             text = "\n".join(v for _, v in sorted(texts.items())) or None
-        role = fields.get("message.role")
-        message: Message = {
-            "role": role,
-            "text": text,
-            "tool_calls": [
-                _call(c.get("id"), c.get("function.name"), c.get("function.arguments"))
-                for _, c in sorted(calls.items())
-            ],
-        }
-        if role == "tool":
-            message["tool_results"] = [
-                {"id": fields.get("message.tool_call_id"), "result": _loads(text)}
-            ]
-            message["text"] = None
-        messages.append(message)
+        messages.append(
+            _indexed_message(
+                fields.get("message.role"),
+                text,
+                calls,
+                fields.get("message.tool_call_id"),
+                ("function.name", "function.arguments"),
+            )
+        )
     return messages
 
 
@@ -264,22 +279,16 @@ def _traceloop_list(attrs: Mapping[str, Any], prefix: str) -> list[Message]:
         for rest, value in fields.items():
             if m := _TL_CALL.match(rest):
                 calls.setdefault(int(m.group(1)), {})[m.group(2)] = value
-        role = fields.get("role")
         content = fields.get("content")
-        message: Message = {
-            "role": role,
-            "text": content if isinstance(content, str) else None,
-            "tool_calls": [
-                _call(c.get("id"), c.get("name"), c.get("arguments"))
-                for _, c in sorted(calls.items())
-            ],
-        }
-        if role == "tool":
-            message["tool_results"] = [
-                {"id": fields.get("tool_call_id"), "result": _loads(content)}
-            ]
-            message["text"] = None
-        messages.append(message)
+        messages.append(
+            _indexed_message(
+                fields.get("role"),
+                content if isinstance(content, str) else None,
+                calls,
+                fields.get("tool_call_id"),
+                ("name", "arguments"),
+            )
+        )
     return messages
 
 
