@@ -36,6 +36,7 @@ Run (from the repository root)::
 
 from __future__ import annotations
 
+import abc
 import argparse
 import contextlib
 import http.client
@@ -643,11 +644,11 @@ def _backoff(attempt: int) -> float:
 RETRY_GRACE_S = 30.0
 
 
-class Exporter:
+class Exporter(abc.ABC):
     """One client: sends a body, returns ('ok', rejected) / ('refused', why) / ('error', why)."""
 
-    def send(self, body: bytes) -> tuple[str, int | str]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def send(self, body: bytes) -> tuple[str, int | str]: ...
 
     def close(self) -> None:
         pass
