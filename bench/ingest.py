@@ -650,8 +650,8 @@ class Exporter(abc.ABC):
     @abc.abstractmethod
     def send(self, body: bytes) -> tuple[str, int | str]: ...
 
-    def close(self) -> None:
-        pass
+    @abc.abstractmethod
+    def close(self) -> None: ...
 
 
 class GrpcExporter(Exporter):
