@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
+import sys
 import threading
 from typing import Any
 
@@ -98,6 +100,13 @@ def instrument(
         )
         provider.add_span_processor(processor)
         _state.update(provider=provider, processor=processor, stamper=stamper, owned=owned)
+        if importlib.util.find_spec("agents") is not None:  # the OpenAI Agents SDK's shim
+            try:
+                from .openai_agents import OpenAIAgentsInstrumentor
+
+                OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
+            except Exception:
+                log.warning("could not instrument openai-agents", exc_info=True)
         return provider
 
 
@@ -111,6 +120,12 @@ def uninstrument(timeout_millis: int = 30_000) -> None:
     with _lock:
         if not _state:
             return
+        shim = sys.modules.get("spanscore.instrumentation.openai_agents")
+        if shim is not None:  # instrument() loaded it: remove its processor from the SDK
+            try:
+                shim.OpenAIAgentsInstrumentor().uninstrument()
+            except Exception:
+                log.warning("could not uninstrument openai-agents", exc_info=True)
         processor: BatchSpanProcessor = _state["processor"]
         processor.force_flush(timeout_millis)
         processor.shutdown()  # type: ignore[no-untyped-call]
