@@ -346,3 +346,118 @@ def test_show_prints_the_tree(collector: Collector, lake_dir: Path) -> None:
     missing = CliRunner().invoke(main, ["show", "nope", "--lake", str(lake_dir)])
     assert missing.exit_code == 1
     assert "no conversation 'nope'" in missing.output
+
+
+def _post_logs(collector: Collector, records: list[Any]) -> None:
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+
+    request = logs_service_pb2.ExportLogsServiceRequest()
+    scope_logs = request.resource_logs.add().scope_logs.add()
+    scope_logs.log_records.extend(records)
+    conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
+    conn.request(
+        "POST", "/v1/logs", request.SerializeToString(), {"Content-Type": "application/x-protobuf"}
+    )
+    response = conn.getresponse()
+    assert response.status == 200, response.read()
+
+
+def _record(span: trace_pb2.Span, event: str, body: dict[str, Any] | None, **attrs: Any) -> Any:
+    from opentelemetry.proto.logs.v1 import logs_pb2
+
+    record = logs_pb2.LogRecord(
+        trace_id=span.trace_id,
+        span_id=span.span_id,
+        time_unix_nano=span.start_time_unix_nano,
+        event_name=event,
+        attributes=[f.attr(k, v) for k, v in attrs.items()],
+    )
+    if body is not None:
+        for key, value in body.items():
+            kv = record.body.kvlist_value.values.add(key=key)
+            kv.value.string_value = value if isinstance(value, str) else json.dumps(value)
+    return record
+
+
+@pytest.mark.parametrize("form", ["deprecated-events", "operation-details"])
+def test_messages_sent_as_log_records_rebuild_like_attributes(
+    collector: Collector, lake_dir: Path, form: str
+) -> None:
+    # Producers in event mode put the messages in log records linked to the model call's span.
+    chat = f.span(
+        "chat gpt",
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.conversation.id": f"ev-{form}"},
+    )
+    answer = f.span(
+        "chat gpt",
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.conversation.id": f"ev-{form}"},
+    )
+    answer.start_time_unix_nano = chat.end_time_unix_nano + 10
+    answer.end_time_unix_nano = answer.start_time_unix_nano + 10
+    _post(collector, [chat, answer])
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_order", "arguments": '{"order_id": "ORD-1"}'},
+    }
+    if form == "deprecated-events":
+        records = [
+            _record(chat, "gen_ai.user.message", {"content": "Where is ORD-1?"}),
+            _record(chat, "gen_ai.choice", {"message": {"tool_calls": [call]}}),
+            _record(answer, "gen_ai.user.message", {"content": "Where is ORD-1?"}),
+            _record(
+                answer, "gen_ai.tool.message", {"id": "call_1", "content": '{"status": "shipped"}'}
+            ),
+            _record(answer, "gen_ai.choice", {"message": {"content": "It has shipped."}}),
+        ]
+    else:
+        user = {"role": "user", "parts": [{"type": "text", "content": "Where is ORD-1?"}]}
+        ask = {
+            "role": "assistant",
+            "parts": [
+                {
+                    "type": "tool_call",
+                    "id": "call_1",
+                    "name": "get_order",
+                    "arguments": {"order_id": "ORD-1"},
+                }
+            ],
+        }
+        tool = {
+            "role": "tool",
+            "parts": [
+                {"type": "tool_call_response", "id": "call_1", "response": '{"status": "shipped"}'}
+            ],
+        }
+        text = {"role": "assistant", "parts": [{"type": "text", "content": "It has shipped."}]}
+        details = "gen_ai.client.inference.operation.details"
+        records = [
+            _record(
+                chat,
+                details,
+                None,
+                **{
+                    "gen_ai.input.messages": json.dumps([user]),
+                    "gen_ai.output.messages": json.dumps([ask]),
+                },
+            ),
+            _record(
+                answer,
+                details,
+                None,
+                **{
+                    "gen_ai.input.messages": json.dumps([user, ask, tool]),
+                    "gen_ai.output.messages": json.dumps([text]),
+                },
+            ),
+        ]
+    _post_logs(collector, records)
+    t = load_trajectory(open_lake(lake_dir), f"ev-{form}")
+    assert t is not None
+    assert [(turn.user_message, turn.final_response) for turn in t.turns] == [
+        ("Where is ORD-1?", "It has shipped.")
+    ]
+    assert [(c.name, c.arguments, c.result, c.source) for c in t.tool_calls] == [
+        ("get_order", {"order_id": "ORD-1"}, {"status": "shipped"}, "messages")
+    ]
+    _view_agrees(lake_dir, t)

@@ -192,6 +192,35 @@ def genai_messages(
     return inputs, outputs
 
 
+def log_record_messages(
+    event_name: str | None, attrs: Mapping[str, Any], body: Any
+) -> tuple[str | None, bytes | None, bytes | None, str | None]:
+    """What one GenAI log record says about its model call, as the `logs` columns
+    (user_message, tool_calls_requested, tool_results, response_text).
+
+    Two shapes: a record carrying whole message lists in `gen_ai.input.messages` /
+    `gen_ai.output.messages` (the `gen_ai.client.inference.operation.details` event), or one
+    deprecated per-message event (`gen_ai.user.message`, `gen_ai.choice`, ...) whose payload
+    is the body (or the attributes).
+    """
+    if "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs:
+        inputs = _genai_list(attrs.get("gen_ai.input.messages"))
+        outputs = _genai_list(attrs.get("gen_ai.output.messages"))
+    else:
+        payload = body if isinstance(body, dict) else _event_payload({"attributes": attrs})
+        found = deprecated_event_message(str(event_name), payload)
+        if found is None:
+            return None, None, None, None
+        inputs, outputs = ([found[1]], []) if found[0] == "input" else ([], [found[1]])
+    user, requested, results, text = summarize_messages(inputs, outputs)
+    return (
+        user,
+        orjson.dumps(requested) if requested else None,
+        orjson.dumps(results, default=str) if results else None,
+        text,
+    )
+
+
 # --- flattened (indexed) message attributes: OpenInference and older OpenLLMetry ------------
 
 

@@ -22,7 +22,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from spanscore.lake import schema
 
-from .conventions import Extractor
+from .conventions import Extractor, log_record_messages
 
 SPANS_SCHEMA = schema.arrow_schema(schema.SPANS)
 LOGS_SCHEMA = schema.arrow_schema(schema.LOGS)
@@ -396,6 +396,9 @@ class Flattener:
                             scope_version,
                             record.dropped_attributes_count + dropped,
                             str(conversation) if conversation is not None else None,
+                            *log_record_messages(
+                                event_name if isinstance(event_name, str) else None, attrs, body
+                            ),
                             "; ".join(notes) if notes else None,
                             None,
                         )

@@ -34,6 +34,8 @@ import duckdb
 import orjson
 from pydantic import BaseModel, Field
 
+from spanscore.lake.schema import SPANS_WITH_EVENTS
+
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -131,7 +133,7 @@ COLUMNS = (
 _QUERY = """
 WITH {targets}picked AS (
     SELECT {columns}, conversation_id AS own_conversation_id
-    FROM spans
+    FROM {spans}
     WHERE operation IS NOT NULL {restrict}
 ), resolved AS (
     SELECT *, coalesce(
@@ -205,6 +207,7 @@ def load_trajectories(
         restrict = "AND trace_id IN (SELECT trace_id FROM traces)"
         final = "WHERE conversation_id IN (SELECT conversation_id FROM chosen)"
     sql = _QUERY.format(
+        spans=SPANS_WITH_EVENTS,
         targets=targets,
         columns=", ".join(c for c in COLUMNS if c != "conversation_id"),
         restrict=restrict,

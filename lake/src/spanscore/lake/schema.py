@@ -115,6 +115,10 @@ LOGS: tuple[Column, ...] = (
     Column("scope_version", "VARCHAR", "instrumentation scope version"),
     Column("dropped_attributes_count", "BIGINT", "attributes dropped by the producer or by limits"),
     Column("conversation_id", "VARCHAR", "conversation id when the record carries one"),
+    Column("user_message", "VARCHAR", "latest user message the record carries (GenAI events)"),
+    Column("tool_calls_requested", "JSON", "tool calls a model output in it asked for"),
+    Column("tool_results", "JSON", "tool results it carries: [{id, result}]"),
+    Column("response_text", "VARCHAR", "model answer text it carries"),
     Column("ingest_notes", "VARCHAR", "what the collector changed: limits applied, redactions"),
     Column("ingest_time", "TIMESTAMPTZ", "when the collector committed the record"),
 )
@@ -175,13 +179,43 @@ TABLES: dict[str, tuple[Column, ...]] = {
 # - tool calls are the tool spans; a conversation with no tool span at all (client-level
 #   instrumentation) gets its tool calls from what its model calls requested, with the results
 #   later model calls received.
-_RESOLVED = """
+_CALLS_TYPE = """'[{"id": "VARCHAR", "name": "VARCHAR", "arguments": "JSON"}]'"""
+_RESULTS_TYPE = """'[{"id": "VARCHAR", "result": "JSON"}]'"""
+
+# Spans with what their GenAI log records say about the model call (producers that send
+# messages as events, not attributes), where the span's own attributes say nothing.
+SPANS_WITH_EVENTS = f"""(
+    SELECT s.* REPLACE (
+        coalesce(s.user_message, e.user_message) AS user_message,
+        coalesce(s.tool_calls_requested, e.tool_calls_requested) AS tool_calls_requested,
+        coalesce(s.tool_results, e.tool_results) AS tool_results,
+        coalesce(s.response_text, e.response_text) AS response_text)
+    FROM spans s LEFT JOIN (
+        SELECT trace_id, span_id,
+            arg_max(user_message, time_unix_nano)
+                FILTER (WHERE user_message IS NOT NULL) AS user_message,
+            CASE WHEN count(tool_calls_requested) > 0 THEN to_json(flatten(list(
+                from_json(tool_calls_requested, {_CALLS_TYPE}) ORDER BY time_unix_nano)
+                FILTER (WHERE tool_calls_requested IS NOT NULL))) END AS tool_calls_requested,
+            CASE WHEN count(tool_results) > 0 THEN to_json(flatten(list(
+                from_json(tool_results, {_RESULTS_TYPE}) ORDER BY time_unix_nano)
+                FILTER (WHERE tool_results IS NOT NULL))) END AS tool_results,
+            string_agg(response_text, '\n' ORDER BY time_unix_nano) AS response_text
+        FROM logs
+        WHERE span_id IS NOT NULL AND (user_message IS NOT NULL
+            OR tool_calls_requested IS NOT NULL OR tool_results IS NOT NULL
+            OR response_text IS NOT NULL)
+        GROUP BY trace_id, span_id
+    ) e ON e.trace_id = s.trace_id AND e.span_id = s.span_id
+)"""
+
+_RESOLVED = f"""
     resolved AS (
         SELECT s.*, coalesce(
             max(s.conversation_id) FILTER (WHERE s.conversation_id <> s.trace_id)
                 OVER (PARTITION BY s.trace_id),
             s.conversation_id) AS conv
-        FROM spans s
+        FROM {SPANS_WITH_EVENTS} s
     )"""
 
 VIEWS: dict[str, str] = {
@@ -223,7 +257,7 @@ VIEWS: dict[str, str] = {
         answered AS (
             SELECT conv, r.id, arg_max(r.result, start_time_unix_nano) AS result
             FROM (SELECT conv, start_time_unix_nano, unnest(from_json(tool_results,
-                    '[{{"id": "VARCHAR", "result": "JSON"}}]')) AS r
+                    {_RESULTS_TYPE})) AS r
                   FROM resolved WHERE tool_results IS NOT NULL)
             GROUP BY conv, r.id
         ),
@@ -235,8 +269,7 @@ VIEWS: dict[str, str] = {
                    q.end_time AS start_time, NULL::TIMESTAMPTZ AS end_time,
                    NULL::DOUBLE AS latency_ms,
                    q.agent_name, q.service_name, q.convention AS producer, 'messages' AS source
-            FROM (SELECT *, unnest(from_json(tool_calls_requested,
-                    '[{{"id": "VARCHAR", "name": "VARCHAR", "arguments": "JSON"}}]')) AS c
+            FROM (SELECT *, unnest(from_json(tool_calls_requested, {_CALLS_TYPE})) AS c
                   FROM resolved
                   WHERE tool_calls_requested IS NOT NULL
                     AND conv NOT IN (SELECT conv FROM resolved
@@ -279,7 +312,7 @@ VIEWS: dict[str, str] = {
     """,
 }
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
 # tables that already have their columns: later migrations must be idempotent (IF NOT EXISTS).
@@ -293,4 +326,11 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     # 3: views follow the trajectory rules (turns, tool calls rebuilt from messages).
     3: [],
+    # 4: GenAI log records (messages sent as events) read like span attributes.
+    4: [
+        "ALTER TABLE logs ADD COLUMN IF NOT EXISTS user_message VARCHAR",
+        "ALTER TABLE logs ADD COLUMN IF NOT EXISTS tool_calls_requested JSON",
+        "ALTER TABLE logs ADD COLUMN IF NOT EXISTS tool_results JSON",
+        "ALTER TABLE logs ADD COLUMN IF NOT EXISTS response_text VARCHAR",
+    ],
 }
