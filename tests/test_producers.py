@@ -62,6 +62,7 @@ from spanscore.evaluation import load_trajectories
 from spanscore.examples.customer_service.scripted import Conversation, Turn
 from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy
 from spanscore.lake import connect
+from spanscore.lake.schema import SPANS_WITH_EVENTS
 
 from .conftest import query
 
@@ -138,6 +139,12 @@ class Producer:
     tool_span_call_ids: bool  # ... carrying the model's call id
     failed_tool_error_type: str | None  # error_type of the failed tool call's span
     log_events: str | None  # the log records it sends per model call (event name)
+    venv: str = ""  # the requirements file (default: the name)
+    messages_on_spans: bool = True  # False: the messages are only in its log records
+
+    @property
+    def requirements(self) -> str:
+        return self.venv or self.name
 
 
 PRODUCERS = {
@@ -152,6 +159,20 @@ PRODUCERS = {
             tool_span_call_ids=True,
             failed_tool_error_type="__main__.ToolError",
             log_events="gen_ai.client.inference.operation.details",
+        ),
+        # The same package with content in events only: the messages reach the lake in log
+        # records linked to the model-call spans, never in span attributes.
+        Producer(
+            "openai-v2-events",
+            convention="genai",
+            scope="opentelemetry.util.genai.handler",
+            spans_carry_conversation=False,
+            tool_spans=True,
+            tool_span_call_ids=True,
+            failed_tool_error_type="__main__.ToolError",
+            log_events="gen_ai.client.inference.operation.details",
+            venv="openai-v2",
+            messages_on_spans=False,
         ),
         Producer(
             "openinference",
@@ -278,7 +299,9 @@ def _build_venv(name: str) -> Venv:
 def producer_venvs() -> dict[str, Venv]:
     """Every producer's venv, built in parallel (the first time: minutes; then: instant)."""
     with ThreadPoolExecutor(len(PRODUCERS)) as pool:
-        built = dict(zip(PRODUCERS, pool.map(build_venv, PRODUCERS), strict=True))
+        names = sorted({p.requirements for p in PRODUCERS.values()})
+        by_file = dict(zip(names, pool.map(build_venv, names), strict=True))
+        built = {name: by_file[p.requirements] for name, p in PRODUCERS.items()}
     for name, venv in built.items():
         state = "reused" if venv.reused else "built"
         print(f"producer venv {name}: {state} in {venv.seconds:.1f}s", file=sys.stderr)
@@ -382,11 +405,13 @@ def _value(result: Any) -> Any:
 
 
 def model_calls(run: Run) -> list[dict[str, Any]]:
-    """The model-call spans, in start order, with their extracted columns (JSON parsed)."""
+    """The model-call spans, in start order, with their extracted columns (JSON parsed): the
+    span's own, or, for a producer that sends messages as events, those of its log records."""
+    source = "spans" if run.producer.messages_on_spans else SPANS_WITH_EVENTS
     rows = run.sql(
-        """SELECT span_id, user_message, tool_calls_requested, tool_results, response_text,
+        f"""SELECT span_id, user_message, tool_calls_requested, tool_results, response_text,
                   convention, scope_name
-           FROM spans WHERE operation = 'chat' ORDER BY start_time_unix_nano"""
+           FROM {source} s WHERE operation = 'chat' ORDER BY start_time_unix_nano"""
     )
     return [
         {
@@ -512,6 +537,15 @@ def test_tool_spans(run: Run) -> None:
         assert rows == []  # its tool calls are known from the model calls' messages only
         return
     planned = [(n, a) for turn in PLAN.turns for step in turn.steps for n, a in step]
+    if not run.producer.messages_on_spans:
+        # Content goes to events only: tool spans carry the call ids and outcome, no content.
+        calls = sorted((r[1], r[0], r[5]) for r in rows)
+        ids = sorted((run.call_id(n, a), n) for n, a in planned)
+        assert [(c[0], c[1]) for c in calls] == ids
+        assert all(r[2] is None and r[3] is None for r in rows)
+        failed = [r for r in rows if r[5] == "ERROR"]
+        assert [r[4] for r in failed] == [run.producer.failed_tool_error_type]
+        return
     got = sorted(rows, key=lambda r: _key(r[0], _json(r[2])))
     assert [(r[0], _json(r[2])) for r in got] == sorted(planned, key=lambda c: _key(*c))
     for name, call_id, arguments, result, error_type, status, error_text in got:

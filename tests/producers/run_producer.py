@@ -62,6 +62,10 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
         "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "span_and_event",
     },
+    "openai-v2-events": {
+        "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "event_only",
+    },
     "openinference": {},
     "openinference-agents": {},
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
@@ -405,6 +409,7 @@ def run_openinference_agents(spec: dict[str, Any], telemetry: Telemetry, tools: 
 
 PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "openai-v2": run_openai_v2,
+    "openai-v2-events": run_openai_v2,
     "openinference": run_openinference,
     "openinference-agents": run_openinference_agents,
     "openllmetry": run_openllmetry,

@@ -244,15 +244,11 @@ VIEWS: dict[str, str] = {
                 ORDER BY min(start_time_unix_nano), trace_id) - 1 AS turn_index
             FROM resolved GROUP BY conv, trace_id
         ),
-        from_spans AS (
-            SELECT conv AS conversation_id, trace_id, span_id, parent_span_id,
-                   start_time_unix_nano AS t, tool_name, tool_call_id,
-                   tool_arguments AS arguments, tool_result AS result,
-                   CASE WHEN status_code = 'ERROR' OR error_type IS NOT NULL
-                        THEN coalesce(error_type, status_message, 'error') END AS error,
-                   start_time, end_time, duration_ms AS latency_ms,
-                   agent_name, service_name, convention AS producer, 'span' AS source
-            FROM resolved WHERE operation = 'execute_tool'
+        requested AS (
+            SELECT conv, trace_id, span_id, end_time_unix_nano, end_time, agent_name,
+                   service_name, convention,
+                   unnest(from_json(tool_calls_requested, {_CALLS_TYPE})) AS c
+            FROM resolved WHERE tool_calls_requested IS NOT NULL
         ),
         answered AS (
             SELECT conv, r.id, arg_max(r.result, start_time_unix_nano) AS result
@@ -260,6 +256,21 @@ VIEWS: dict[str, str] = {
                     {_RESULTS_TYPE})) AS r
                   FROM resolved WHERE tool_results IS NOT NULL)
             GROUP BY conv, r.id
+        ),
+        -- A tool span's content, where the producer put it only in the messages (events).
+        from_spans AS (
+            SELECT s.conv AS conversation_id, s.trace_id, s.span_id, s.parent_span_id,
+                   s.start_time_unix_nano AS t, s.tool_name, s.tool_call_id,
+                   coalesce(s.tool_arguments, q.c.arguments) AS arguments,
+                   coalesce(s.tool_result, a.result::VARCHAR) AS result,
+                   CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
+                        THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
+                   s.start_time, s.end_time, s.duration_ms AS latency_ms,
+                   s.agent_name, s.service_name, s.convention AS producer, 'span' AS source
+            FROM resolved s
+            LEFT JOIN requested q ON q.conv = s.conv AND q.c.id = s.tool_call_id
+            LEFT JOIN answered a ON a.conv = s.conv AND a.id = s.tool_call_id
+            WHERE s.operation = 'execute_tool'
         ),
         from_messages AS (
             SELECT q.conv AS conversation_id, q.trace_id, NULL AS span_id,
@@ -269,12 +280,9 @@ VIEWS: dict[str, str] = {
                    q.end_time AS start_time, NULL::TIMESTAMPTZ AS end_time,
                    NULL::DOUBLE AS latency_ms,
                    q.agent_name, q.service_name, q.convention AS producer, 'messages' AS source
-            FROM (SELECT *, unnest(from_json(tool_calls_requested, {_CALLS_TYPE})) AS c
-                  FROM resolved
-                  WHERE tool_calls_requested IS NOT NULL
-                    AND conv NOT IN (SELECT conv FROM resolved
-                                     WHERE operation = 'execute_tool')) q
+            FROM requested q
             LEFT JOIN answered a ON a.conv = q.conv AND a.id = q.c.id
+            WHERE q.conv NOT IN (SELECT conv FROM resolved WHERE operation = 'execute_tool')
         ),
         calls AS (SELECT * FROM from_spans UNION ALL BY NAME SELECT * FROM from_messages)
         SELECT c.conversation_id, c.trace_id, c.span_id, c.parent_span_id,
@@ -312,7 +320,7 @@ VIEWS: dict[str, str] = {
     """,
 }
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
 # tables that already have their columns: later migrations must be idempotent (IF NOT EXISTS).
@@ -333,4 +341,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE logs ADD COLUMN IF NOT EXISTS tool_results JSON",
         "ALTER TABLE logs ADD COLUMN IF NOT EXISTS response_text VARCHAR",
     ],
+    # 5: tool_calls fills a tool span's arguments and result from the messages when the
+    # producer put its content only there.
+    5: [],
 }
