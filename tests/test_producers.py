@@ -19,6 +19,11 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   0.24.0 (Responses API), openinference-instrumentation 0.1.72.
 - openllmetry: opentelemetry-instrumentation-openai 0.62.4 (Traceloop), with
   opentelemetry-semantic-conventions-ai 0.5.1, without traceloop-sdk.
+- openai-v2-events: the openai-v2 venv with content capture `event_only`: messages only in
+  log records, merged into their spans when read.
+- spanscore-agents: spanscore's own OpenAI Agents SDK shim, run in the project's venv (the dev
+  extra pins openai-agents 0.24.0): the same conversation as openinference-agents, with call
+  ids recovered on the tool spans and the run's `group_id` as the conversation.
 
 What each producer cannot carry, asserted as such:
 
@@ -139,7 +144,7 @@ class Producer:
     tool_span_call_ids: bool  # ... carrying the model's call id
     failed_tool_error_type: str | None  # error_type of the failed tool call's span
     log_events: str | None  # the log records it sends per model call (event name)
-    venv: str = ""  # the requirements file (default: the name)
+    venv: str = ""  # the requirements file (default: the name); "project": this test's venv
     messages_on_spans: bool = True  # False: the messages are only in its log records
 
     @property
@@ -193,6 +198,18 @@ PRODUCERS = {
             tool_span_call_ids=False,
             failed_tool_error_type=None,  # only the span status says so (message included)
             log_events=None,
+        ),
+        # spanscore's own shim, installed with the project (its dev extra pins openai-agents).
+        Producer(
+            "spanscore-agents",
+            convention="genai",
+            scope="spanscore.instrumentation.openai_agents",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=True,
+            failed_tool_error_type="order ORD-9999 not found",  # the SDK keeps no type
+            log_events=None,
+            venv="project",
         ),
         Producer(
             "openllmetry",
@@ -299,8 +316,9 @@ def _build_venv(name: str) -> Venv:
 def producer_venvs() -> dict[str, Venv]:
     """Every producer's venv, built in parallel (the first time: minutes; then: instant)."""
     with ThreadPoolExecutor(len(PRODUCERS)) as pool:
-        names = sorted({p.requirements for p in PRODUCERS.values()})
+        names = sorted({p.requirements for p in PRODUCERS.values()} - {"project"})
         by_file = dict(zip(names, pool.map(build_venv, names), strict=True))
+        by_file["project"] = Venv(Path(sys.executable), reused=True)
         built = {name: by_file[p.requirements] for name, p in PRODUCERS.items()}
     for name, venv in built.items():
         state = "reused" if venv.reused else "built"

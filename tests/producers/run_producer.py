@@ -68,6 +68,7 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     },
     "openinference": {},
     "openinference-agents": {},
+    "spanscore-agents": {},
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
 }
 
@@ -347,20 +348,18 @@ def run_openllmetry(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) ->
     chat_loop(spec, tools, turn_scope)
 
 
-def run_openinference_agents(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
-    from agents import (
-        Agent,
-        Runner,
-        set_default_openai_api,
-        set_default_openai_client,
-    )
+def _agents_conversation(
+    spec: dict[str, Any],
+    tools: Tools,
+    session: Callable[[], AbstractContextManager[Any]],
+    run_config: Any = None,
+) -> None:
+    """The conversation through the OpenAI Agents SDK (Responses API), whoever instruments it."""
+    from agents import Agent, Runner, set_default_openai_api, set_default_openai_client
     from agents.tool import function_tool
     from agents.tool_context import ToolContext
     from openai import AsyncOpenAI
-    from openinference.instrumentation import using_session
-    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
-    OpenAIAgentsInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
     client = AsyncOpenAI(base_url=spec["llm_base_url"], api_key="test", max_retries=0)
     set_default_openai_client(client, use_for_tracing=False)
     set_default_openai_api("responses")
@@ -400,11 +399,29 @@ def run_openinference_agents(spec: dict[str, Any], telemetry: Telemetry, tools: 
         for index, turn in enumerate(spec["turns"]):
             tools.turn = index
             items = [*items, {"role": "user", "content": turn["user"]}]
-            with using_session(spec["conversation_id"]):
-                result = await Runner.run(agent, items)
+            with session():
+                result = await Runner.run(agent, items, run_config=run_config)
             items = result.to_input_list()
 
     asyncio.run(conversation())
+
+
+def run_openinference_agents(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    from openinference.instrumentation import using_session
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    OpenAIAgentsInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+    _agents_conversation(spec, tools, lambda: using_session(spec["conversation_id"]))
+
+
+def run_spanscore_agents(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    """spanscore's own shim: the run's group_id is the conversation."""
+    from agents import RunConfig
+
+    from spanscore.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    OpenAIAgentsInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+    _agents_conversation(spec, tools, nullcontext, RunConfig(group_id=spec["conversation_id"]))
 
 
 PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
@@ -412,6 +429,7 @@ PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "openai-v2-events": run_openai_v2,
     "openinference": run_openinference,
     "openinference-agents": run_openinference_agents,
+    "spanscore-agents": run_spanscore_agents,
     "openllmetry": run_openllmetry,
 }
 
