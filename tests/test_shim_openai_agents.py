@@ -440,3 +440,105 @@ def test_instrument_registers_the_shim_when_agents_is_installed(sdk_processors: 
         instrumentation.uninstrument()
     assert not OpenAIAgentsInstrumentor().is_instrumented
     assert list(shim.registered_processors()) == []
+
+
+# --- privacy: what content the shim records ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "kind", "value", "expected"),
+    [
+        # captured as is by default
+        ({}, "tool_arguments", '{"email": "a@b.c"}', '{"email": "a@b.c"}'),
+        # a kind switched off records nothing
+        ({"tool_results": False}, "tool_results", '{"ok": true}', None),
+        # key patterns, nested, JSON text stays JSON text
+        (
+            {"redact_keys": ("email", "*token*")},
+            "tool_arguments",
+            '{"email": "a@b.c", "auth": {"api_token": "t"}, "n": 1}',
+            '{"email": "[REDACTED]", "auth": {"api_token": "[REDACTED]"}, "n": 1}',
+        ),
+        # inside messages too (a tool_call part's arguments)
+        (
+            {"redact_keys": ("card_number",)},
+            "messages",
+            '[{"parts": [{"arguments": {"card_number": "4111"}}]}]',
+            '[{"parts": [{"arguments": {"card_number": "[REDACTED]"}}]}]',
+        ),
+        # a value that is not JSON is passed to the hook as text
+        (
+            {"redactor": lambda kind, v: v.replace("secret", "***")},
+            "tool_results",
+            "a secret",
+            "a ***",
+        ),
+        # a failing hook records nothing, never the raw value
+        ({"redactor": lambda kind, v: 1 / 0}, "tool_arguments", '{"pin": 1234}', None),
+    ],
+    ids=["default", "switched-off", "key-patterns", "in-messages", "hook-text", "hook-fails"],
+)
+def test_content_policy(policy: dict[str, Any], kind: str, value: Any, expected: Any) -> None:
+    from spanscore.instrumentation import ContentPolicy
+
+    assert ContentPolicy(**policy).record(kind, value) == expected  # type: ignore[arg-type]
+
+
+def test_content_switches_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spanscore.instrumentation import ContentPolicy
+
+    monkeypatch.setenv("SPANSCORE_CAPTURE_TOOL_RESULTS", "false")
+    monkeypatch.setenv("SPANSCORE_REDACT_KEYS", "email, phone")
+    policy = ContentPolicy.from_environment()
+    assert (policy.tool_arguments, policy.tool_results, policy.redact_keys) == (
+        True,
+        False,
+        ("email", "phone"),
+    )
+    # arguments win over the environment
+    assert ContentPolicy.from_environment(capture_tool_results=True).tool_results is True
+
+
+def test_the_shim_applies_the_policy_before_export(
+    collector: Collector, lake_dir: Path, sdk_processors: None
+) -> None:
+    import spanscore.instrumentation as instrumentation
+
+    provider = TracerProvider()
+    instrumentation.instrument(
+        tracer_provider=provider,
+        endpoint=f"http://127.0.0.1:{collector.http_port}",
+        redact=["order_id"],
+        capture_tool_results=False,
+    )
+    try:
+        with ScriptedLLM(ScriptedPolicy([PLAN])) as llm:
+            run_conversation(llm.base_url)
+    finally:
+        instrumentation.uninstrument()
+    rows = query(
+        lake_dir,
+        "SELECT tool_arguments, tool_result FROM spans WHERE operation = 'execute_tool'",
+    )
+    assert rows
+    for arguments, result in rows:
+        assert result is None
+        assert "ORD-" not in (arguments or "")
+    # Tool-call arguments inside the recorded model messages are redacted too.
+    chats = query(
+        lake_dir,
+        """SELECT attributes->>'$."gen_ai.input.messages"',
+                  attributes->>'$."gen_ai.output.messages"'
+           FROM spans WHERE operation = 'chat'""",
+    )
+    arguments = [
+        part["arguments"]
+        for pair in chats
+        for text in pair
+        if text
+        for message in json.loads(text)
+        for part in message["parts"]
+        if part["type"] == "tool_call" and part["name"] == "get_order"
+    ]
+    assert arguments
+    assert all(a == {"order_id": "[REDACTED]"} for a in arguments)

@@ -24,13 +24,19 @@ Configuration (arguments win over the standard OpenTelemetry variables):
         http/protobuf (default) or grpc (needs `pip install spanscore-instrumentation[grpc]`)
     OTEL_EXPORTER_OTLP_HEADERS   e.g. ``authorization=Bearer <token>``
     OTEL_SERVICE_NAME            service name on every span
+    SPANSCORE_CAPTURE_TOOL_ARGUMENTS / _TOOL_RESULTS / _MESSAGES
+                                 true (default) or false: what content our shims record
+    SPANSCORE_REDACT_KEYS        key patterns whose values are recorded as [REDACTED]
 """
 
+from ._content import ContentPolicy, content_policy
 from ._conversation import ConversationSpanProcessor, conversation, current_values
 from ._setup import instrument, is_instrumented, uninstrument
 
 __all__ = [
+    "ContentPolicy",
     "ConversationSpanProcessor",
+    "content_policy",
     "conversation",
     "current_values",
     "instrument",

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -14,6 +15,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from ._content import ContentPolicy, Redactor, set_content_policy
 from ._conversation import ConversationSpanProcessor
 
 log = logging.getLogger("spanscore.instrumentation")
@@ -70,8 +72,16 @@ def instrument(
     headers: dict[str, str] | None = None,
     tracer_provider: TracerProvider | None = None,
     exporter: SpanExporter | None = None,
+    capture_tool_arguments: bool | None = None,
+    capture_tool_results: bool | None = None,
+    capture_messages: bool | None = None,
+    redact: Sequence[str] | Redactor | None = None,
 ) -> TracerProvider:
     """Send this process's spans to a spanscore collector; returns the provider in use.
+
+    Content (tool arguments, tool results, model messages) is captured by default; switch a
+    kind off here or with `SPANSCORE_CAPTURE_*`, and redact with key patterns
+    (``redact=["email", "card_number"]``) or a callable ``(kind, value) -> value``.
 
     With `tracer_provider` (or an SDK provider already installed globally) the exporter is added
     to it; otherwise a new provider is created and made global. A second call does nothing and
@@ -93,6 +103,14 @@ def instrument(
             provider = TracerProvider(resource=Resource.create(attributes))
             trace.set_tracer_provider(provider)
             owned = True
+        set_content_policy(
+            ContentPolicy.from_environment(
+                capture_tool_arguments=capture_tool_arguments,
+                capture_tool_results=capture_tool_results,
+                capture_messages=capture_messages,
+                redact=redact,
+            )
+        )
         stamper = ConversationSpanProcessor()
         provider.add_span_processor(stamper)  # first: stamps before any exporter sees the span
         processor = BatchSpanProcessor(
@@ -139,3 +157,4 @@ def uninstrument(timeout_millis: int = 30_000) -> None:
             with multi._lock:
                 multi._span_processors = tuple(p for p in procs if p not in ours)
         _state.clear()
+        set_content_policy(ContentPolicy())

@@ -62,6 +62,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Span as OtelSpan
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProvider
 
+from ._content import content_policy
+
 if TYPE_CHECKING:
     from agents.tracing import Span, Trace
 
@@ -531,17 +533,20 @@ def _chat_end_attributes(data: Any) -> tuple[dict[str, Any], list[tuple[str, str
             )
         attributes["gen_ai.request.model"] = data.model
         attributes.update(_usage_attributes(data.usage))
+    policy = content_policy()
     if inputs:
-        attributes["gen_ai.input.messages"] = _json(inputs)
+        attributes["gen_ai.input.messages"] = policy.record("messages", _json(inputs))
     if outputs:
-        attributes["gen_ai.output.messages"] = _json(outputs)
+        attributes["gen_ai.output.messages"] = policy.record("messages", _json(outputs))
     return attributes, calls
 
 
 def _function_end_attributes(data: Any) -> dict[str, Any]:
+    policy = content_policy()
+    arguments = data.input if isinstance(data.input, str) else None
     attributes: dict[str, Any] = {
-        "gen_ai.tool.call.arguments": data.input if isinstance(data.input, str) else None,
-        "gen_ai.tool.call.result": _result_text(data.output),
+        "gen_ai.tool.call.arguments": policy.record("tool_arguments", arguments),
+        "gen_ai.tool.call.result": policy.record("tool_results", _result_text(data.output)),
     }
     if data.mcp_data:
         attributes["openai_agents.mcp_data"] = _json(data.mcp_data)
