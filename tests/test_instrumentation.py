@@ -158,3 +158,25 @@ def test_conversation_crosses_services_in_w3c_baggage() -> None:
         "gen_ai.conversation.id": "conv-remote",
         "scenario.id": "s-1",
     }
+
+
+@pytest.mark.timeout(60)  # the guard: a blocked agent would hang here
+def test_a_dead_collector_never_blocks_the_agent(
+    monkeypatch: pytest.MonkeyPatch, clean_instrumentation: None
+) -> None:
+    from .conftest import free_port
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # the exporter gives up after 1 s
+    provider = TracerProvider()
+    instrumentation.instrument(
+        tracer_provider=provider,
+        endpoint=f"http://127.0.0.1:{free_port()}",  # nothing listens
+    )
+    tracer = provider.get_tracer("agent")
+    # More spans than the export queue holds: the overflow is dropped (and counted by the SDK),
+    # the agent's calls return at once.
+    for i in range(5_000):
+        with tracer.start_as_current_span("execute_tool lookup", attributes={"i": i}):
+            pass
+    instrumentation.uninstrument(timeout_millis=2_000)  # flushing gives up, does not hang
+    assert not instrumentation.is_instrumented()
