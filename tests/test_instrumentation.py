@@ -180,3 +180,42 @@ def test_a_dead_collector_never_blocks_the_agent(
             pass
     instrumentation.uninstrument(timeout_millis=2_000)  # flushing gives up, does not hang
     assert not instrumentation.is_instrumented()
+
+
+def test_conversation_follows_work_into_threads(
+    stamped: tuple[TracerProvider, Any], clean_instrumentation: None
+) -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider, memory = stamped
+    tracer = provider.get_tracer("t")
+    instrumentation.instrument(tracer_provider=provider, exporter=InMemorySpanExporter())
+
+    def work(name: str) -> None:
+        with tracer.start_as_current_span(name):
+            pass
+
+    with instrumentation.conversation("threads-1"):
+        thread = threading.Thread(target=work, args=("in-thread",))
+        thread.start()
+        thread.join()
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(work, ["in-pool-a", "in-pool-b"]))  # map uses submit
+    ids = {
+        s.name: (s.attributes or {}).get("gen_ai.conversation.id")
+        for s in memory.get_finished_spans()
+    }
+    assert ids == {"in-thread": "threads-1", "in-pool-a": "threads-1", "in-pool-b": "threads-1"}
+
+    instrumentation.uninstrument()  # restores threading: a new thread no longer inherits
+    memory.clear()
+    with instrumentation.conversation("threads-2"):
+        thread = threading.Thread(target=work, args=("after",))
+        thread.start()
+        thread.join()
+    assert [
+        (s.attributes or {}).get("gen_ai.conversation.id") for s in memory.get_finished_spans()
+    ] == [None]

@@ -15,6 +15,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from . import _threads
 from ._content import ContentPolicy, Redactor, set_content_policy
 from ._conversation import ConversationSpanProcessor
 
@@ -111,6 +112,7 @@ def instrument(
                 redact=redact,
             )
         )
+        _threads.patch()  # conversation() and the active span follow work into threads
         stamper = ConversationSpanProcessor()
         provider.add_span_processor(stamper)  # first: stamps before any exporter sees the span
         processor = BatchSpanProcessor(
@@ -158,3 +160,4 @@ def uninstrument(timeout_millis: int = 30_000) -> None:
                 multi._span_processors = tuple(p for p in procs if p not in ours)
         _state.clear()
         set_content_policy(ContentPolicy())
+        _threads.restore()
