@@ -64,6 +64,8 @@ class ModelCall(BaseModel):
     requested: list[str] = Field(default_factory=list)  # names of the tools it asked for
     response_text: str | None = None
     error: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 class Handoff(BaseModel):
@@ -95,12 +97,30 @@ class Trajectory(BaseModel):
     start_time: dt.datetime | None = None
     end_time: dt.datetime | None = None
     span_count: int = 0
+    # Conversation-level attributes (scenario.id, user.id, gen_ai.tool.definitions, and any
+    # attribute asked for when loading): the first value a span of the conversation carries.
+    attributes: dict[str, Any] = Field(default_factory=dict)
     turns: list[Turn] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
     @property
     def tool_calls(self) -> list[ToolCall]:
         return [c for t in self.turns for c in t.tool_calls]
+
+    @property
+    def model_calls(self) -> list[ModelCall]:
+        return [s for t in self.turns for s in t.steps if isinstance(s, ModelCall)]
+
+    @property
+    def first_user_message(self) -> str | None:
+        return next((t.user_message for t in self.turns if t.user_message is not None), None)
+
+    @property
+    def final_response(self) -> str | None:
+        return next(
+            (t.final_response for t in reversed(self.turns) if t.final_response is not None),
+            None,
+        )
 
 
 # --- reading the lake ------------------------------------------------------------------------
@@ -127,6 +147,16 @@ COLUMNS = (
     "tool_calls_requested",
     "tool_results",
     "response_text",
+    "attribute_values",
+)
+
+# Read from every span's attributes (first value per conversation wins), besides the columns.
+CONVERSATION_ATTRIBUTES = ("scenario.id", "user.id", "gen_ai.tool.definitions")
+_TOKEN_ATTRIBUTES = (
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens",
+    "llm.token_count.prompt",  # OpenInference
+    "llm.token_count.completion",
 )
 
 # Conversation per trace: the id any span of the trace carries beats the trace-id fallback.
@@ -172,6 +202,11 @@ class SpanRow:
     tool_calls_requested: str | None
     tool_results: str | None
     response_text: str | None
+    attribute_values: list[str | None] | None = None  # _TOKEN_ATTRIBUTES + attribute keys
+
+
+def _json_path(key: str) -> str:
+    return "'$.\"" + key.replace("'", "''").replace('"', '\\"') + "\"'"
 
 
 def load_trajectories(
@@ -181,9 +216,14 @@ def load_trajectories(
     since: dt.datetime | None = None,
     until: dt.datetime | None = None,
     batch_rows: int = 100_000,
+    attributes: Sequence[str] = (),
 ) -> Iterator[Trajectory]:
     """Rebuild the trajectories of the given conversations, or of every conversation with a
-    span starting in [since, until). Streams: memory holds one batch of rows."""
+    span starting in [since, until). Streams: memory holds one batch of rows.
+
+    `attributes`: span attribute keys to collect into `Trajectory.attributes`, besides
+    `CONVERSATION_ATTRIBUTES` (e.g. the keys a suite selects scenarios by)."""
+    keys = tuple(dict.fromkeys((*CONVERSATION_ATTRIBUTES, *attributes)))
     params: list[Any] = []
     targets = restrict = final = ""
     if conversation_ids is not None or since is not None or until is not None:
@@ -206,10 +246,14 @@ def load_trajectories(
         )
         restrict = "AND trace_id IN (SELECT trace_id FROM traces)"
         final = "WHERE conversation_id IN (SELECT conversation_id FROM chosen)"
+    paths = ", ".join(_json_path(k) for k in (*_TOKEN_ATTRIBUTES, *keys))
+    extracted = f"json_extract_string(attributes, [{paths}]) AS attribute_values"
     sql = _QUERY.format(
         spans=SPANS_WITH_EVENTS,
         targets=targets,
-        columns=", ".join(c for c in COLUMNS if c != "conversation_id"),
+        columns=", ".join(
+            extracted if c == "attribute_values" else c for c in COLUMNS if c != "conversation_id"
+        ),
         restrict=restrict,
         selected=", ".join(COLUMNS),
         final=final,
@@ -221,15 +265,18 @@ def load_trajectories(
         for values in zip(*columns, strict=True):
             row = SpanRow(*values)
             if pending and row.conversation_id != pending[0].conversation_id:
-                yield build_trajectory(pending)
+                yield build_trajectory(pending, keys)
                 pending = []
             pending.append(row)
     if pending:
-        yield build_trajectory(pending)
+        yield build_trajectory(pending, keys)
 
 
-def load_trajectory(con: duckdb.DuckDBPyConnection, conversation_id: str) -> Trajectory | None:
-    return next(iter(load_trajectories(con, conversation_ids=[conversation_id])), None)
+def load_trajectory(
+    con: duckdb.DuckDBPyConnection, conversation_id: str, *, attributes: Sequence[str] = ()
+) -> Trajectory | None:
+    found = load_trajectories(con, conversation_ids=[conversation_id], attributes=attributes)
+    return next(iter(found), None)
 
 
 # --- building one ----------------------------------------------------------------------------
@@ -301,10 +348,24 @@ def _json_list(text: str | None, warnings: list[str], what: str) -> list[dict[st
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def build_trajectory(rows: list[SpanRow]) -> Trajectory:
-    """One conversation's spans (sorted by start time) as a trajectory. Pure: no I/O."""
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
+
+
+def build_trajectory(
+    rows: list[SpanRow], attribute_keys: Sequence[str] = CONVERSATION_ATTRIBUTES
+) -> Trajectory:
+    """One conversation's spans (sorted by start time) as a trajectory. Pure: no I/O.
+    `attribute_keys` names the values after the token counts in `SpanRow.attribute_values`."""
     first = rows[0]
     warnings: list[str] = []
+    attributes: dict[str, Any] = {}
+    n_tokens = len(_TOKEN_ATTRIBUTES)
     # One pass for what the whole conversation needs before steps are placed.
     known: set[str] = set()
     traces: set[str] = set()
@@ -324,6 +385,10 @@ def build_trajectory(rows: list[SpanRow]) -> Trajectory:
             end = r.end_time_unix_nano
         agent_name = agent_name or r.agent_name
         service_name = service_name or r.service_name
+        if r.attribute_values:
+            for key, value in zip(attribute_keys, r.attribute_values[n_tokens:], strict=False):
+                if value is not None and key not in attributes:
+                    attributes[key] = parse_value(value)
         if r.operation == "chat" or r.tool_calls_requested:
             has_model_calls = True
         if r.tool_results:
@@ -338,6 +403,7 @@ def build_trajectory(rows: list[SpanRow]) -> Trajectory:
         start_time=_time(start),
         end_time=_time(end),
         span_count=len(rows),
+        attributes=attributes,
         turns=[],
         warnings=warnings,
     )
@@ -376,6 +442,10 @@ def build_trajectory(rows: list[SpanRow]) -> Trajectory:
             requested = _json_list(
                 r.tool_calls_requested, warnings, f"requested tool calls of span {r.span_id}"
             )
+            counts = r.attribute_values or [None] * n_tokens
+            tokens = [
+                _int(counts[i]) if counts[i] is not None else _int(counts[i + 2]) for i in (0, 1)
+            ]
             model_call = _make(
                 ModelCall,
                 kind="model_call",
@@ -387,6 +457,8 @@ def build_trajectory(rows: list[SpanRow]) -> Trajectory:
                 requested=[str(c.get("name")) for c in requested],
                 response_text=r.response_text,
                 error=_error(r),
+                input_tokens=tokens[0],
+                output_tokens=tokens[1],
             )
             current.steps.append(model_call)
             if requested:

@@ -1,0 +1,304 @@
+"""Scores and the metric registry.
+
+Every assertion and metric returns one `Score`; a run stores it as one row of the `scores`
+table. Custom metrics are plain functions decorated with `@metric`, registered by name::
+
+    from spanscore.evaluation import Score, Trajectory, metric
+
+    @metric(threshold=0.5)
+    def verification_compliance(trajectory: Trajectory) -> Score:
+        ...
+        return Score(value=0.8, explanation="verified before cancelling")
+
+A metric may also return a bool (pass/fail), a number (a value in [0, 1], passed against its
+threshold) or a string (a label); `as_score` turns each into a `Score`. A metric that raises is
+recorded as an `error` score for that conversation, never as a failed run.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import importlib.util
+import inspect
+import math
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .trajectory import Trajectory
+
+ScoreKind = Literal["numeric", "label", "pass_fail"]
+
+
+@dataclass(frozen=True)
+class Score:
+    """One judgement of one conversation: the `scores` row without its run and names."""
+
+    value: float | None = None
+    label: str | None = None
+    passed: bool | None = None
+    threshold: float | None = None
+    explanation: str | None = None
+    details: Mapping[str, Any] | None = None
+    error: str | None = None
+
+    @classmethod
+    def failed_with(cls, error: str, **details: Any) -> Score:
+        """No score could be given (the metric raised, the judge timed out, ...)."""
+        return cls(error=error, details=details or None)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A registered metric: a function of a trajectory (plus keyword parameters)."""
+
+    name: str
+    fn: Callable[..., Any]
+    kind: ScoreKind = "numeric"
+    threshold: float | None = None
+    labels: tuple[str, ...] | None = None  # allowed labels, for label metrics
+    pass_labels: tuple[str, ...] | None = None  # labels that count as passed
+    description: str = ""
+    source: str = ""  # where it was defined (file or module)
+    parameters: frozenset[str] = field(default_factory=frozenset)
+    accepts_any_parameter: bool = False
+
+    def __call__(self, trajectory: Trajectory, **params: Any) -> Score:
+        """Run the metric; whatever it raises becomes an `error` score."""
+        try:
+            returned = self.fn(trajectory, **params)
+        except Exception as exc:  # a metric's bug must not stop the run
+            return Score.failed_with(f"{type(exc).__name__}: {exc}")
+        try:
+            return as_score(returned, self)
+        except (TypeError, ValueError) as exc:
+            return Score.failed_with(f"metric {self.name} returned {exc}")
+
+
+def as_score(returned: Any, spec: MetricSpec) -> Score:
+    """What a metric returned, as a `Score` with its threshold applied."""
+    if isinstance(returned, Score):
+        score = returned
+        if score.threshold is None and spec.threshold is not None:
+            score = replace(score, threshold=spec.threshold)
+    elif isinstance(returned, bool):
+        score = Score(value=1.0 if returned else 0.0, passed=returned)
+    elif isinstance(returned, int | float):
+        score = Score(value=float(returned), threshold=spec.threshold)
+    elif isinstance(returned, str):
+        score = Score(label=returned)
+    else:
+        raise TypeError(f"{type(returned).__name__}; expected Score, bool, float or str")
+    if score.value is not None and not math.isfinite(score.value):
+        raise ValueError(f"a non-finite value ({score.value})")
+    if score.label is not None and spec.labels and score.label not in spec.labels:
+        raise ValueError(f"label {score.label!r}; expected one of {', '.join(spec.labels)}")
+    if score.passed is None and score.error is None:
+        if score.label is not None and spec.pass_labels:
+            score = replace(score, passed=score.label in spec.pass_labels)
+        elif score.value is not None and score.threshold is not None:
+            score = replace(score, passed=score.value >= score.threshold)
+    return score
+
+
+class MetricRegistry:
+    """Metrics by name. The built-in metrics register themselves in `REGISTRY`; a suite's
+    custom metric files are loaded into a child registry so two suites never collide."""
+
+    def __init__(self, parent: MetricRegistry | None = None) -> None:
+        self._metrics: dict[str, MetricSpec] = {}
+        self._parent = parent
+
+    def add(self, spec: MetricSpec) -> MetricSpec:
+        existing = self._metrics.get(spec.name)
+        if existing is not None and existing.source != spec.source:
+            raise ValueError(
+                f"metric {spec.name!r} is defined twice: in {existing.source} and {spec.source}"
+            )
+        self._metrics[spec.name] = spec
+        return spec
+
+    def get(self, name: str) -> MetricSpec | None:
+        found = self._metrics.get(name)
+        if found is None and self._parent is not None:
+            return self._parent.get(name)
+        return found
+
+    def names(self) -> list[str]:
+        inherited = self._parent.names() if self._parent is not None else []
+        return sorted(set(inherited) | set(self._metrics))
+
+    def load_file(self, path: str | Path) -> list[MetricSpec]:
+        """Import a Python file and register the functions it decorates with `@metric`."""
+        path = Path(path).resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"custom metric file {path} does not exist")
+        # A stable module name per file: reloading the same file replaces it.
+        digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+        module_name = f"spanscore_custom_metrics_{path.stem}_{digest}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        token = _LOADING_FILE.set(True)
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            _LOADING_FILE.reset(token)
+        found = [
+            obj.spanscore_metric
+            for obj in vars(module).values()
+            if isinstance(getattr(obj, "spanscore_metric", None), MetricSpec)
+        ]
+        for metric_spec in found:
+            self.add(replace(metric_spec, source=str(path)))
+        return found
+
+
+REGISTRY = MetricRegistry()
+
+# True while `MetricRegistry.load_file` imports a file: its metrics go to that registry only.
+_LOADING_FILE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "spanscore_loading_metric_file", default=False
+)
+
+
+def metric(
+    name: str | Callable[..., Any] | None = None,
+    *,
+    kind: ScoreKind | None = None,
+    threshold: float | None = None,
+    labels: tuple[str, ...] | list[str] | None = None,
+    pass_labels: tuple[str, ...] | list[str] | None = None,
+    description: str | None = None,
+) -> Any:
+    """Register a function `(trajectory, **params) -> Score | bool | float | str` as a metric.
+
+    Usable bare (`@metric`) or with options (`@metric("name", threshold=0.8)`). The function
+    stays callable as before; its `MetricSpec` is `fn.spanscore_metric`.
+    """
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(fn)
+        params = list(signature.parameters.values())
+        if not params or params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            raise TypeError(f"metric {fn.__name__} must take the trajectory as first argument")
+        resolved_kind: ScoreKind = kind or (
+            "label" if labels else "pass_fail" if threshold is None else "numeric"
+        )
+        spec = MetricSpec(
+            name=name if isinstance(name, str) else fn.__name__,
+            fn=fn,
+            kind=resolved_kind,
+            threshold=threshold,
+            labels=tuple(labels) if labels else None,
+            pass_labels=tuple(pass_labels) if pass_labels else None,
+            description=description or inspect.getdoc(fn) or "",
+            source=getattr(fn, "__module__", ""),
+            parameters=frozenset(p.name for p in params[1:] if p.kind is p.KEYWORD_ONLY)
+            | frozenset(p.name for p in params[1:] if p.kind is p.POSITIONAL_OR_KEYWORD),
+            accepts_any_parameter=any(p.kind is p.VAR_KEYWORD for p in params),
+        )
+        fn.spanscore_metric = spec  # type: ignore[attr-defined]
+        if not _LOADING_FILE.get():  # a suite's file registers into the suite's registry
+            REGISTRY.add(spec)
+        return fn
+
+    if callable(name):
+        return register(name)
+    return register
+
+
+# --- assertions: what a suite lists ------------------------------------------------------------
+
+
+class ToolSpec(BaseModel):
+    """A tool as the model was offered it: name, description, JSON Schema of its arguments."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(
+        None, description="JSON Schema of the arguments", alias="input_schema"
+    )
+
+
+@dataclass
+class EvalContext:
+    """What an assertion may use besides the trajectory: the suite's tools catalog and its
+    metric registry (custom metrics), and later the judge."""
+
+    tools: dict[str, ToolSpec] = field(default_factory=dict)
+    registry: MetricRegistry = field(default_factory=lambda: REGISTRY)
+
+    def tool_specs(self, trajectory: Trajectory) -> dict[str, ToolSpec]:
+        """The suite's catalog, completed by the definitions the agent recorded."""
+        recorded = recorded_tool_specs(trajectory)
+        return {**recorded, **self.tools}
+
+
+def recorded_tool_specs(trajectory: Trajectory) -> dict[str, ToolSpec]:
+    """`gen_ai.tool.definitions` as recorded (OpenAI chat `{type, function: {...}}`, Responses
+    `{type, name, parameters}` and MCP `{name, inputSchema}` shapes)."""
+    raw = trajectory.attributes.get("gen_ai.tool.definitions")
+    specs: dict[str, ToolSpec] = {}
+    if not isinstance(raw, list):
+        return specs
+    for item in raw:
+        if not isinstance(item, dict):
+            continue
+        function = item.get("function")
+        body: dict[str, Any] = function if isinstance(function, dict) else item
+        name = body.get("name")
+        if not isinstance(name, str):
+            continue
+        parameters = body.get("parameters", body.get("inputSchema", body.get("input_schema")))
+        description = body.get("description")
+        specs[name] = ToolSpec(
+            name=name,
+            description=description if isinstance(description, str) else None,
+            parameters=parameters if isinstance(parameters, dict) else None,
+        )
+    return specs
+
+
+class AssertionBase(BaseModel):
+    """One entry of a scenario's `assertions` (or the suite's `metrics`): a typed, validated
+    configuration that scores one trajectory. Subclasses set `type` (a Literal) and
+    implement `evaluate`; `check` reports problems found after loading (unknown metrics...)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str
+    name: str | None = Field(None, description="metric name in the scores (default: the type)")
+    description: str | None = None
+    threshold: float | None = Field(
+        None, description="pass when the score is at least this (overrides the mode's rule)"
+    )
+
+    @property
+    def metric_name(self) -> str:
+        return self.name or self.type
+
+    def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
+        raise NotImplementedError
+
+    def check(self, registry: MetricRegistry) -> list[str]:
+        return []
+
+    def graded(self, value: float, passed: bool, **fields: Any) -> Score:
+        """A graded score; `threshold`, when set, decides pass/fail instead of the rule."""
+        value = min(1.0, max(0.0, value))
+        if self.threshold is not None:
+            passed = value >= self.threshold
+        return Score(value=value, passed=passed, threshold=self.threshold, **fields)
