@@ -14,6 +14,7 @@ mode; docs/assertions.md has every rule and formula. Pairing of repeated calls i
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -209,8 +210,24 @@ class ToolCallsAssertion(AssertionBase):
         items = self._items()
         actual = trajectory.tool_calls
         if self.mode in ("strict", "in_order"):
-            actual = _parallel_blocks_in_expected_order(actual, items, matcher)
+            items = _canonical_parallel_steps(items, matcher)
+            actual = _canonical_parallel_blocks(actual, matcher)
         return _score_calls(self, items, actual, matcher)
+
+
+def _canonical_parallel_steps(items: list[_Item], matcher: _CallMatcher) -> list[_Item]:
+    """Each expected parallel step sorted by (name, arguments), like the calls made."""
+    result: list[_Item] = []
+    i = 0
+    while i < len(items):
+        j = i + 1
+        while items[i].group is not None and j < len(items) and items[j].group == items[i].group:
+            j += 1
+        result += sorted(
+            items[i:j], key=lambda it: _canonical_key(it.call.name, it.call.arguments, matcher)
+        )
+        i = j
+    return result
 
 
 def _judged_rules(items: Sequence[_Item], overrides: Mapping[str, ArgumentOverride]) -> list[str]:
@@ -312,14 +329,13 @@ def _ordered_pairing(
     return _Pairing(pairs, sum(1 for s in slots if s.required), m)
 
 
-def _parallel_blocks_in_expected_order(
-    actual: list[ToolCall], items: Sequence[_Item], matcher: _CallMatcher
-) -> list[ToolCall]:
-    """Calls requested by one model response have no order among themselves: list them in
-    the order the expected calls name them, so ordered modes do not fail on it."""
-    rank: dict[str, int] = {}
-    for item in items:
-        rank.setdefault(matcher.key(item.call.name), item.index)
+def _canonical_key(name: str, arguments: Any, matcher: _CallMatcher) -> tuple[str, str]:
+    return matcher.key(name), json.dumps(arguments, sort_keys=True, default=str)
+
+
+def _canonical_parallel_blocks(actual: list[ToolCall], matcher: _CallMatcher) -> list[ToolCall]:
+    """Calls requested by one model response have no order among themselves: ordered modes
+    see each such block sorted by (name, arguments), as they see expected parallel steps."""
     ordered: list[ToolCall] = []
     i = 0
     while i < len(actual):
@@ -329,7 +345,7 @@ def _parallel_blocks_in_expected_order(
             j += 1
         block = actual[i:j]
         if len(block) > 1:
-            block = sorted(block, key=lambda c: rank.get(matcher.key(c.name), len(rank)))
+            block = sorted(block, key=lambda c: _canonical_key(c.name, c.arguments, matcher))
         ordered += block
         i = j
     return ordered
