@@ -10,7 +10,7 @@ import re
 
 from spanscore.evaluation import Score, Trajectory, metric
 
-SENSITIVE = {"get_order", "cancel_order", "lookup_customer"}
+SENSITIVE = {"get_order", "cancel_order"}  # order data: only for a verified customer
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+")
 CARD = re.compile(r"\b(?:\d[ -]?){13,16}\b")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from .evaluate import evaluate_command
 from .query import sql_command, status_command
 from .serve import serve_command
 from .show import show_command
@@ -28,6 +29,7 @@ main.add_command(serve_command)
 main.add_command(sql_command)
 main.add_command(status_command)
 main.add_command(show_command)
+main.add_command(evaluate_command)
 
 # The demo imports the example agent (and its dependencies) only when it runs.
 from .demo import demo_command  # noqa: E402

@@ -223,6 +223,7 @@ class LoadedSuite:
     path: Path | None
     content_hash: str
     registry: MetricRegistry
+    base_dir: Path = field(default_factory=Path.cwd)  # custom metric paths are relative to it
     context: EvalContext = field(init=False)
 
     def __post_init__(self) -> None:
@@ -233,6 +234,11 @@ class LoadedSuite:
     @property
     def name(self) -> str:
         return self.suite.name
+
+    def document(self) -> dict[str, Any]:
+        """The validated suite as a document `load_suite(doc, base_dir=...)` reads back the
+        same (fields left at their defaults stay out, so their meaning is kept)."""
+        return self.suite.model_dump(mode="json", exclude_unset=True)
 
     def attribute_keys(self) -> list[str]:
         return self.suite.attribute_keys()
@@ -287,16 +293,17 @@ def load_suite(
     *,
     registry: MetricRegistry | None = None,
     name: str | None = None,
+    base_dir: str | Path | None = None,
 ) -> LoadedSuite:
-    """Read, validate and prepare a suite (a file path, or an already parsed document).
+    """Read, validate and prepare a suite (a file path, or an already parsed document whose
+    custom metric files are relative to `base_dir`, default the working directory).
 
     Raises `SuiteError` naming file, line and path of every problem."""
     if isinstance(source, Mapping):
         label = name or "<suite>"
         data: Any = dict(source)
-        text = json.dumps(data, sort_keys=True, default=str)
         root = None
-        base = Path.cwd()
+        base = Path(base_dir).resolve() if base_dir is not None else Path.cwd()
         path = None
     else:
         path = Path(source)
@@ -345,7 +352,9 @@ def load_suite(
         json.dumps(suite.model_dump(mode="json"), sort_keys=True).encode()
         + b"".join(_file_digest(base / f) for f in suite.custom_metrics)
     ).hexdigest()[:16]
-    return LoadedSuite(suite=suite, path=path, content_hash=content_hash, registry=registry)
+    return LoadedSuite(
+        suite=suite, path=path, content_hash=content_hash, registry=registry, base_dir=base
+    )
 
 
 def _file_digest(path: Path) -> bytes:

@@ -213,8 +213,13 @@ def connect(
     read_only: bool = False,
     data_path: str | None = None,
     threads: int | None = None,
+    snapshot: int | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the lake attached as `lake` (and selected), schema checked.
+
+    `snapshot` attaches the lake read-only as it was at that snapshot (`current_snapshot`):
+    several connections, even in several processes, then read exactly the same data while
+    writers go on committing.
 
     `create=True` creates a missing lake; otherwise a missing lake is an error that says what to
     run. A lake written by an older spanscore is migrated when opened read-write. The
@@ -237,9 +242,11 @@ def connect(
         con.execute("SET ducklake_retry_backoff = 1.5")
         if location.directory is not None:
             _prepare_sqlite_catalog(location.directory / "catalog.sqlite", create)
-        _attach(con, location, create=create, read_only=read_only)
+        _attach(con, location, create=create, read_only=read_only, snapshot=snapshot)
         con.execute(f"USE {ALIAS}")
-        ensure_schema(con, create=create, migrate=not read_only, location=location)
+        ensure_schema(
+            con, create=create, migrate=not read_only and snapshot is None, location=location
+        )
     except Exception:
         con.close()
         raise
@@ -247,9 +254,17 @@ def connect(
 
 
 def _attach(
-    con: duckdb.DuckDBPyConnection, location: LakeLocation, *, create: bool, read_only: bool
+    con: duckdb.DuckDBPyConnection,
+    location: LakeLocation,
+    *,
+    create: bool,
+    read_only: bool,
+    snapshot: int | None = None,
 ) -> None:
     options = []
+    if snapshot is not None:
+        options.append(f"SNAPSHOT_VERSION {int(snapshot)}")
+        read_only = True
     if location.data_path and create:
         options.append(f"DATA_PATH {_sql_string(location.data_path)}")
     if location.metadata_schema:
@@ -268,6 +283,13 @@ def _attach(
                 "or set SPANSCORE_DATA_PATH"
             ) from exc
         raise LakeError(f"cannot attach lake {location.describe()}: {exc}") from exc
+
+
+def current_snapshot(con: duckdb.DuckDBPyConnection) -> int:
+    """The id of the lake's latest snapshot (to pin readers to with `connect(snapshot=...)`)."""
+    row = con.execute(f"SELECT id FROM ducklake_current_snapshot({_sql_string(ALIAS)})").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _sql_string(value: str) -> str:
