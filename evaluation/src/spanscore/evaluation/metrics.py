@@ -837,7 +837,8 @@ def same_tool_name(expected: str, actual: str) -> bool:
 
 
 class RubricCall(BaseModel):
-    """An expected call of a rubric (Arcade's ExpectedToolCall / ExpectedMCPToolCall)."""
+    """An expected call of a rubric (Arcade's ExpectedToolCall / ExpectedMCPToolCall; its
+    `tool_name` and `args` spellings are accepted). A bare tool name is enough."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -849,6 +850,8 @@ class RubricCall(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _arcade_names(cls, data: Any) -> Any:
+        if isinstance(data, str):  # a bare tool name: no arguments expected
+            return {"name": data}
         if isinstance(data, Mapping):
             data = dict(data)
             if "tool_name" in data and "name" not in data:
