@@ -6,6 +6,7 @@ Dokimos and Arcade documentation examples are cases here; Hypothesis checks the 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -1092,6 +1093,7 @@ def test_graded_values_stay_in_unit_interval(made: list[ToolCall]) -> None:
         assert value is not None, row.metric
         assert 0.0 <= value <= 1.0, row.metric
         assert row.score.passed is not None
+        json.dumps(row.score.details)  # details are stored as JSON
 
 
 @settings(max_examples=100, deadline=None)
