@@ -68,7 +68,8 @@ def run(mode: str, expected: list[Any], made: list[ToolCall]) -> tuple[bool, flo
     )
     t = Trajectory(conversation_id="c", turns=[Turn(index=0, steps=list(made))])
     score = assertion.evaluate(t, EvalContext())
-    assert score.value is not None and score.passed is not None
+    assert score.value is not None
+    assert score.passed is not None
     return score.passed, score.value
 
 
@@ -78,7 +79,8 @@ def test_a_trajectory_matches_itself_in_every_mode(made: list[ToolCall]):
     expected = expected_from(made)
     for mode in MODES:
         passed, value = run(mode, expected, made)
-        assert passed and value == 1.0, mode
+        assert passed, mode
+        assert value == 1.0, mode
 
 
 @settings(max_examples=400, deadline=None)

@@ -372,7 +372,8 @@ def test_threshold_overrides_the_mode_rule():
     t = trajectory("a", "b", "x")
     assert not score(calls("subset", ["a", "b"]), t).passed
     lenient = score(calls("subset", ["a", "b"], threshold=0.6), t)
-    assert lenient.passed and lenient.threshold == 0.6
+    assert lenient.passed
+    assert lenient.threshold == 0.6
 
 
 def test_pairing_details_name_the_pairs():
@@ -392,7 +393,8 @@ def test_forbidden_calls():
     }
     assert score(rule, trajectory("get_order", ("cancel_order", {"order_id": "ORD-2"}))).passed
     bad = score(rule, trajectory(("cancel_order", {"order_id": "ORD-1", "reason": "x"})))
-    assert not bad.passed and bad.value == 0.0
+    assert not bad.passed
+    assert bad.value == 0.0
     assert "cancel_order" in (bad.explanation or "")
 
 
@@ -401,7 +403,8 @@ def test_order_constraint():
     assert score(rule, trajectory("verify_customer", "get_order", "cancel_order")).passed
     assert score(rule, trajectory("get_order")).passed  # nothing to constrain
     broken = score(rule, trajectory("cancel_order", "verify_customer", "cancel_order"))
-    assert not broken.passed and broken.value == 0.5
+    assert not broken.passed
+    assert broken.value == 0.5
 
 
 def test_order_constraint_requiring_success():
@@ -463,8 +466,10 @@ ANSWER = "You have time off on January 5, 2025."
 
 def test_goals_journey_success():
     result = score(HR_GOALS, trajectory(ASSIGNMENT, SCHEDULE, answer=ANSWER))
-    assert result.passed and result.value == 1.0
-    assert result.details is not None and result.details["tool_call_recall"] == 1.0
+    assert result.passed
+    assert result.value == 1.0
+    assert result.details is not None
+    assert result.details["tool_call_recall"] == 1.0
 
 
 @pytest.mark.parametrize(
@@ -488,7 +493,8 @@ def test_goals_journey_success():
 def test_goals_failures_name_the_goal(steps: list[Any], answer: str, failed_goal: str, reason: str):
     result = score(HR_GOALS, trajectory(*steps, answer=answer))
     assert not result.passed
-    assert result.details is not None and failed_goal in result.details["failed"]
+    assert result.details is not None
+    assert failed_goal in result.details["failed"]
     assert reason in result.details["goals"][failed_goal]["reason"]
 
 
@@ -536,7 +542,8 @@ def test_response_checks():
     }
     assert score(rule, trajectory(answer="Order ORD-1001 has SHIPPED.")).passed
     partial = score(rule, trajectory(answer="Order ORD-1001 is on its way; card ending 4242."))
-    assert not partial.passed and partial.value == pytest.approx(2 / 4)
+    assert not partial.passed
+    assert partial.value == pytest.approx(2 / 4)
     similar = {
         "type": "response",
         "expected": "Your order has shipped",
