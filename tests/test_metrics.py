@@ -931,7 +931,10 @@ def test_tfidf_matches_scikit_learn_defaults() -> None:
         ({"critics": [{"type": "binary", "field": "x", "weight": -1}]}, "non-negative"),
         ({"critics": [{"type": "numeric", "field": "x", "value_range": [5, 1]}]}, "minimum"),
         ({"critics": [{"type": "fuzzy", "field": "x"}]}, "critics"),
-        ({"critics": [{"type": "binary", "field": "x", "weight": "enormous"}]}, "weight"),
+        (
+            {"critics": [{"type": "binary", "field": "x", "weight": "enormous"}]},
+            r"critics\[0\]\.weight: a weight is a non-negative number or one of minimal",
+        ),
     ],
 )
 def test_rubric_config_errors(change: dict[str, Any], message: str) -> None:

@@ -71,7 +71,12 @@ class _Critic(BaseModel):
     @classmethod
     def _weight(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return value.strip().lower().removeprefix("fuzzyweight.")
+            name = value.strip().lower().removeprefix("fuzzyweight.")
+            if name not in FUZZY_WEIGHTS:
+                raise ValueError(
+                    f"a weight is a non-negative number or one of {', '.join(FUZZY_WEIGHTS)}"
+                )
+            return name
         if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
             raise ValueError(f"a critic weight must be non-negative, got {value}")
         return value
