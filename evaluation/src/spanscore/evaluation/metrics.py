@@ -84,6 +84,9 @@ class _Graded(AssertionBase):
     """A metric with a value in [0, 1] that passes at `threshold` (default: its system's)."""
 
     default_threshold: ClassVar[float] = 1.0
+    threshold: float | None = Field(
+        1.0, ge=0, le=1, description="pass when the value is at least this (Dokimos: 1.0)"
+    )
 
     def effective_threshold(self) -> float:
         return self.threshold if self.threshold is not None else self.default_threshold
@@ -558,6 +561,9 @@ IMPLEMENTATION_WORDS = (
 
 class _ToolsReliability(_Graded):
     default_threshold: ClassVar[float] = 0.8
+    threshold: float | None = Field(
+        0.8, ge=0, le=1, description="pass when the value is at least this (Dokimos: 0.8)"
+    )
     tools: list[str] | None = Field(
         None, description="only these tools (default: every tool offered: catalog + recorded)"
     )
