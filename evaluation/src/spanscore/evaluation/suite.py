@@ -37,7 +37,20 @@ from .assertions import (
     ResponseAssertion,
     ToolCallsAssertion,
 )
-from .metrics import METRIC_ASSERTIONS_DOC, MetricAssertion
+from .metrics import (
+    METRIC_ASSERTIONS_DOC,
+    Correctness,
+    Efficiency,
+    Latency,
+    MetricAssertion,
+    TokenUsage,
+    ToolCallRubric,
+    ToolCallValidity,
+    ToolDescriptionReliability,
+    ToolErrors,
+    ToolNameReliability,
+    TurnCount,
+)
 from .scoring import (
     REGISTRY,
     AssertionBase,
@@ -55,7 +68,17 @@ Assertion = Annotated[
     | OrderAssertion
     | GoalsAssertion
     | ResponseAssertion
-    | MetricAssertion,
+    | MetricAssertion
+    | ToolCallValidity
+    | ToolErrors
+    | Efficiency
+    | Correctness
+    | ToolNameReliability
+    | ToolDescriptionReliability
+    | TurnCount
+    | Latency
+    | TokenUsage
+    | ToolCallRubric,
     Field(discriminator="type"),
 ]
 
