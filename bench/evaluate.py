@@ -1,0 +1,135 @@
+"""Benchmark: a nightly evaluation run, end to end.
+
+Builds the lake of bench/trajectories.py (``--conversations`` conversations of 10 spans each;
+default 100,000 = 1,000,000 spans), then runs ``spanscore.evaluation.run.evaluate`` with a suite
+holding every deterministic assertion kind: rebuild + score + store, in batches, on all cores.
+Prints conversations/s and the peak memory of the run, next to the baseline of the same run:
+rebuilding the trajectories alone (one process, no scoring, nothing stored).
+
+Target (issue): >= 2,000 conversations/s on 2 cores, memory that does not grow with the window.
+Figures are printed, nothing is asserted.
+
+    .venv/bin/python bench/evaluate.py                  # 100,000 conversations
+    .venv/bin/python bench/evaluate.py --conversations 20000 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from trajectories import SPANS_PER_CONVERSATION, build_lake
+
+from spanscore.evaluation import load_suite, load_trajectories
+from spanscore.evaluation.run import Progress, RunOptions, evaluate
+from spanscore.lake import connect
+
+ORDER_CALL = {"name": "get_order", "arguments": {"n": 0}, "match": "partial",
+              "rules": {"order_id": {"pattern": "ORD-\\d+"}}}
+SUITE: dict[str, Any] = {
+    "name": "bench",
+    "tools": [
+        {"name": name, "parameters": {
+            "type": "object",
+            "properties": {"order_id": {"type": "string"}, "email": {"type": "string"},
+                           "reason": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["order_id"]}}
+        for name in ("get_order", "lookup_customer", "search_products", "verify_customer",
+                     "cancel_order")
+    ],
+    "metrics": [
+        {"type": "tool_calls", "name": f"calls_{mode}", "mode": mode,
+         "expected": [[ORDER_CALL, "lookup_customer"], "search_products", "verify_customer",
+                      {"name": "cancel_order", "optional": True}]}
+        for mode in ("strict", "unordered", "contains", "subset", "within", "in_order", "f1")
+    ] + [
+        {"type": "forbidden", "calls": ["delete_account"]},
+        {"type": "order", "before": "verify_customer", "after": "cancel_order"},
+        {"type": "response", "keywords": ["shipped"], "pattern": "ORD-\\d+"},
+        {"type": "goals", "goals": {"a": ["b"], "b": ["c"]}, "goal_details": [
+            {"type": "tool_call", "name": "a", "tool_name": "get_order", "args": {"n": 0},
+             "arg_matching": {"order_id": "ignore", "email": "ignore", "reason": "fuzzy"},
+             "match": "partial"},
+            {"type": "tool_call", "name": "b", "tool_name": "search_products"},
+            {"type": "text", "name": "c", "keywords": ["shipped"]}]},
+        {"type": "tool_call_validity"},
+        {"type": "tool_errors"},
+        {"type": "efficiency"},
+        {"type": "correctness", "mode": "names_and_order",
+         "expected": ["get_order", "lookup_customer", "search_products"]},
+        {"type": "tool_name_reliability"},
+        {"type": "tool_description_reliability"},
+        {"type": "turn_count", "max_turns": 3},
+        {"type": "latency", "max_total_ms": 10_000},
+        {"type": "token_usage"},
+    ],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conversations", type=int, default=100_000)
+    parser.add_argument("--workers", type=int, default=0, help="0: one per CPU")
+    parser.add_argument("--batch-size", type=int, default=2_000)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="spanscore-bench-"))
+    try:
+        lake = workdir / "lake"
+        built = build_lake(lake, args.conversations, 25_000)
+        spans = args.conversations * SPANS_PER_CONVERSATION
+        print(f"built {spans:,} spans ({args.conversations:,} conversations) in {built:.1f}s")
+        suite = load_suite(SUITE)
+        assertions = len(suite.suite.metrics)
+
+        con = connect(lake)
+        started = time.perf_counter()
+        rebuilt = sum(1 for _ in load_trajectories(con, attributes=suite.attribute_keys()))
+        baseline_s = time.perf_counter() - started
+        con.close()
+
+        rss: list[float] = []
+        me = psutil.Process()
+
+        def sample_memory(progress: Progress) -> None:
+            total = me.memory_info().rss + sum(
+                c.memory_info().rss for c in me.children(recursive=True)
+            )
+            rss.append(total / 2**20)
+
+        started = time.perf_counter()
+        result = evaluate(
+            lake,
+            suite,
+            RunOptions(settle_s=0, workers=args.workers, batch_size=args.batch_size),
+            progress=sample_memory,
+        )
+        run_s = time.perf_counter() - started
+        peak_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(
+            f"run {result.status}: {result.scored:,} conversations, {result.score_count:,} "
+            f"scores ({assertions} assertions each), {result.error_count} errors, {run_s:.1f}s"
+        )
+        print()
+        print(f"{'':44}{'conversations/s':>16}")
+        print(f"{'rebuild alone, 1 process (baseline)':44}{rebuilt / baseline_s:>16,.0f}")
+        print(f"{'rebuild + score + store (the run)':44}{result.scored / run_s:>16,.0f}")
+        if rss:
+            quarter = max(1, len(rss) // 4)
+            print(
+                f"memory (this process + workers): {rss[quarter - 1]:,.0f} MiB after the first "
+                f"quarter of the batches, {rss[-1]:,.0f} MiB at the end, peak {max(rss):,.0f} MiB"
+                f" (this process alone peaked at {peak_self:,.0f} MiB)"
+            )
+        print("target: >= 2,000 conversations/s on 2 cores (printed, not asserted)")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
