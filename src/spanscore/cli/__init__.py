@@ -11,6 +11,7 @@ import click
 from .query import sql_command, status_command
 from .serve import serve_command
 from .show import show_command
+from .suites import import_command, schema_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -28,6 +29,8 @@ main.add_command(serve_command)
 main.add_command(sql_command)
 main.add_command(status_command)
 main.add_command(show_command)
+main.add_command(import_command)
+main.add_command(schema_group)
 
 # The demo imports the example agent (and its dependencies) only when it runs.
 from .demo import demo_command  # noqa: E402
