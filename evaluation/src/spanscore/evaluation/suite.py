@@ -30,6 +30,13 @@ from pydantic import (
     model_validator,
 )
 
+from .assertions import (
+    ForbiddenCallsAssertion,
+    GoalsAssertion,
+    OrderAssertion,
+    ResponseAssertion,
+    ToolCallsAssertion,
+)
 from .metrics import METRIC_ASSERTIONS_DOC, MetricAssertion
 from .scoring import (
     REGISTRY,
@@ -43,7 +50,12 @@ from .trajectory import Trajectory
 
 # Every assertion type a suite may list, told apart by its `type` field.
 Assertion = Annotated[
-    MetricAssertion,
+    ToolCallsAssertion
+    | ForbiddenCallsAssertion
+    | OrderAssertion
+    | GoalsAssertion
+    | ResponseAssertion
+    | MetricAssertion,
     Field(discriminator="type"),
 ]
 

@@ -1,0 +1,808 @@
+"""Scenario assertions over a trajectory's tool calls and answers.
+
+- `tool_calls`: the calls made against the calls expected, in one of nine modes, with
+  optional calls, repetitions, parallel steps, per-tool argument rules and name normalisation.
+- `forbidden`: calls that must never be made.
+- `order`: "every call to B comes after a call to A" (verify before cancel).
+- `goals`: a goal dependency graph of required calls and text goals (watsonx Orchestrate's
+  ground truth shape), passing when every goal is met in an order its dependencies allow.
+- `response`: checks of the final answer (keywords, pattern, similarity to an expected text).
+
+Each gives one graded `Score` (value in [0, 1]) and a pass/fail by the rule documented on the
+mode; docs/assertions.md has every rule and formula. Pairing of repeated calls is optimal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .arguments import (
+    ArgMode,
+    ArgumentResult,
+    ArgumentRule,
+    match_arguments,
+    text_similarity,
+)
+from .pairing import max_weight_matching
+from .scoring import AssertionBase, EvalContext, MetricRegistry, Score
+from .trajectory import ToolCall, Trajectory
+
+Mode = Literal[
+    "strict", "unordered", "contains", "subset", "within", "in_order", "precision", "recall", "f1"
+]
+GRADED_MODES = ("precision", "recall", "f1")
+
+
+def normalize_name(name: str) -> str:
+    """Tool-name normalisation: case and the separators - _ . and spaces do not count."""
+    return re.sub(r"[-_.\s]", "", name).casefold()
+
+
+class ArgumentOverride(BaseModel):
+    """Per-tool argument settings of an assertion (`tools: {get_order: {match: partial}}`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    match: ArgMode | None = None
+    rules: dict[str, ArgumentRule] = Field(default_factory=dict)
+
+
+class ExpectedCall(BaseModel):
+    """One expected tool call. In a suite, a bare tool name is enough (`- get_order`: the name
+    only, arguments not compared)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(alias="tool", description="tool name")
+    arguments: dict[str, Any] | None = Field(
+        None, description="expected arguments; absent: arguments are not compared"
+    )
+    match: ArgMode | None = Field(
+        None,
+        description="argument key sets: exact (default when arguments are given), partial "
+        "(expected keys present, extras allowed), superset (no unexpected keys), ignore",
+    )
+    rules: dict[str, ArgumentRule] = Field(
+        default_factory=dict, description="per-argument rules, by dot path"
+    )
+    optional: bool = Field(False, description="the call may be left out")
+    min: int | None = Field(None, ge=0, description="fewest repetitions (default 1; optional: 0)")
+    max: int | None = Field(
+        None, ge=1, description="most repetitions (default: max(min, 1)); null: unbounded"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ExpectedCall:
+        low, high = self.bounds
+        if high is not None and low > high:
+            raise ValueError(f"min ({low}) is more than max ({high})")
+        if self.optional and self.min:
+            raise ValueError("an optional call cannot have min >= 1")
+        return self
+
+    @property
+    def bounds(self) -> tuple[int, int | None]:
+        low = self.min if self.min is not None else (0 if self.optional else 1)
+        if "max" in self.model_fields_set:
+            return low, self.max
+        return low, max(low, 1)
+
+
+ExpectedStep = ExpectedCall | list[ExpectedCall]
+
+
+@dataclass
+class _Item:
+    """An expected call as the matcher uses it: bounds resolved, group known."""
+
+    call: ExpectedCall
+    index: int
+    group: int | None  # expected parallel step it belongs to
+    low: int
+    high: int | None
+
+
+class _CallMatcher:
+    """Whether an actual call satisfies an expected one, with the assertion's settings."""
+
+    def __init__(
+        self,
+        default_mode: ArgMode,
+        overrides: Mapping[str, ArgumentOverride],
+        normalize: bool,
+    ) -> None:
+        self.default_mode = default_mode
+        self.normalize = normalize
+        self.overrides = {self.key(k): v for k, v in overrides.items()}
+        self._cache: dict[tuple[int, int], ArgumentResult | None] = {}
+
+    def key(self, name: str) -> str:
+        return normalize_name(name) if self.normalize else name
+
+    def compare(self, expected: ExpectedCall, actual: ToolCall) -> ArgumentResult | None:
+        """None when the names differ; else the argument comparison."""
+        if self.key(expected.name) != self.key(actual.name):
+            return None
+        override = self.overrides.get(self.key(expected.name))
+        mode = expected.match or (override.match if override else None) or self.default_mode
+        rules = {**(override.rules if override else {}), **expected.rules}
+        return match_arguments(expected.arguments, actual.arguments, mode=mode, rules=rules)
+
+    def weight(self, expected: ExpectedCall, actual: ToolCall) -> float | None:
+        """A pair's weight in [0, 1] when the actual call satisfies the expected one."""
+        key = (id(expected), id(actual))
+        if key not in self._cache:
+            self._cache[key] = self.compare(expected, actual)
+        result = self._cache[key]
+        if result is None or not result.passed:
+            return None
+        return result.score
+
+
+class ToolCallsAssertion(AssertionBase):
+    """The calls made against the calls expected. Modes (pass rule; score):
+
+    strict      same calls, same order, same count        matched / (matched+extra+missing)
+    unordered   same calls in any order (a multiset)      matched / (matched+extra+missing)
+    contains    every expected call made; extras allowed  matched expected / expected
+    subset      every call made is a distinct expected    matched / made
+                one; omissions allowed
+    within      every call made is allowed by some        allowed / made
+                expected call; repeats allowed
+    in_order    expected calls made in order, gaps ok     matched in order / expected
+    precision   graded: score >= threshold (default 1)    matched / made
+    recall      graded: score >= threshold (default 1)    matched expected / expected
+    f1          graded: score >= threshold (default 1)    harmonic mean of the two above
+    """
+
+    type: Literal["tool_calls"]
+    mode: Mode = Field("strict", description="how the calls made are compared")
+    expected: list[ExpectedStep] = Field(
+        default_factory=list,
+        description="expected calls, in order; a list inside the list is a parallel step "
+        "(calls requested by the same model response, in any order)",
+    )
+    arguments: ArgMode = Field(
+        "exact", description="argument key-set mode for expected calls that give arguments"
+    )
+    tools: dict[str, ArgumentOverride] = Field(
+        default_factory=dict, description="per-tool argument settings (match, rules)"
+    )
+    normalize_names: bool = Field(
+        False, description="compare tool names ignoring case and the separators - _ . space"
+    )
+    check_parallel: bool = Field(
+        True, description="parallel steps must have been requested by one model response"
+    )
+
+    @field_validator("expected", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+    def check(self, registry: MetricRegistry) -> list[str]:
+        return _judged_rules(self._items(), self.tools)
+
+    def _items(self) -> list[_Item]:
+        items: list[_Item] = []
+        for group, step in enumerate(self.expected):
+            calls = step if isinstance(step, list) else [step]
+            for call in calls:
+                low, high = call.bounds
+                items.append(
+                    _Item(call, len(items), group if isinstance(step, list) else None, low, high)
+                )
+        return items
+
+    def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
+        matcher = _CallMatcher(self.arguments, self.tools, self.normalize_names)
+        items = self._items()
+        actual = trajectory.tool_calls
+        if self.mode in ("strict", "in_order"):
+            items = _canonical_parallel_steps(items, matcher)
+            actual = _canonical_parallel_blocks(actual, matcher)
+        return _score_calls(self, items, actual, matcher)
+
+
+def _canonical_parallel_steps(items: list[_Item], matcher: _CallMatcher) -> list[_Item]:
+    """Each expected parallel step sorted by (name, arguments), like the calls made."""
+    result: list[_Item] = []
+    i = 0
+    while i < len(items):
+        j = i + 1
+        while items[i].group is not None and j < len(items) and items[j].group == items[i].group:
+            j += 1
+        result += sorted(
+            items[i:j], key=lambda it: _canonical_key(it.call.name, it.call.arguments, matcher)
+        )
+        i = j
+    return result
+
+
+def _judged_rules(items: Sequence[_Item], overrides: Mapping[str, ArgumentOverride]) -> list[str]:
+    rules = [r for item in items for r in item.call.rules.values()]
+    rules += [r for o in overrides.values() for r in o.rules.values()]
+    if any(r.strategy == "judged" for r in rules):
+        return ["argument strategy 'judged' needs the LLM judge, which this version lacks"]
+    return []
+
+
+# --- pairing expected with actual --------------------------------------------------------------
+
+_REQUIRED = 1_000_000.0  # matching a required slot beats any number of optional ones
+_PAIR = 1_000.0  # one more pair beats better argument scores
+
+
+@dataclass
+class _Slot:
+    item: _Item
+    required: bool
+
+
+def _slots(items: Sequence[_Item], actual_count: int) -> list[_Slot]:
+    slots = []
+    for item in items:
+        high = item.high if item.high is not None else max(item.low, actual_count)
+        slots += [_Slot(item, i < item.low) for i in range(max(high, item.low))]
+    return slots
+
+
+@dataclass
+class _Pairing:
+    pairs: list[tuple[_Slot, int, float]]  # (slot, actual index, argument score)
+    required: int
+    actual: int
+
+    @property
+    def matched(self) -> int:
+        return len(self.pairs)
+
+    @property
+    def matched_required(self) -> int:
+        return sum(1 for s, _, _ in self.pairs if s.required)
+
+    @property
+    def missing(self) -> int:
+        return self.required - self.matched_required
+
+    @property
+    def extra(self) -> int:
+        return self.actual - self.matched
+
+
+def _unordered_pairing(
+    slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: _CallMatcher
+) -> _Pairing:
+    weights: list[list[float | None]] = []
+    for slot in slots:
+        row: list[float | None] = []
+        for call in actual:
+            w = matcher.weight(slot.item.call, call)
+            row.append(None if w is None else _PAIR + w + (_REQUIRED if slot.required else 0))
+        weights.append(row)
+    pairs = [(slots[r], c, weights[r][c] or 0.0) for r, c in max_weight_matching(weights)]
+    return _Pairing(
+        [(s, c, w % _PAIR) for s, c, w in pairs], sum(1 for s in slots if s.required), len(actual)
+    )
+
+
+def _ordered_pairing(
+    slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: _CallMatcher
+) -> _Pairing:
+    """The best in-order alignment (a weighted longest common subsequence): slots and actual
+    calls may be skipped, pairs keep both orders."""
+    n, m = len(slots), len(actual)
+    best = [[0.0] * (m + 1) for _ in range(n + 1)]
+    for i in range(1, n + 1):
+        slot = slots[i - 1]
+        bonus = _PAIR + (_REQUIRED if slot.required else 0)
+        row, previous = best[i], best[i - 1]
+        for j in range(1, m + 1):
+            value = max(previous[j], row[j - 1])
+            w = matcher.weight(slot.item.call, actual[j - 1])
+            if w is not None:
+                value = max(value, previous[j - 1] + bonus + w)
+            row[j] = value
+    pairs: list[tuple[_Slot, int, float]] = []
+    i, j = n, m
+    while i and j:
+        if best[i][j] == best[i - 1][j]:
+            i -= 1
+        elif best[i][j] == best[i][j - 1]:
+            j -= 1
+        else:
+            w = matcher.weight(slots[i - 1].item.call, actual[j - 1]) or 0.0
+            pairs.append((slots[i - 1], j - 1, w))
+            i, j = i - 1, j - 1
+    pairs.reverse()
+    return _Pairing(pairs, sum(1 for s in slots if s.required), m)
+
+
+def _canonical_key(name: str, arguments: Any, matcher: _CallMatcher) -> tuple[str, str]:
+    return matcher.key(name), json.dumps(arguments, sort_keys=True, default=str)
+
+
+def _canonical_parallel_blocks(actual: list[ToolCall], matcher: _CallMatcher) -> list[ToolCall]:
+    """Calls requested by one model response have no order among themselves: ordered modes
+    see each such block sorted by (name, arguments), as they see expected parallel steps."""
+    ordered: list[ToolCall] = []
+    i = 0
+    while i < len(actual):
+        group = actual[i].parallel_group
+        j = i + 1
+        while group is not None and j < len(actual) and actual[j].parallel_group == group:
+            j += 1
+        block = actual[i:j]
+        if len(block) > 1:
+            block = sorted(block, key=lambda c: _canonical_key(c.name, c.arguments, matcher))
+        ordered += block
+        i = j
+    return ordered
+
+
+def _parallel_problems(pairing: _Pairing, actual: Sequence[ToolCall]) -> list[str]:
+    by_group: dict[int, list[tuple[_Slot, int]]] = {}
+    for slot, index, _ in pairing.pairs:
+        if slot.item.group is not None:
+            by_group.setdefault(slot.item.group, []).append((slot, index))
+    problems = []
+    for members in by_group.values():
+        groups = {actual[index].parallel_group for _, index in members}
+        if len(members) > 1 and (len(groups) != 1 or None in groups):
+            names = ", ".join(sorted(actual[i].name for _, i in members))
+            problems.append(f"{names} were expected in parallel (one model response)")
+    return problems
+
+
+def _score_calls(
+    assertion: ToolCallsAssertion,
+    items: Sequence[_Item],
+    actual: Sequence[ToolCall],
+    matcher: _CallMatcher,
+) -> Score:
+    mode = assertion.mode
+    made = len(actual)
+    if mode == "within":
+        allowed = [any(matcher.weight(i.call, c) is not None for i in items) for c in actual]
+        outside = [c.name for c, ok in zip(actual, allowed, strict=True) if not ok]
+        value = sum(allowed) / made if made else 1.0
+        why = f"{len(outside)} of {made} calls not allowed: {', '.join(outside)}"
+        return assertion.graded(
+            value,
+            not outside,
+            explanation="every call allowed" if not outside else why,
+            details={"mode": mode, "calls": made, "not_allowed": outside},
+        )
+    slots = _slots(items, made)
+    ordered = mode in ("strict", "in_order")
+    pairing = (_ordered_pairing if ordered else _unordered_pairing)(slots, actual, matcher)
+    parallel = _parallel_problems(pairing, actual) if assertion.check_parallel else []
+    required, matched, missing, extra = (
+        pairing.required,
+        pairing.matched,
+        pairing.missing,
+        pairing.extra,
+    )
+    precision = matched / made if made else 1.0
+    recall = pairing.matched_required / required if required else 1.0
+    if mode in ("strict", "unordered"):
+        total = matched + extra + missing
+        value = matched / total if total else 1.0
+        passed = missing == 0 and extra == 0
+    elif mode in ("contains", "in_order", "recall"):
+        value, passed = recall, missing == 0
+    elif mode in ("subset", "precision"):
+        value, passed = precision, extra == 0
+    else:  # f1
+        value = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        passed = value >= 1.0
+    if mode in GRADED_MODES:
+        passed = value >= 1.0  # `threshold` (applied by `graded`) usually lowers this
+    passed = passed and not parallel
+    details = _pairing_details(mode, items, actual, pairing, matcher)
+    details["parallel_problems"] = parallel
+    return assertion.graded(
+        value,
+        passed,
+        explanation=_explain(mode, pairing, parallel, details),
+        details=details,
+    )
+
+
+def _pairing_details(
+    mode: str,
+    items: Sequence[_Item],
+    actual: Sequence[ToolCall],
+    pairing: _Pairing,
+    matcher: _CallMatcher,
+) -> dict[str, Any]:
+    paired_items: dict[int, int] = {}
+    for slot, _, _ in pairing.pairs:
+        paired_items[slot.item.index] = paired_items.get(slot.item.index, 0) + 1
+    used = {index for _, index, _ in pairing.pairs}
+    missing = []
+    for item in items:
+        count = paired_items.get(item.index, 0)
+        if count < item.low:
+            near = [
+                problem
+                for call in actual
+                if (result := matcher.compare(item.call, call)) is not None
+                for problem in result.problems
+            ]
+            entry: dict[str, Any] = {"name": item.call.name, "expected": item.low, "made": count}
+            if near:
+                entry["argument_problems"] = near[:5]
+            missing.append(entry)
+    return {
+        "mode": mode,
+        "expected": [i.call.name for i in items],
+        "actual": [c.name for c in actual],
+        "pairs": [
+            {"expected": s.item.index, "actual": index, "score": round(w, 6)}
+            for s, index, w in pairing.pairs
+        ],
+        "missing": missing,
+        "extra": [{"index": i, "name": c.name} for i, c in enumerate(actual) if i not in used],
+    }
+
+
+def _explain(mode: str, pairing: _Pairing, parallel: list[str], details: dict[str, Any]) -> str:
+    parts = [
+        f"{pairing.matched_required} of {pairing.required} expected calls made, "
+        f"{pairing.matched} of {pairing.actual} calls matched"
+    ]
+    if details["missing"]:
+        missing = details["missing"]
+        parts.append("missing " + ", ".join(m["name"] for m in missing))
+        problems = [p for m in missing for p in m.get("argument_problems", [])]
+        if problems:
+            parts.append("arguments: " + "; ".join(problems[:3]))
+    if pairing.extra and mode not in ("contains", "in_order", "recall"):
+        parts.append("extra " + ", ".join(e["name"] for e in details["extra"]))
+    parts += parallel
+    return "; ".join(parts)
+
+
+# --- forbidden calls and ordering constraints --------------------------------------------------
+
+
+class ForbiddenCallsAssertion(AssertionBase):
+    """Calls that must never be made (by name, optionally with arguments: `match` defaults to
+    partial here, so `{name: cancel_order, arguments: {order_id: X}}` forbids cancelling X).
+    Value 1 when none was made, else 0."""
+
+    type: Literal["forbidden"]
+    calls: list[ExpectedCall] = Field(description="calls that must not be made")
+    normalize_names: bool = False
+
+    def check(self, registry: MetricRegistry) -> list[str]:
+        return _judged_rules([_Item(c, i, None, 1, 1) for i, c in enumerate(self.calls)], {})
+
+    def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
+        matcher = _CallMatcher("partial", {}, self.normalize_names)
+        made = []
+        for index, call in enumerate(trajectory.tool_calls):
+            if any(matcher.weight(f, call) is not None for f in self.calls):
+                made.append({"index": index, "name": call.name, "arguments": call.arguments})
+        names = ", ".join(m["name"] for m in made)
+        return self.graded(
+            0.0 if made else 1.0,
+            not made,
+            explanation=f"forbidden call(s) made: {names}" if made else "no forbidden call",
+            details={"violations": made},
+        )
+
+
+class OrderAssertion(AssertionBase):
+    """Every call to `after` comes after a call to `before` (with `require_success`: a call
+    that did not fail). Score: the fraction of `after` calls that respect it (1 when none)."""
+
+    type: Literal["order"]
+    before: str = Field(description="tool that must come first")
+    after: str = Field(description="tool that may only come after it")
+    require_success: bool = Field(False, description="only a successful `before` call counts")
+    normalize_names: bool = False
+
+    def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
+        key = normalize_name if self.normalize_names else (lambda n: n)
+        before, after = key(self.before), key(self.after)
+        seen_before = False
+        total = ok = 0
+        violations = []
+        for index, call in enumerate(trajectory.tool_calls):
+            name = key(call.name)
+            if name == after:
+                total += 1
+                if seen_before:
+                    ok += 1
+                else:
+                    violations.append(index)
+            if name == before and (call.error is None or not self.require_success):
+                seen_before = True
+        what = f"{self.after} after {'a successful ' if self.require_success else ''}"
+        explanation = (
+            f"every {what}{self.before}"
+            if not violations
+            else f"{len(violations)} of {total} {self.after} call(s) before any {self.before}"
+        )
+        return self.graded(
+            ok / total if total else 1.0,
+            not violations,
+            explanation=explanation,
+            details={"violations": violations, "checked": total},
+        )
+
+
+# --- goal dependency graphs --------------------------------------------------------------------
+
+WatsonxArgMatch = Literal["strict", "fuzzy", "ignore", "optional"]
+
+
+class Goal(BaseModel):
+    """One goal: a tool call (`tool_call`) or a text answer (`text`), as in watsonx
+    Orchestrate's `goal_details`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["tool_call", "text"]
+    name: str
+    tool_name: str | None = None
+    args: dict[str, Any] | None = None
+    arg_matching: dict[str, WatsonxArgMatch | ArgumentRule] = Field(
+        default_factory=dict,
+        description="per argument: strict (default), fuzzy (similarity), ignore, optional, or "
+        "a spanscore rule",
+    )
+    match: ArgMode = Field("exact", description="argument key sets (watsonx: exact)")
+    response: str | None = None
+    keywords: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _tool_named(self) -> Goal:
+        if self.type == "tool_call" and not self.tool_name:
+            raise ValueError("a tool_call goal needs tool_name")
+        return self
+
+    def rules(self, similarity_threshold: float) -> dict[str, ArgumentRule]:
+        rules = {}
+        for key, how in self.arg_matching.items():
+            if isinstance(how, ArgumentRule):
+                rules[key] = how
+            elif how == "fuzzy":
+                rules[key] = ArgumentRule(strategy="similarity", threshold=similarity_threshold)
+            elif how != "strict":
+                rules[key] = ArgumentRule(strategy=how)
+        return rules
+
+
+class GoalsAssertion(AssertionBase):
+    """A goal dependency graph: `goals` maps a goal to the goals that depend on it. Passes
+    (Journey Success) when every goal is met and each after the goals it depends on. Score: the
+    fraction of goals met in order."""
+
+    type: Literal["goals"]
+    goals: dict[str, list[str]] = Field(
+        default_factory=dict, description="goal -> goals that depend on it"
+    )
+    goal_details: list[Goal]
+    similarity_threshold: float = Field(0.8, ge=0, le=1, description="for fuzzy arguments")
+    normalize_names: bool = False
+
+    @model_validator(mode="after")
+    def _graph(self) -> GoalsAssertion:
+        names = [g.name for g in self.goal_details]
+        if len(set(names)) != len(names):
+            raise ValueError("goal names in goal_details must be unique")
+        known = set(names)
+        for goal, dependents in self.goals.items():
+            for name in (goal, *dependents):
+                if name not in known:
+                    raise ValueError(f"goal {name!r} is not in goal_details")
+        self._order()  # raises on a cycle
+        return self
+
+    def _order(self) -> list[str]:
+        """Goals in an order their dependencies allow (Kahn; ties in goal_details order)."""
+        needs: dict[str, set[str]] = {g.name: set() for g in self.goal_details}
+        for goal, dependents in self.goals.items():
+            for dependent in dependents:
+                needs[dependent].add(goal)
+        order: list[str] = []
+        ready = [g.name for g in self.goal_details if not needs[g.name]]
+        while ready:
+            name = ready.pop(0)
+            order.append(name)
+            for other in self.goal_details:
+                if name in needs[other.name]:
+                    needs[other.name].discard(name)
+                    if not needs[other.name] and other.name not in order + ready:
+                        ready.append(other.name)
+        if len(order) != len(needs):
+            cycle = sorted(set(needs) - set(order))
+            raise ValueError(f"the goal graph has a cycle through {', '.join(cycle)}")
+        return order
+
+    def check(self, registry: MetricRegistry) -> list[str]:
+        rules = [r for g in self.goal_details for r in g.rules(self.similarity_threshold).values()]
+        if any(r.strategy == "judged" for r in rules):
+            return ["argument strategy 'judged' needs the LLM judge, which this version lacks"]
+        return []
+
+    def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
+        # One timeline of tool calls and answers, in order.
+        timeline: list[tuple[str, Any]] = []
+        for turn in trajectory.turns:
+            for call in turn.tool_calls:
+                timeline.append(("call", call))
+            if turn.final_response is not None:
+                timeline.append(("text", turn.final_response))
+        details_by_name = {g.name: g for g in self.goal_details}
+        prerequisites: dict[str, list[str]] = {g.name: [] for g in self.goal_details}
+        for source, dependents in self.goals.items():
+            for dependent in dependents:
+                prerequisites[dependent].append(source)
+        matcher = _CallMatcher("exact", {}, self.normalize_names)
+        placed: dict[str, int] = {}
+        used: set[int] = set()
+        report: dict[str, dict[str, Any]] = {}
+        for name in self._order():
+            goal = details_by_name[name]
+            earliest = max((placed[p] for p in prerequisites[name] if p in placed), default=-1)
+            blocked = [p for p in prerequisites[name] if p not in placed]
+            found, why = self._place(goal, timeline, used, earliest, matcher)
+            if found is not None and not blocked:
+                placed[name] = found
+                if goal.type == "tool_call":
+                    used.add(found)
+                report[name] = {"met": True, "at": found}
+            else:
+                reason = why if found is None else f"depends on unmet {', '.join(blocked)}"
+                report[name] = {"met": False, "reason": reason}
+        tool_goals = [g for g in self.goal_details if g.type == "tool_call"]
+        calls = sum(1 for kind, _ in timeline if kind == "call")
+        met_calls = sum(1 for g in tool_goals if report[g.name]["met"])
+        met = sum(1 for r in report.values() if r["met"])
+        failed = [n for n, r in report.items() if not r["met"]]
+        explanation = (
+            "journey success: every goal met in order"
+            if not failed
+            else "; ".join(f"{n}: {report[n]['reason']}" for n in failed)
+        )
+        return self.graded(
+            met / len(report) if report else 1.0,
+            not failed,
+            explanation=explanation,
+            details={
+                "goals": report,
+                "failed": failed,
+                "tool_call_precision": met_calls / calls if calls else 1.0,
+                "tool_call_recall": met_calls / len(tool_goals) if tool_goals else 1.0,
+            },
+        )
+
+    def _place(
+        self,
+        goal: Goal,
+        timeline: Sequence[tuple[str, Any]],
+        used: set[int],
+        after: int,
+        matcher: _CallMatcher,
+    ) -> tuple[int | None, str]:
+        """The earliest point after `after` that meets the goal, or why none does."""
+        if goal.type == "text":
+            best = 0.0
+            for index, (kind, text) in enumerate(timeline):
+                if kind != "text" or index <= after:
+                    continue
+                lowered = str(text).casefold()
+                if all(k.casefold() in lowered for k in goal.keywords):
+                    return index, ""
+                if goal.response:
+                    best = max(best, text_similarity(goal.response, str(text)))
+            wanted = ", ".join(goal.keywords) or "an answer"
+            return None, f"no answer after its dependencies contains {wanted}"
+        expected = ExpectedCall(
+            name=goal.tool_name or "",
+            arguments=goal.args,
+            match=goal.match,
+            rules=goal.rules(self.similarity_threshold),
+        )
+        problems: list[str] = []
+        earlier = False
+        for index, (kind, call) in enumerate(timeline):
+            if kind != "call" or index in used:
+                continue
+            result = matcher.compare(expected, call)
+            if result is None:
+                continue
+            if not result.passed:
+                problems += result.problems
+            elif index <= after:
+                earlier = True
+            else:
+                return index, ""
+        if earlier:
+            return None, f"{goal.tool_name} was called before the goals it depends on"
+        if problems:
+            return None, f"{goal.tool_name} arguments differ: " + "; ".join(problems[:3])
+        return None, f"{goal.tool_name} was not called"
+
+
+# --- the final answer --------------------------------------------------------------------------
+
+
+class ResponseAssertion(AssertionBase):
+    """Checks of the final answer (the last turn's). Score: the fraction of checks that pass;
+    passes when all do."""
+
+    type: Literal["response"]
+    keywords: list[str] = Field(default_factory=list, description="all must appear (any case)")
+    any_keywords: list[str] = Field(default_factory=list, description="at least one must appear")
+    forbidden_keywords: list[str] = Field(default_factory=list, description="none may appear")
+    pattern: str | None = Field(None, description="regular expression searched in the answer")
+    expected: str | None = Field(None, description="reference answer, compared by similarity")
+    similarity_threshold: float = Field(0.8, ge=0, le=1)
+    every_turn: bool = Field(False, description="check every turn's answer, not only the last")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+        return pattern
+
+    def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
+        if self.every_turn:
+            answers = [t.final_response for t in trajectory.turns]
+        else:
+            answers = [trajectory.final_response]
+        checks: list[tuple[str, bool]] = []
+        for answer in answers:
+            checks += self._checks(answer or "")
+        failed = [name for name, ok in checks if not ok]
+        value = sum(ok for _, ok in checks) / len(checks) if checks else 1.0
+        return self.graded(
+            value,
+            not failed,
+            explanation="answer passes every check" if not failed else "; ".join(failed),
+            details={"checks": [{"check": n, "passed": ok} for n, ok in checks]},
+        )
+
+    def _checks(self, answer: str) -> list[tuple[str, bool]]:
+        lowered = answer.casefold()
+        checks = [(f"contains {k!r}", k.casefold() in lowered) for k in self.keywords]
+        if self.any_keywords:
+            found = any(k.casefold() in lowered for k in self.any_keywords)
+            checks.append((f"contains one of {self.any_keywords}", found))
+        checks += [
+            (f"does not contain {k!r}", k.casefold() not in lowered)
+            for k in self.forbidden_keywords
+        ]
+        if self.pattern is not None:
+            checks.append(
+                (f"matches /{self.pattern}/", re.search(self.pattern, answer) is not None)
+            )
+        if self.expected is not None:
+            similarity = text_similarity(self.expected, answer)
+            checks.append(
+                (
+                    f"similar to the reference ({similarity:.2f} >= {self.similarity_threshold:g})",
+                    similarity >= self.similarity_threshold,
+                )
+            )
+        return checks
