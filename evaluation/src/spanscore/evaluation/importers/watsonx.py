@@ -14,9 +14,10 @@ What is kept, and what differs (the adk's agentops `evaluation_package.py`):
   dates as values and text by similarity against `similarity_threshold`.
 - `{"IGNORE": null}` as a goal's args ignores every argument; a `<IGNORE>` value ignores one.
 - a call is labelled with the first goal of its tool whose arguments match, and the order check
-  uses each goal's most recent call; spanscore pairs calls and goals optimally.
-- text goals need keywords and an LLM semantic match in any assistant message; spanscore
-  checks the keywords and the similarity of the final response.
+  uses each goal's most recent call; spanscore places each goal, in dependency order, at the
+  earliest matching call after the goals it depends on (each call meets one goal).
+- text goals need the keywords and an LLM semantic match in any assistant message; spanscore
+  needs the keywords in an answer given after the goals they depend on (no semantic match).
 """
 
 from __future__ import annotations
@@ -119,6 +120,12 @@ def _scenario(path: Path, data: Any, result: ImportResult) -> dict[str, Any]:
             "similarity_threshold": 0.8,
         }
     ]
+    result.note(
+        sid,
+        "repeated calls: watsonx labels each call with the first goal of its tool whose "
+        "arguments match and checks the order on each goal's latest call; spanscore places "
+        "each goal at the earliest matching call after its dependencies.",
+    )
     if keywords:
         assertions.append({"type": "response", "name": "summary_keywords", "keywords": keywords})
         result.note(
@@ -129,9 +136,9 @@ def _scenario(path: Path, data: Any, result: ImportResult) -> dict[str, Any]:
     if any(g.get("type") == "text" for g in details):
         result.note(
             sid,
-            "text goals: watsonx needs the keywords and an LLM's semantic match; spanscore "
-            "needs the keywords and a final response whose similarity to `response` is at "
-            "least similarity_threshold.",
+            "text goals: watsonx needs the keywords and an LLM's semantic match with "
+            "`response` in any assistant message; spanscore needs the keywords in an answer "
+            "given after the goals the text goal depends on, and does not compare `response`.",
         )
     parts = [document.get("story"), document.get("starting_sentence")]
     description = " First message: ".join(p for p in parts if isinstance(p, str) and p)
