@@ -195,6 +195,19 @@ WATSONX_ARGS = [
     # (args, arg_matching, imported args, imported arg_matching)
     ({"u": "x"}, None, {"u": "x"}, None),  # strict is the default
     ({"u": "x", "q": "time off"}, {"q": "fuzzy"}, {"u": "x", "q": "time off"}, {"q": "fuzzy"}),
+    # fuzzy numbers and dates compare by value first in watsonx: kept as value rules
+    (
+        {"d": "2025-01-01"},
+        {"d": "fuzzy"},
+        {"d": "2025-01-01"},
+        {"d": {"strategy": "datetime", "window_seconds": 0}},
+    ),
+    (
+        {"n": "15778303"},
+        {"n": "fuzzy"},
+        {"n": "15778303"},
+        {"n": {"strategy": "tolerance", "tolerance": 0.001, "cast": True}},
+    ),
     ({"u": "x", "m": "y"}, {"m": "ignore"}, {"u": "x", "m": "y"}, {"m": "ignore"}),
     ({"u": "x", "d": "2025"}, {"d": "optional"}, {"u": "x", "d": "2025"}, {"d": "optional"}),
     ({"u": "x", "m": "<IGNORE>"}, None, {"u": "x", "m": "<IGNORE>"}, {"m": "ignore"}),
@@ -205,7 +218,16 @@ WATSONX_ARGS = [
 @pytest.mark.parametrize(
     ("args", "matching", "ours", "our_matching"),
     WATSONX_ARGS,
-    ids=["strict", "fuzzy", "ignore", "optional", "<IGNORE>", "IGNORE-all"],
+    ids=[
+        "strict",
+        "fuzzy",
+        "fuzzy-date",
+        "fuzzy-number",
+        "ignore",
+        "optional",
+        "<IGNORE>",
+        "IGNORE-all",
+    ],
 )
 def test_watsonx_argument_matching(
     tmp_path: Path, args: Any, matching: Any, ours: Any, our_matching: Any
@@ -214,11 +236,11 @@ def test_watsonx_argument_matching(
     if matching:
         detail["arg_matching"] = matching
     data = {"agent": "a", "goals": {"t-1": []}, "goal_details": [detail], "story": "s"}
-    goal = only_assertion(import_file("watsonx", write(tmp_path, "d.json", data)))["goal_details"][
-        0
-    ]
+    result = import_file("watsonx", write(tmp_path, "d.json", data))
+    goal = only_assertion(result)["goal_details"][0]
     assert goal.get("args") == ours
     assert goal.get("arg_matching") == our_matching
+    load_suite(result.suite)
 
 
 def test_watsonx_directory_gives_one_scenario_per_dataset(tmp_path: Path) -> None:

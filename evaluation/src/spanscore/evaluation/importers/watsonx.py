@@ -10,8 +10,10 @@ What is kept, and what differs (the adk's agentops `evaluation_package.py`):
 - `arg_matching` strict/fuzzy/ignore/optional is passed through; strict is the default.
 - watsonx's code compares strict values as lower-cased text (`str(v).lower()`, lists sorted);
   its documentation says "exact match": spanscore keeps the documented exact comparison.
-- fuzzy: watsonx asks an LLM, then embeddings, then fuzzywuzzy; spanscore compares numbers and
-  dates as values and text by similarity against `similarity_threshold`.
+- fuzzy: watsonx first compares values that read as numbers (within 0.001) or dates (equal),
+  then asks an LLM, embeddings, fuzzywuzzy. A fuzzy argument whose expected value is a number or
+  a date is imported as a `tolerance` (0.001) or `datetime` (0 s) rule; other text keeps
+  `fuzzy`: spanscore's text similarity against `similarity_threshold`.
 - `{"IGNORE": null}` as a goal's args ignores every argument; a `<IGNORE>` value ignores one.
 - a call is labelled with the first goal of its tool whose arguments match, and the order check
   uses each goal's most recent call; spanscore places each goal, in dependency order, at the
@@ -22,6 +24,7 @@ What is kept, and what differs (the adk's agentops `evaluation_package.py`):
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +179,11 @@ def _tool_goal(
                 f"{name}.{key}: the {IGNORE_VALUE} value becomes `ignore`; watsonx still "
                 "requires the argument to be present, spanscore does not.",
             )
+    for key, strategy in list(matching.items()):
+        if strategy == "fuzzy" and key in args:
+            rule = _fuzzy_value_rule(args[key])
+            if rule is not None:
+                matching[key] = rule
     goal["args"] = args
     if matching:
         goal["arg_matching"] = matching
@@ -185,11 +193,11 @@ def _tool_goal(
             f"{name}: `ignore` as documented (present or absent); watsonx's code requires an "
             "ignored argument to be present.",
         )
-    if "fuzzy" in matching.values():
+    if "fuzzy" in [m for m in matching.values() if isinstance(m, str)]:
         result.note(
             sid,
-            f"{name}: fuzzy arguments use spanscore's text similarity, not watsonx's LLM or "
-            "embedding match; numbers and dates still compare by value.",
+            f"{name}: fuzzy text arguments use spanscore's text similarity, not watsonx's LLM "
+            "or embedding match.",
         )
     if any(isinstance(v, str) and v != v.lower() for v in args.values()):
         result.note(
@@ -198,3 +206,24 @@ def _tool_goal(
             "both sides, so a case-only difference it accepts fails here.",
         )
     return goal
+
+
+def _fuzzy_value_rule(value: Any) -> dict[str, Any] | None:
+    """watsonx's fuzzy matching compares numbers and dates by value before any similarity."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return {"strategy": "tolerance", "tolerance": 0.001, "cast": True}
+    if not isinstance(value, str):
+        return None
+    try:
+        float(value)
+    except ValueError:
+        pass
+    else:
+        return {"strategy": "tolerance", "tolerance": 0.001, "cast": True}
+    try:
+        dt.date.fromisoformat(value.strip()[:10])
+    except ValueError:
+        return None
+    return {"strategy": "datetime", "window_seconds": 0}
