@@ -8,6 +8,10 @@ Usage::
     for turn in trajectory.turns:
         print(turn.user_message, [call.name for call in turn.tool_calls])
 
+    suite = load_suite("suite.yaml")     # scenarios, policies, metrics (SuiteError if invalid)
+    for row in suite.score(trajectory):  # one ScoreRow per (scenario, metric)
+        print(row.scenario_id, row.metric, row.score.value, row.score.passed)
+
 Environment:
     SPANSCORE_LAKE   the default lake of the `spanscore` commands
 """
@@ -20,6 +24,8 @@ import duckdb
 
 from spanscore.lake import connect
 
+from .scoring import REGISTRY, EvalContext, MetricRegistry, Score, ToolSpec, metric
+from .suite import LoadedSuite, ScoreRow, Suite, SuiteError, load_suite, suite_json_schema
 from .trajectory import (
     Handoff,
     ModelCall,
@@ -41,13 +47,25 @@ def open_lake(
 
 
 __all__ = [
+    "REGISTRY",
+    "EvalContext",
     "Handoff",
+    "LoadedSuite",
+    "MetricRegistry",
     "ModelCall",
+    "Score",
+    "ScoreRow",
+    "Suite",
+    "SuiteError",
     "ToolCall",
+    "ToolSpec",
     "Trajectory",
     "Turn",
     "build_trajectory",
+    "load_suite",
     "load_trajectories",
     "load_trajectory",
+    "metric",
     "open_lake",
+    "suite_json_schema",
 ]

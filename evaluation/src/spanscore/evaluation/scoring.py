@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -167,6 +167,25 @@ REGISTRY = MetricRegistry()
 _LOADING_FILE: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "spanscore_loading_metric_file", default=False
 )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@overload
+def metric(name: F) -> F: ...
+
+
+@overload
+def metric(
+    name: str | None = None,
+    *,
+    kind: ScoreKind | None = None,
+    threshold: float | None = None,
+    labels: tuple[str, ...] | list[str] | None = None,
+    pass_labels: tuple[str, ...] | list[str] | None = None,
+    description: str | None = None,
+) -> Callable[[F], F]: ...
 
 
 def metric(

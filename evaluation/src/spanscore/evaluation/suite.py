@@ -323,7 +323,16 @@ def load_suite(
     try:
         suite = Suite.model_validate(data)
     except ValidationError as exc:
-        raise SuiteError([_problem(label, root, data, err) for err in exc.errors()]) from None
+        errors = exc.errors()
+        # A value that fits no member of a union gets one error per member: keep those of the
+        # members whose shape (mapping or list) the value has.
+        found = [p for p in (_problem(label, root, data, e) for e in errors) if p is not None]
+        if not found:
+            found = [
+                _problem(label, root, data, errors[0], lenient=True)
+                or Problem(label, None, "", str(exc))
+            ]
+        raise SuiteError(list(dict.fromkeys(found))) from None
     registry = MetricRegistry(parent=registry or REGISTRY)
     problems: list[Problem] = []
     for i, metric_file in enumerate(suite.custom_metrics):
@@ -430,7 +439,9 @@ def _parse(text: str, label: str, suffix: str) -> tuple[Any, yaml.Node | None]:
     return data, root
 
 
-def _problem(label: str, root: yaml.Node | None, data: Any, err: Mapping[str, Any]) -> Problem:
+def _problem(
+    label: str, root: yaml.Node | None, data: Any, err: Mapping[str, Any], lenient: bool = False
+) -> Problem | None:
     message = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] not in ("missing", "extra_forbidden") and "input" in err:
         shown = json.dumps(err["input"], default=str)
@@ -438,13 +449,25 @@ def _problem(label: str, root: yaml.Node | None, data: Any, err: Mapping[str, An
             message += f" (got {shown})"
     if err["type"] == "extra_forbidden":
         message = "unknown field (check the spelling; `spanscore schema suite` lists the fields)"
-    return _at(label, root, data, tuple(err["loc"]), message)
+    return _locate(label, root, data, tuple(err["loc"]), message, lenient=lenient)
 
 
 def _at(
     label: str, root: yaml.Node | None, data: Any, loc: tuple[Any, ...], message: str
 ) -> Problem:
-    """A problem at `loc` (a pydantic location: keys, indexes and union tags)."""
+    return _locate(label, root, data, loc, message) or Problem(label, None, "", message)
+
+
+def _locate(
+    label: str,
+    root: yaml.Node | None,
+    data: Any,
+    loc: tuple[Any, ...],
+    message: str,
+    lenient: bool = True,
+) -> Problem | None:
+    """A problem at `loc` (a pydantic location: keys, indexes and union tags). None when the
+    location is a union member the value does not have the shape of (unless `lenient`)."""
     parts: list[str] = []
     node = root
     value = data
@@ -459,9 +482,13 @@ def _at(
             value = value[key]
             if isinstance(node, yaml.MappingNode):
                 node = next((v for k, v in node.value if k.value == key), node)
-        elif not (isinstance(value, dict) and value.get("type") == key):
-            # Not a union member's tag (pydantic puts `tool_calls` in the location): a missing
-            # field, named after the mapping it is missing from.
+        elif isinstance(value, dict) and value.get("type") == key:
+            continue  # the tag of a discriminated union member
+        elif isinstance(key, str) and "[" in key:  # a union member: `list[...]`, `function-...`
+            wants_list = key.startswith("list[")
+            if not lenient and wants_list != isinstance(value, list):
+                return None
+        else:  # a missing field, named after the mapping it is missing from
             parts.append(f".{key}" if parts else str(key))
             break
     line = node.start_mark.line + 1 if node is not None else None
