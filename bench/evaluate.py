@@ -30,39 +30,78 @@ from spanscore.evaluation import load_suite, load_trajectories
 from spanscore.evaluation.run import Progress, RunOptions, evaluate
 from spanscore.lake import connect
 
-ORDER_CALL = {"name": "get_order", "arguments": {"n": 0}, "match": "partial",
-              "rules": {"order_id": {"pattern": "ORD-\\d+"}}}
+ORDER_CALL = {
+    "name": "get_order",
+    "arguments": {"n": 0},
+    "match": "partial",
+    "rules": {"order_id": {"pattern": "ORD-\\d+"}},
+}
 SUITE: dict[str, Any] = {
     "name": "bench",
     "tools": [
-        {"name": name, "parameters": {
-            "type": "object",
-            "properties": {"order_id": {"type": "string"}, "email": {"type": "string"},
-                           "reason": {"type": "string"}, "n": {"type": "integer"}},
-            "required": ["order_id"]}}
-        for name in ("get_order", "lookup_customer", "search_products", "verify_customer",
-                     "cancel_order")
+        {
+            "name": name,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "order_id": {"type": "string"},
+                    "email": {"type": "string"},
+                    "reason": {"type": "string"},
+                    "n": {"type": "integer"},
+                },
+                "required": ["order_id"],
+            },
+        }
+        for name in (
+            "get_order",
+            "lookup_customer",
+            "search_products",
+            "verify_customer",
+            "cancel_order",
+        )
     ],
     "metrics": [
-        {"type": "tool_calls", "name": f"calls_{mode}", "mode": mode,
-         "expected": [[ORDER_CALL, "lookup_customer"], "search_products", "verify_customer",
-                      {"name": "cancel_order", "optional": True}]}
+        {
+            "type": "tool_calls",
+            "name": f"calls_{mode}",
+            "mode": mode,
+            "expected": [
+                [ORDER_CALL, "lookup_customer"],
+                "search_products",
+                "verify_customer",
+                {"name": "cancel_order", "optional": True},
+            ],
+        }
         for mode in ("strict", "unordered", "contains", "subset", "within", "in_order", "f1")
-    ] + [
+    ]
+    + [
         {"type": "forbidden", "calls": ["delete_account"]},
         {"type": "order", "before": "verify_customer", "after": "cancel_order"},
         {"type": "response", "keywords": ["shipped"], "pattern": "ORD-\\d+"},
-        {"type": "goals", "goals": {"a": ["b"], "b": ["c"]}, "goal_details": [
-            {"type": "tool_call", "name": "a", "tool_name": "get_order", "args": {"n": 0},
-             "arg_matching": {"order_id": "ignore", "email": "ignore", "reason": "fuzzy"},
-             "match": "partial"},
-            {"type": "tool_call", "name": "b", "tool_name": "search_products"},
-            {"type": "text", "name": "c", "keywords": ["shipped"]}]},
+        {
+            "type": "goals",
+            "goals": {"a": ["b"], "b": ["c"]},
+            "goal_details": [
+                {
+                    "type": "tool_call",
+                    "name": "a",
+                    "tool_name": "get_order",
+                    "args": {"n": 0},
+                    "arg_matching": {"order_id": "ignore", "email": "ignore", "reason": "fuzzy"},
+                    "match": "partial",
+                },
+                {"type": "tool_call", "name": "b", "tool_name": "search_products"},
+                {"type": "text", "name": "c", "keywords": ["shipped"]},
+            ],
+        },
         {"type": "tool_call_validity"},
         {"type": "tool_errors"},
         {"type": "efficiency"},
-        {"type": "correctness", "mode": "names_and_order",
-         "expected": ["get_order", "lookup_customer", "search_products"]},
+        {
+            "type": "correctness",
+            "mode": "names_and_order",
+            "expected": ["get_order", "lookup_customer", "search_products"],
+        },
         {"type": "tool_name_reliability"},
         {"type": "tool_description_reliability"},
         {"type": "turn_count", "max_turns": 3},

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -258,16 +258,93 @@ def conversations() -> list[Conversation]:
     ]
 
 
+def wrong_plans() -> list[Conversation]:
+    """Deliberately wrong conversations for the scenarios whose plans above are all correct: a
+    missing step, a call outside the allowed tools, an order lookup with the wrong argument.
+    Not part of the demo; the importer tests score them."""
+    ada, grace = "ada@example.com", "grace@example.com"
+    return [
+        Conversation(
+            "cs-check-order-2",
+            "auth_check_order",
+            [
+                Turn(
+                    f"Check order ORD-1003 for {grace}, quickly please.",
+                    [
+                        [("lookup_customer", {"email": grace})],
+                        [("get_order", {"order_id": "ORD-1003"})],
+                    ],
+                    "Your headphones (ORD-1003) are being processed.",
+                )
+            ],
+            note="looks the order up without verifying the customer",
+            user_id="C-101",
+            breaks_policy=True,
+        ),
+        Conversation(
+            "cs-account-2",
+            "auth_account_lookup",
+            [
+                Turn(
+                    f"What name is on the account for {ada}?",
+                    [
+                        *_verify(ada),
+                        [("lookup_customer", {"email": ada})],
+                        [("get_order", {"order_id": "ORD-1001"})],
+                    ],
+                    "The account belongs to Ada Lovelace; your keyboard has shipped.",
+                )
+            ],
+            note="looks up an order although the scenario allows only account tools",
+            user_id="C-100",
+            breaks_policy=True,
+        ),
+        Conversation(
+            "cs-order-status-2",
+            "order_status_check",
+            [
+                Turn(
+                    f"Hi, I'm {ada}. Where is my order ORD-1001?",
+                    [*_verify(ada), [("get_order", {"order_id": "ORD-1002"})]],
+                    "Your USB-C hub (ORD-1002) is being processed.",
+                )
+            ],
+            note="looks up the wrong order",
+            user_id="C-100",
+            breaks_policy=True,
+        ),
+    ]
+
+
 def _text_message(role: str, text: str) -> dict[str, Any]:
     return {"role": role, "parts": [{"type": "text", "content": text}]}
 
 
-class ScriptedAgent:
-    """Runs conversation plans against a store, recording GenAI spans with `tracer`."""
+class ToolStore(Protocol):
+    """What a scripted agent needs from its tools: call one by name, and the code a customer
+    received (for plans that verify)."""
 
-    def __init__(self, store: Store, tracer: trace.Tracer) -> None:
+    def call(self, tool: str, arguments: dict[str, Any]) -> Any: ...
+
+    def expected_code(self, email: str) -> str: ...
+
+
+class ScriptedAgent:
+    """Runs conversation plans against a store, recording GenAI spans with `tracer` (as the
+    customer-service agent, unless another agent name and tool definitions are given)."""
+
+    def __init__(
+        self,
+        store: Store | ToolStore,
+        tracer: trace.Tracer,
+        *,
+        agent: str = AGENT,
+        tool_definitions: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.store = store
         self.tracer = tracer
+        self.agent = agent
+        self.tool_definitions = TOOL_DEFINITIONS if tool_definitions is None else tool_definitions
 
     def run(self, conversation: Conversation) -> None:
         history: list[dict[str, Any]] = []
@@ -277,7 +354,7 @@ class ScriptedAgent:
     def _common(self, conversation: Conversation) -> dict[str, Any]:
         return {
             "gen_ai.conversation.id": conversation.conversation_id,
-            "gen_ai.agent.name": AGENT,
+            "gen_ai.agent.name": self.agent,
             "scenario.id": conversation.scenario_id,
             "user.id": conversation.user_id,
         }
@@ -288,7 +365,7 @@ class ScriptedAgent:
         common = self._common(conversation)
         history.append(_text_message("user", turn.user))
         with self.tracer.start_as_current_span(
-            f"invoke_agent {AGENT}",
+            f"invoke_agent {self.agent}",
             kind=SpanKind.INTERNAL,
             attributes={**common, "gen_ai.operation.name": "invoke_agent"},
         ):
@@ -334,7 +411,7 @@ class ScriptedAgent:
                 "gen_ai.response.model": MODEL,
                 "gen_ai.input.messages": json.dumps(history),
                 "gen_ai.output.messages": json.dumps([output]),
-                "gen_ai.tool.definitions": json.dumps(TOOL_DEFINITIONS),
+                "gen_ai.tool.definitions": json.dumps(self.tool_definitions),
                 "gen_ai.usage.input_tokens": prompt_tokens,
                 "gen_ai.usage.output_tokens": len(json.dumps(output)) // 4,
             },

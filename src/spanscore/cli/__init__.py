@@ -12,6 +12,7 @@ from .evaluate import evaluate_command
 from .query import sql_command, status_command
 from .serve import serve_command
 from .show import show_command
+from .suites import import_command, schema_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -30,6 +31,8 @@ main.add_command(sql_command)
 main.add_command(status_command)
 main.add_command(show_command)
 main.add_command(evaluate_command)
+main.add_command(import_command)
+main.add_command(schema_group)
 
 # The demo imports the example agent (and its dependencies) only when it runs.
 from .demo import demo_command  # noqa: E402

@@ -70,7 +70,16 @@ def commands() -> str:
             command = main.commands[name]
             with command.make_context(name, [], parent=group, resilient_parsing=True) as ctx:
                 text = command.get_help(ctx)
-            parts.append(f"#### `spanscore {name}`\n\n```text\n{text}\n```\n")
+                parts.append(f"#### `spanscore {name}`\n\n```text\n{text}\n```\n")
+                for sub_name in sorted(getattr(command, "commands", {})):
+                    sub = command.commands[sub_name]  # type: ignore[attr-defined]
+                    with sub.make_context(
+                        sub_name, [], parent=ctx, resilient_parsing=True
+                    ) as sub_ctx:
+                        sub_text = sub.get_help(sub_ctx)
+                    parts.append(
+                        f"#### `spanscore {name} {sub_name}`\n\n```text\n{sub_text}\n```\n"
+                    )
     return "\n".join(parts).rstrip()
 
 

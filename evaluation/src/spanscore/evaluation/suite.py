@@ -317,28 +317,38 @@ def load_suite(
     registry: MetricRegistry | None = None,
     name: str | None = None,
     base_dir: str | Path | None = None,
+    format: str | None = None,  # noqa: A002 (the user-facing word)
 ) -> LoadedSuite:
     """Read, validate and prepare a suite (a file path, or an already parsed document whose
     custom metric files are relative to `base_dir`, default the working directory).
+
+    Another tool's native test file (ArkSim scenarios, watsonx datasets or a directory of them,
+    tool-selection datasets, ADK eval sets, agentevals trajectories) is accepted too: it is
+    recognised by its shape, or named by `format`, and converted by its importer first
+    (`spanscore.evaluation.importers`).
 
     Raises `SuiteError` naming file, line and path of every problem."""
     if isinstance(source, Mapping):
         label = name or "<suite>"
         data: Any = dict(source)
-        root = None
+        root: yaml.Node | None = None
         base = Path(base_dir).resolve() if base_dir is not None else Path.cwd()
         path = None
     else:
         path = Path(source)
         label = str(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise SuiteError([Problem(label, None, "", "file not found")]) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SuiteError([Problem(label, None, "", f"cannot read: {exc}")]) from None
-        data, root = _parse(text, label, path.suffix.lower())
+        if path.is_dir():  # a directory of watsonx datasets
+            data, root = None, None
+        else:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                raise SuiteError([Problem(label, None, "", "file not found")]) from None
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SuiteError([Problem(label, None, "", f"cannot read: {exc}")]) from None
+            data, root = _parse(text, label, path.suffix.lower())
         base = path.resolve().parent
+    data, root, label = _import_native(data, root, label, path, format)
     if not isinstance(data, dict):
         raise SuiteError([Problem(label, 1, "", "expected a mapping (name, scenarios, ...)")])
     try:
@@ -378,6 +388,33 @@ def load_suite(
     return LoadedSuite(
         suite=suite, path=path, content_hash=content_hash, registry=registry, base_dir=base
     )
+
+
+def _import_native(
+    data: Any, root: yaml.Node | None, label: str, path: Path | None, fmt: str | None
+) -> tuple[Any, yaml.Node | None, str]:
+    """A native file of another tool, converted by its importer (lines then refer to nothing:
+    the suite is generated)."""
+    from . import importers
+
+    if fmt in ("spanscore", "suite"):
+        return data, root, label
+    if fmt is None or fmt == "auto":
+        fmt = importers.detect(data) if data is not None else None
+        if fmt is None and path is not None and path.is_dir():
+            fmt = importers.detect_path(path)
+        if fmt is None:
+            if data is None:
+                raise SuiteError([Problem(label, None, "", "a directory, not a suite file")])
+            return data, root, label
+    try:
+        if path is not None and path.is_dir():
+            result = importers.import_file(fmt, path)
+        else:
+            result = importers.convert(fmt, data, path or Path(label))
+    except importers.ImporterError as exc:
+        raise SuiteError([Problem(label, None, "", str(exc))]) from None
+    return result.suite, None, f"{label} (imported as {fmt})"
 
 
 def _file_digest(path: Path) -> bytes:

@@ -1,0 +1,74 @@
+"""`spanscore import` and `spanscore schema`: suite files in, suite files described."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+FORMAT_NAMES = ("arksim", "watsonx", "tool_selection", "adk", "agentevals", "auto")
+
+
+class BadInput(click.ClickException):
+    """The input file is not what the command needs: exit 2, like a usage error."""
+
+    exit_code = 2
+
+
+@click.command("import")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMAT_NAMES))
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the suite to this file (default: print it).",
+)
+def import_command(fmt: str, file: Path, output: Path | None) -> None:
+    """Convert another tool's test file into a spanscore suite (YAML, commented where the
+    source's semantics differ from spanscore's).
+
+    FORMAT is arksim (scenarios.json), watsonx (a ground-truth dataset, or a directory of
+    them), tool_selection (tool-selection tester datasets), adk (Google ADK eval sets),
+    agentevals (reference trajectories as OpenAI messages), or auto. The native files also
+    work directly as `--suite` files; importing shows and freezes the conversion.
+
+    \b
+    $ spanscore import arksim examples/customer_service/arksim_scenarios.json -o suite.yaml
+    $ spanscore import watsonx examples/hr/timeoff_schedule.json
+    """
+    from spanscore.evaluation.importers import ImporterError, import_to_yaml
+
+    try:
+        text = import_to_yaml(fmt, file)
+    except ImporterError as exc:
+        raise BadInput(str(exc)) from exc
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output}", err=True)
+
+
+@click.group("schema")
+def schema_group() -> None:
+    """Print the JSON Schema of a spanscore file, for editor completion and validation.
+
+    \b
+    $ spanscore schema suite > spanscore-suite.schema.json
+    """
+
+
+@schema_group.command("suite")
+def schema_suite_command() -> None:
+    """Print the JSON Schema of suite files (YAML or JSON).
+
+    \b
+    $ spanscore schema suite > spanscore-suite.schema.json
+    # in suite.yaml, for editors with the YAML language server:
+    # yaml-language-server: $schema=spanscore-suite.schema.json
+    """
+    from spanscore.evaluation.suite import suite_json_schema
+
+    click.echo(json.dumps(suite_json_schema(), indent=2))
