@@ -57,7 +57,9 @@ SELECT trace_id, span_id, CASE WHEN s = 0 THEN NULL ELSE root_id END,
     'INTERNAL',
     make_timestamp((t0 // 1000)::BIGINT), make_timestamp(((t0 + 20000000) // 1000)::BIGINT),
     t0, t0 + 20000000, 20.0, 'UNSET', 'support-agent',
-    '{{"gen_ai.operation.name": "' || operation || '", "gen_ai.request.model": "gpt-4.1-mini"}}',
+    '{{"gen_ai.operation.name": "' || operation || '", "gen_ai.request.model": "gpt-4.1-mini"'
+        || CASE WHEN operation = 'chat' THEN ', "gen_ai.usage.input_tokens": ' || (200 + s * 40)
+                || ', "gen_ai.usage.output_tokens": ' || (20 + s) ELSE '' END || '}}',
     conversation_id, 'support', operation,
     CASE WHEN k IS NOT NULL THEN tool END,
     CASE WHEN k IS NOT NULL THEN 'call_' || c || '_' || k END,

@@ -20,7 +20,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from .arguments import (
     ArgMode,
@@ -126,9 +133,15 @@ class _CallMatcher:
         self.normalize = normalize
         self.overrides = {self.key(k): v for k, v in overrides.items()}
         self._cache: dict[tuple[int, int], ArgumentResult | None] = {}
+        self._keys: dict[str, str] = {}
 
     def key(self, name: str) -> str:
-        return normalize_name(name) if self.normalize else name
+        if not self.normalize:
+            return name
+        key = self._keys.get(name)
+        if key is None:
+            key = self._keys[name] = normalize_name(name)
+        return key
 
     def compare(self, expected: ExpectedCall, actual: ToolCall) -> ArgumentResult | None:
         """None when the names differ; else the argument comparison."""
@@ -141,6 +154,8 @@ class _CallMatcher:
 
     def weight(self, expected: ExpectedCall, actual: ToolCall) -> float | None:
         """A pair's weight in [0, 1] when the actual call satisfies the expected one."""
+        if self.key(expected.name) != self.key(actual.name):
+            return None
         key = (id(expected), id(actual))
         if key not in self._cache:
             self._cache[key] = self.compare(expected, actual)
@@ -186,6 +201,8 @@ class ToolCallsAssertion(AssertionBase):
         True, description="parallel steps must have been requested by one model response"
     )
 
+    _prepared: list[_Item] | None = PrivateAttr(None)
+
     @field_validator("expected", mode="before")
     @classmethod
     def _none_is_empty(cls, value: Any) -> Any:
@@ -207,12 +224,15 @@ class ToolCallsAssertion(AssertionBase):
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         matcher = _CallMatcher(self.arguments, self.tools, self.normalize_names)
-        items = self._items()
         actual = trajectory.tool_calls
+        if self._prepared is None:  # the expectation does not change: prepare it once
+            items = self._items()
+            if self.mode in ("strict", "in_order"):
+                items = _canonical_parallel_steps(items, matcher)
+            self._prepared = items
         if self.mode in ("strict", "in_order"):
-            items = _canonical_parallel_steps(items, matcher)
             actual = _canonical_parallel_blocks(actual, matcher)
-        return _score_calls(self, items, actual, matcher)
+        return _score_calls(self, self._prepared, actual, matcher)
 
 
 def _canonical_parallel_steps(items: list[_Item], matcher: _CallMatcher) -> list[_Item]:
@@ -284,17 +304,33 @@ class _Pairing:
 def _unordered_pairing(
     slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: _CallMatcher
 ) -> _Pairing:
-    weights: list[list[float | None]] = []
-    for slot in slots:
-        row: list[float | None] = []
-        for call in actual:
-            w = matcher.weight(slot.item.call, call)
-            row.append(None if w is None else _PAIR + w + (_REQUIRED if slot.required else 0))
-        weights.append(row)
-    pairs = [(slots[r], c, weights[r][c] or 0.0) for r, c in max_weight_matching(weights)]
-    return _Pairing(
-        [(s, c, w % _PAIR) for s, c, w in pairs], sum(1 for s in slots if s.required), len(actual)
-    )
+    # Only calls of the same tool can pair: the matching splits into one small problem per
+    # tool name, solved exactly each.
+    groups: dict[str, tuple[list[int], list[int]]] = {}
+    for r, slot in enumerate(slots):
+        groups.setdefault(matcher.key(slot.item.call.name), ([], []))[0].append(r)
+    for c, call in enumerate(actual):
+        group = groups.get(matcher.key(call.name))
+        if group is not None:
+            group[1].append(c)
+    pairs: list[tuple[_Slot, int, float]] = []
+    for rows, cols in groups.values():
+        if not cols:
+            continue
+        weights: list[list[float | None]] = []
+        for r in rows:
+            slot = slots[r]
+            bonus = _PAIR + (_REQUIRED if slot.required else 0)
+            weights.append(
+                [
+                    None if (w := matcher.weight(slot.item.call, actual[c])) is None else bonus + w
+                    for c in cols
+                ]
+            )
+        for i, j in max_weight_matching(weights):
+            pairs.append((slots[rows[i]], cols[j], (weights[i][j] or 0.0) % _PAIR))
+    pairs.sort(key=lambda p: p[1])
+    return _Pairing(pairs, sum(1 for s in slots if s.required), len(actual))
 
 
 def _ordered_pairing(

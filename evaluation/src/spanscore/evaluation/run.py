@@ -25,7 +25,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
@@ -40,7 +40,7 @@ from spanscore.lake import arrow_schema, connect, current_snapshot, retrying
 from spanscore.lake.schema import EVAL_RUNS, SCORES
 
 from .suite import Gate, LoadedSuite, load_suite
-from .trajectory import load_trajectories
+from .trajectory import Trajectory, span_rows, trajectories_from_rows
 
 UTC = dt.UTC
 
@@ -528,16 +528,10 @@ def _write_scores(con: duckdb.DuckDBPyConnection, run_id: str, rows: Sequence[Sc
 # --- scoring, in this process or in workers --------------------------------------------------
 
 
-def score_conversations(
-    con: duckdb.DuckDBPyConnection, suite: LoadedSuite, conversation_ids: Sequence[str]
-) -> list[ScoreTuple]:
-    """Rebuild and score the given conversations: the `scores` rows, sans run and time."""
+def score_trajectories(suite: LoadedSuite, trajectories: Iterable[Trajectory]) -> list[ScoreTuple]:
+    """The `scores` rows (sans run and time) the suite gives each trajectory."""
     rows: list[ScoreTuple] = []
-    found: set[str] = set()
-    for trajectory in load_trajectories(
-        con, conversation_ids=conversation_ids, attributes=suite.attribute_keys()
-    ):
-        found.add(trajectory.conversation_id)
+    for trajectory in trajectories:
         for row in suite.score(trajectory):
             s = row.score
             rows.append(
@@ -554,34 +548,56 @@ def score_conversations(
                     s.error,
                 )
             )
-    for missing in sorted(set(conversation_ids) - found):
-        rows.append(
-            (
-                missing,
-                None,
-                "trajectory",
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                "no spans found for this conversation at the run's snapshot",
-            )
-        )
     return rows
+
+
+def _missing(conversation_id: str) -> ScoreTuple:
+    return (
+        conversation_id,
+        None,
+        "trajectory",
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        "no spans found for this conversation at the run's snapshot",
+    )
 
 
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_start(lake: str, snapshot: int, document: dict[str, Any], base_dir: str) -> None:
-    _WORKER["con"] = connect(lake, snapshot=snapshot, threads=1)
+def _worker_start(document: dict[str, Any], base_dir: str) -> None:
     _WORKER["suite"] = load_suite(document, base_dir=base_dir)
 
 
-def _worker_score(conversation_ids: list[str]) -> list[ScoreTuple]:
-    return score_conversations(_WORKER["con"], _WORKER["suite"], conversation_ids)
+def _worker_score(rows: pa.Table) -> tuple[list[ScoreTuple], list[str]]:
+    suite: LoadedSuite = _WORKER["suite"]
+    trajectories = list(trajectories_from_rows(rows, suite.attribute_keys()))
+    return score_trajectories(suite, trajectories), [t.conversation_id for t in trajectories]
+
+
+def _chunks(reader: pa.RecordBatchReader, size: int) -> Iterator[pa.Table]:
+    """The reader's rows (sorted by conversation) cut into tables of `size` whole
+    conversations (the last may hold fewer)."""
+    carry: pa.Table | None = None
+    for batch in reader:
+        table = pa.Table.from_batches([batch])
+        if carry is not None:
+            table = pa.concat_tables([carry, table])
+        ids = table.column(0).to_pylist()
+        starts = [0] + [i for i in range(1, len(ids)) if ids[i] != ids[i - 1]]
+        # The last conversation may go on in the next batch: keep it back.
+        while len(starts) > size:
+            cut = starts[size]
+            yield table.slice(0, cut)
+            table = table.slice(cut)
+            starts = [i - cut for i in starts[size:]]
+        carry = table
+    if carry is not None and carry.num_rows:
+        yield carry
 
 
 def _score_batches(
@@ -591,41 +607,58 @@ def _score_batches(
     todo: Sequence[str],
     options: RunOptions,
 ) -> Iterator[tuple[list[ScoreTuple], int]]:
-    """(score rows, conversations) per batch, in completion order."""
-    size = max(1, options.batch_size)
-    batches = [list(todo[i : i + size]) for i in range(0, len(todo), size)]
-    workers = options.workers or os.cpu_count() or 1
-    workers = min(workers, len(batches))
-    if workers <= 1:
-        con = connect(lake, snapshot=snapshot)
-        try:
-            for batch in batches:
-                yield score_conversations(con, suite, batch), len(batch)
-        finally:
-            con.close()
+    """(score rows, conversations) per batch, in completion order. One query at the pinned
+    snapshot streams the span rows of every conversation to score; workers rebuild and score
+    whole conversations, and need no lake connection."""
+    if not todo:
         return
+    size = max(1, options.batch_size)
+    con = connect(lake, snapshot=snapshot)
+    seen: set[str] = set()
+    try:
+        reader = span_rows(
+            con, conversation_ids=todo, attributes=suite.attribute_keys(), batch_rows=50_000
+        )
+        chunks = _chunks(reader, size)
+        workers = options.workers or os.cpu_count() or 1
+        workers = min(workers, math.ceil(len(todo) / size))
+        if workers <= 1:
+            for chunk in chunks:
+                trajectories = list(trajectories_from_rows(chunk, suite.attribute_keys()))
+                seen.update(t.conversation_id for t in trajectories)
+                yield score_trajectories(suite, trajectories), len(trajectories)
+        else:
+            for rows, ids in _in_pool(chunks, suite, workers):
+                seen.update(ids)
+                yield rows, len(ids)
+    finally:
+        con.close()
+    missing = [_missing(c) for c in todo if c not in seen]
+    for i in range(0, len(missing), size):
+        yield missing[i : i + size], len(missing[i : i + size])
+
+
+def _in_pool(
+    chunks: Iterator[pa.Table], suite: LoadedSuite, workers: int
+) -> Iterator[tuple[list[ScoreTuple], list[str]]]:
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=get_context("spawn"),
         initializer=_worker_start,
-        initargs=(lake, snapshot, suite.document(), str(suite.base_dir)),
+        initargs=(suite.document(), str(suite.base_dir)),
     )
-    pending: dict[Future[list[ScoreTuple]], int] = {}
-    queue = iter(batches)
+    pending: set[Future[tuple[list[ScoreTuple], list[str]]]] = set()
     try:
-        for batch in queue:  # keep every worker busy, at most two batches each in flight
-            pending[pool.submit(_worker_score, batch)] = len(batch)
-            if len(pending) >= 2 * workers:
-                break
+        for chunk in chunks:  # at most two chunks per worker in flight: memory stays bounded
+            pending.add(pool.submit(_worker_score, chunk))
+            while len(pending) >= 2 * workers:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    yield future.result()
         while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
-                count = pending.pop(future)
-                rows = future.result()
-                nxt = next(queue, None)
-                if nxt is not None:
-                    pending[pool.submit(_worker_score, nxt)] = len(nxt)
-                yield rows, count
+                yield future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import duckdb
 import orjson
+import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from spanscore.lake.schema import SPANS_WITH_EVENTS
@@ -223,13 +224,50 @@ def load_trajectories(
 
     `attributes`: span attribute keys to collect into `Trajectory.attributes`, besides
     `CONVERSATION_ATTRIBUTES` (e.g. the keys a suite selects scenarios by)."""
-    keys = tuple(dict.fromkeys((*CONVERSATION_ATTRIBUTES, *attributes)))
+    keys = attribute_keys(attributes)
+    reader = span_rows(
+        con,
+        conversation_ids=conversation_ids,
+        since=since,
+        until=until,
+        batch_rows=batch_rows,
+        attributes=attributes,
+    )
+    pending: list[SpanRow] = []
+    for batch in reader:
+        for row in _rows(batch):
+            if pending and row.conversation_id != pending[0].conversation_id:
+                yield build_trajectory(pending, keys)
+                pending = []
+            pending.append(row)
+    if pending:
+        yield build_trajectory(pending, keys)
+
+
+def attribute_keys(attributes: Sequence[str] = ()) -> tuple[str, ...]:
+    """The attribute keys a load with `attributes` collects, in `attribute_values` order."""
+    return tuple(dict.fromkeys((*CONVERSATION_ATTRIBUTES, *attributes)))
+
+
+def span_rows(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    conversation_ids: Sequence[str] | None = None,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+    batch_rows: int = 100_000,
+    attributes: Sequence[str] = (),
+) -> pa.RecordBatchReader:
+    """The span rows `load_trajectories` builds from, as Arrow batches sorted by conversation
+    (columns `COLUMNS`): for building trajectories elsewhere (`trajectories_from_rows`)."""
+    keys = attribute_keys(attributes)
     params: list[Any] = []
     targets = restrict = final = ""
     if conversation_ids is not None or since is not None or until is not None:
         if conversation_ids is not None:
-            chosen = "SELECT unnest(?::VARCHAR[]) AS conversation_id"
-            params.append(list(conversation_ids))
+            # A registered Arrow table: a list of any length, joined rather than inlined.
+            con.register("spanscore_chosen", pa.table({"conversation_id": list(conversation_ids)}))
+            chosen = "SELECT conversation_id FROM spanscore_chosen"
         else:
             window = []
             if since is not None:
@@ -258,16 +296,26 @@ def load_trajectories(
         selected=", ".join(COLUMNS),
         final=final,
     )
-    reader = con.execute(sql, params).to_arrow_reader(batch_rows)
+    return con.execute(sql, params).to_arrow_reader(batch_rows)
+
+
+def _rows(batch: pa.RecordBatch | pa.Table) -> Iterator[SpanRow]:
+    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+    for values in zip(*columns, strict=True):
+        yield SpanRow(*values)
+
+
+def trajectories_from_rows(
+    rows: pa.RecordBatch | pa.Table, attributes: Sequence[str] = ()
+) -> Iterator[Trajectory]:
+    """Trajectories from `span_rows` output holding whole conversations (sorted as given)."""
+    keys = attribute_keys(attributes)
     pending: list[SpanRow] = []
-    for batch in reader:
-        columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-        for values in zip(*columns, strict=True):
-            row = SpanRow(*values)
-            if pending and row.conversation_id != pending[0].conversation_id:
-                yield build_trajectory(pending, keys)
-                pending = []
-            pending.append(row)
+    for row in _rows(rows):
+        if pending and row.conversation_id != pending[0].conversation_id:
+            yield build_trajectory(pending, keys)
+            pending = []
+        pending.append(row)
     if pending:
         yield build_trajectory(pending, keys)
 
