@@ -32,14 +32,17 @@ Configuration (arguments win over the standard OpenTelemetry variables):
 from ._content import ContentPolicy, content_policy
 from ._conversation import ConversationSpanProcessor, conversation, current_values
 from ._setup import instrument, is_instrumented, uninstrument
+from ._tool import ToolExecution, tool
 
 __all__ = [
     "ContentPolicy",
     "ConversationSpanProcessor",
+    "ToolExecution",
     "content_policy",
     "conversation",
     "current_values",
     "instrument",
     "is_instrumented",
+    "tool",
     "uninstrument",
 ]

@@ -9,6 +9,7 @@ in that context, whoever starts it: our shims or any other instrumentation on th
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import logging
@@ -19,6 +20,8 @@ from typing import Any, TypeVar
 from opentelemetry import baggage, context
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from . import _tool
 
 log = logging.getLogger("spanscore.instrumentation")
 
@@ -48,13 +51,16 @@ class conversation:  # noqa: N801 - used like a function: `with conversation("c-
         for key, extra in attributes.items():
             values[key] = str(extra)
         self.values = values
-        self._tokens: list[object] = []
+        self._tokens: list[tuple[contextvars.Token[Context], contextvars.Token[Any]]] = []
 
     def __enter__(self) -> conversation:
         ctx = context.get_current()
         for key, value in self.values.items():
             ctx = baggage.set_baggage(_PREFIX + key, value, ctx)
-        self._tokens.append(context.attach(ctx))
+        # A fresh registry of requested tool calls (see `tool`), shared by the threads and
+        # asyncio tasks started inside: a model call in one and its tools in another still link.
+        pending = _tool._pending.set(_tool.PendingCalls())
+        self._tokens.append((context.attach(ctx), pending))
         return self
 
     def __exit__(
@@ -63,7 +69,9 @@ class conversation:  # noqa: N801 - used like a function: `with conversation("c-
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        context.detach(self._tokens.pop())  # type: ignore[arg-type]
+        token, pending = self._tokens.pop()
+        context.detach(token)
+        _tool._pending.reset(pending)
 
     async def __aenter__(self) -> conversation:
         return self.__enter__()
