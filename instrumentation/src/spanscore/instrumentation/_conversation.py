@@ -9,6 +9,7 @@ in that context, whoever starts it: our shims or any other instrumentation on th
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -108,6 +109,22 @@ class conversation:  # noqa: N801 - used like a function: `with conversation("c-
         return self
 
 
+# A conversation id a framework run announces (LangChain's thread id, set by its shim while a
+# model runs): stamped on spans that carry no conversation of their own.
+_ambient: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "spanscore_ambient_conversation", default=None
+)
+
+
+def set_ambient_conversation(conversation_id: str | None) -> contextvars.Token[str | None]:
+    return _ambient.set(conversation_id)
+
+
+def reset_ambient_conversation(token: contextvars.Token[str | None]) -> None:
+    with contextlib.suppress(ValueError):  # set in another context: it ends with that one
+        _ambient.reset(token)
+
+
 def current_values(ctx: Context | None = None) -> dict[str, str]:
     """The conversation values in `ctx` (default: the current context)."""
     return {
@@ -123,6 +140,10 @@ class ConversationSpanProcessor(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
             values = current_values(parent_context)
+            if CONVERSATION_ID not in values:
+                ambient = _ambient.get()
+                if ambient is not None and not (span.attributes or {}).get(CONVERSATION_ID):
+                    values[CONVERSATION_ID] = ambient
             if values:
                 span.set_attributes(values)
         except Exception:  # telemetry must never break the agent

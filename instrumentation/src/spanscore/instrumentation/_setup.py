@@ -26,6 +26,7 @@ log = logging.getLogger("spanscore.instrumentation")
 SHIMS = (
     ("agents", "openai_agents", "OpenAIAgentsInstrumentor"),
     ("openai", "openai_client", "OpenAIInstrumentor"),
+    ("langchain_core", "langchain", "LangChainInstrumentor"),
 )
 
 _lock = threading.Lock()

@@ -471,6 +471,23 @@ def _begin(tracer: Tracer, api: str, instance: Any, kwargs: Mapping[str, Any]) -
 def _after(call: ModelCall, result: Any, stream: bool, is_async: bool) -> Any:
     """The result to hand back: streams in their proxy; other results recorded now."""
     call.leave()
+    if _is_raw_response(result):  # `with_raw_response` (LangChain's ChatOpenAI uses it)
+        try:
+            parsed = result.parse()  # parsed once: the client caches it for the caller
+        except Exception:
+            log.debug("openai shim: could not parse a raw response", exc_info=True)
+            call.stream_ended(None)
+            return result
+        if stream:
+            wrapped = _after(call, parsed, stream, is_async)
+            if wrapped is not parsed:  # the caller's `.parse()` returns the cached stream
+                try:
+                    result._parsed_by_type[_raw_cache_key(result)] = wrapped
+                except Exception:
+                    log.debug("openai shim: raw stream not wrapped", exc_info=True)
+            return result
+        call.succeed(parsed)
+        return result
     if stream:
         try:
             if is_async and hasattr(result, "__anext__"):
@@ -483,6 +500,14 @@ def _after(call: ModelCall, result: Any, stream: bool, is_async: bool) -> Any:
         return result
     call.succeed(result)
     return result
+
+
+def _is_raw_response(result: Any) -> bool:
+    return hasattr(result, "http_response") and callable(getattr(result, "parse", None))
+
+
+def _raw_cache_key(result: Any) -> Any:
+    return result._cast_to  # the key `parse()` caches its result under
 
 
 def _wrap_sync(original: Callable[..., Any], api: str, tracer: Tracer) -> Callable[..., Any]:
