@@ -27,6 +27,7 @@ SHIMS = (
     ("agents", "openai_agents", "OpenAIAgentsInstrumentor"),
     ("openai", "openai_client", "OpenAIInstrumentor"),
     ("langchain_core", "langchain", "LangChainInstrumentor"),
+    ("mcp", "mcp", "MCPInstrumentor"),
 )
 
 _lock = threading.Lock()
