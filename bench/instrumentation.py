@@ -9,7 +9,13 @@ values), each timed over ``--calls`` calls:
    (conversation stamping, content policy, bounded batch export to a no-op exporter), inside
    ``conversation(...)``;
 3. OpenAI Agents SDK: the SDK's own ``function_span`` around the call, with no trace processor
-   (baseline) and with spanscore's shim registered.
+   (baseline) and with spanscore's shim registered;
+4. a hand-written loop's tool: the function decorated with ``@spanscore.instrumentation.tool``
+   while instrumented, its call id recovered from a model response's requested calls (each
+   iteration registers one, as the OpenAI client shim does), vs the bare function;
+5. the OpenAI client shim's own work per model call (no network): the `chat` span of a
+   Chat Completions request with the six customer-service tools and a response requesting two
+   tool calls (request and response read, messages as JSON, calls remembered).
 
 Printed: microseconds per call and the overhead over its baseline. Target (issue): under 50 µs
 per tool call. Nothing is asserted.
@@ -29,6 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import spanscore.instrumentation as instrumentation
+from spanscore.instrumentation import _tool
 
 
 class NullExporter(SpanExporter):
@@ -43,6 +50,36 @@ class NullExporter(SpanExporter):
 
 def tool(order_id: str, n: int) -> dict[str, Any]:
     return {"order_id": order_id, "status": "shipped", "items": [{"sku": "SKU-1", "qty": n}]}
+
+
+def _completion() -> Any:
+    """A parsed Chat Completions response that requests two tool calls."""
+    from openai.types.chat import ChatCompletion
+
+    calls = [
+        {
+            "id": f"call_{n}",
+            "type": "function",
+            "function": {"name": "get_order", "arguments": f'{{"order_id": "ORD-100{n}"}}'},
+        }
+        for n in (1, 2)
+    ]
+    return ChatCompletion.model_validate(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-4.1-mini",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {"role": "assistant", "content": None, "tool_calls": calls},
+                }
+            ],
+            "usage": {"prompt_tokens": 300, "completion_tokens": 40, "total_tokens": 340},
+        }
+    )
 
 
 def per_call_us(fn: Callable[[int], Any], calls: int) -> float:
@@ -86,14 +123,42 @@ def main() -> None:
             )
             return result
 
+    decorated = instrumentation.tool(name="get_order")(tool)
+
+    def with_decorator(i: int) -> Any:
+        _tool.remember_requested_calls([(f"call_{i}", "get_order", '{"order_id": "ORD-1"}')])
+        return decorated("ORD-1", n=i)
+
+    from spanscore.examples.customer_service.openai_loop import CHAT_TOOLS
+    from spanscore.instrumentation import openai_client
+
+    request: dict[str, Any] = {
+        "model": "gpt-4.1-mini",
+        "messages": [{"role": "user", "content": "Where are ORD-1001 and ORD-1002?"}],
+        "tools": CHAT_TOOLS,
+    }
+    completion = _completion()
+    client_tracer = provider.get_tracer("spanscore.instrumentation.openai_client")
+
+    def model_call(i: int) -> Any:
+        call = openai_client.ModelCall(client_tracer, "chat", None, request)
+        call.enter()
+        call.leave()
+        call.succeed(completion)
+        return call
+
     base = per_call_us(off, args.calls)
     with instrumentation.conversation("bench-1", user_id="u-1"):
         spanned = per_call_us(with_span, args.calls)
+        tooled = per_call_us(with_decorator, args.calls)
+        model_calls = per_call_us(model_call, max(1, args.calls // 5))
     instrumentation.uninstrument()
 
     rows = [
         ("tool call alone", base, None),
         ("in an execute_tool span (instrument())", spanned, spanned - base),
+        ("@tool, call id from the model's request", tooled, tooled - base),
+        ("OpenAI client shim, one chat span (no network)", model_calls, model_calls),
     ]
     try:
         from agents.tracing import function_span, set_trace_processors, trace

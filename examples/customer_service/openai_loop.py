@@ -1,7 +1,13 @@
-"""The customer-service agent as a plain tool loop over the real `openai` client.
+"""The customer-service agent as a plain tool loop over the real `openai` client, instrumented.
 
 For each user turn of a conversation the loop asks the model, runs the tools it requests
 against the store, sends their results back, and repeats until the model answers with text.
+
+Instrumented the hand-written way: `spanscore.instrumentation.instrument()` (in `main`) patches
+the `openai` client (a `chat` span per model call, with the tool calls it requested), each
+store tool is wrapped with `@spanscore.instrumentation.tool` (an `execute_tool` span per call,
+linked to the model's call id by name and arguments), and each conversation runs inside
+`conversation(plan.conversation_id)`. Without `instrument()` all of it costs next to nothing.
 It works with the Chat Completions API (`api="chat"`) and the Responses API
 (`api="responses"`), and against any OpenAI-compatible server: the real API, or the scripted
 local one in `spanscore.examples.llm_server`::
@@ -25,11 +31,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import Any, Literal, cast
 
 import openai
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 from openai.types.responses import ResponseInputItemParam, ToolParam
+
+import spanscore.instrumentation
+from spanscore.instrumentation import conversation, tool
 
 from .scripted import MODEL, TOOL_DEFINITIONS, Conversation, conversations
 from .store import Store, ToolError
@@ -47,6 +57,14 @@ CHAT_TOOLS = cast(
 )
 
 Event = dict[str, Any]
+Tools = dict[str, Callable[..., Any]]
+
+
+def instrumented_tools(store: Store) -> Tools:
+    """The store's tools by name, each wrapped with `@tool`: every execution is an
+    `execute_tool` span carrying the call id of the model response that requested it."""
+    names = [str(definition["name"]) for definition in TOOL_DEFINITIONS]
+    return {name: tool(name=name)(getattr(store, name)) for name in names}
 
 
 def run_conversation(
@@ -63,19 +81,21 @@ def run_conversation(
     transcript: list[Event] = []
     chat_history: list[ChatCompletionMessageParam] = []
     responses_history: list[ResponseInputItemParam] = []
-    for turn in plan.turns:
-        transcript.append({"type": "user", "text": turn.user})
-        if api == "chat":
-            chat_history.append({"role": "user", "content": turn.user})
-            transcript += _chat_turn(client, store, model, chat_history)
-        else:
-            responses_history.append({"role": "user", "content": turn.user})
-            transcript += _responses_turn(client, store, model, responses_history)
+    tools = instrumented_tools(store)
+    with conversation(plan.conversation_id):  # every span inside carries the conversation id
+        for turn in plan.turns:
+            transcript.append({"type": "user", "text": turn.user})
+            if api == "chat":
+                chat_history.append({"role": "user", "content": turn.user})
+                transcript += _chat_turn(client, tools, model, chat_history)
+            else:
+                responses_history.append({"role": "user", "content": turn.user})
+                transcript += _responses_turn(client, tools, model, responses_history)
     return transcript
 
 
 def _chat_turn(
-    client: openai.OpenAI, store: Store, model: str, messages: list[ChatCompletionMessageParam]
+    client: openai.OpenAI, tools: Tools, model: str, messages: list[ChatCompletionMessageParam]
 ) -> list[Event]:
     """One user turn with Chat Completions; `messages` grows with the model's and tools' ones."""
     events: list[Event] = []
@@ -107,14 +127,14 @@ def _chat_turn(
             }
         )
         for call in calls:
-            event = _execute(store, step, call.id, call.function.name, call.function.arguments)
+            event = _execute(tools, step, call.id, call.function.name, call.function.arguments)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": _output(event)})
             events.append(event)
     raise RuntimeError(f"no answer after {MAX_STEPS} model responses")
 
 
 def _responses_turn(
-    client: openai.OpenAI, store: Store, model: str, items: list[ResponseInputItemParam]
+    client: openai.OpenAI, tools: Tools, model: str, items: list[ResponseInputItemParam]
 ) -> list[Event]:
     """One user turn with the Responses API; `items` grows with the output and tool results."""
     events: list[Event] = []
@@ -127,7 +147,7 @@ def _responses_turn(
             events.append({"type": "assistant", "text": response.output_text})
             return events
         for call in calls:
-            event = _execute(store, step, call.call_id, call.name, call.arguments)
+            event = _execute(tools, step, call.call_id, call.name, call.arguments)
             items.append(
                 {"type": "function_call_output", "call_id": call.call_id, "output": _output(event)}
             )
@@ -135,7 +155,7 @@ def _responses_turn(
     raise RuntimeError(f"no answer after {MAX_STEPS} model responses")
 
 
-def _execute(store: Store, step: int, call_id: str, name: str, arguments: str) -> Event:
+def _execute(tools: Tools, step: int, call_id: str, name: str, arguments: str) -> Event:
     """Run one requested tool call; a failing tool is reported, not raised."""
     event: Event = {"type": "tool_call", "step": step, "id": call_id, "name": name}
     try:
@@ -143,7 +163,9 @@ def _execute(store: Store, step: int, call_id: str, name: str, arguments: str) -
     except json.JSONDecodeError:
         return {**event, "arguments": arguments, "result": None, "error": "arguments are not JSON"}
     try:
-        event.update(result=store.call(name, event["arguments"]), error=None)
+        if name not in tools:
+            raise ToolError(f"unknown tool {name!r}")
+        event.update(result=tools[name](**event["arguments"]), error=None)
     except ToolError as exc:
         event.update(result=None, error=str(exc))
     return event
@@ -157,7 +179,8 @@ def _output(event: Event) -> str:
 
 
 def main() -> None:
-    """Run the scripted conversations' user turns against the API in OPENAI_BASE_URL.
+    """Run the scripted conversations' user turns against the API in OPENAI_BASE_URL, sending
+    the spans to the spanscore collector in OTEL_EXPORTER_OTLP_ENDPOINT (default: local).
 
     For instance against the local scripted model::
 
@@ -169,11 +192,15 @@ def main() -> None:
     parser.add_argument("--api", choices=["chat", "responses"], default="chat")
     parser.add_argument("--model", default=MODEL)
     args = parser.parse_args()
+    spanscore.instrumentation.instrument(service_name="customer-service-loop")
     client = openai.OpenAI()  # reads OPENAI_BASE_URL and OPENAI_API_KEY
-    for plan in conversations():
-        print(f"== {plan.conversation_id}")
-        for event in run_conversation(client, Store(), plan, model=args.model, api=args.api):
-            print("  ", json.dumps(event))
+    try:
+        for plan in conversations():
+            print(f"== {plan.conversation_id}")
+            for event in run_conversation(client, Store(), plan, model=args.model, api=args.api):
+                print("  ", json.dumps(event))
+    finally:
+        spanscore.instrumentation.uninstrument()  # flushes the spans
 
 
 if __name__ == "__main__":

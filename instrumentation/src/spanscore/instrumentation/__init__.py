@@ -10,6 +10,16 @@ batching OTLP exporter. It is idempotent; `uninstrument()` flushes and removes w
 Exporting never blocks the agent: spans go through the SDK's bounded BatchSpanProcessor queue,
 which drops (and counts) spans when the collector is unreachable for long.
 
+Shims, each switched on by `instrument()` when its framework is installed (and usable alone):
+`openai_agents.OpenAIAgentsInstrumentor` (OpenAI Agents SDK), `openai_client.OpenAIInstrumentor`
+(the `openai` client: chat completions and Responses, sync, async, streaming),
+`langchain.LangChainInstrumentor` (LangChain / LangGraph tool runs) and `mcp.MCPInstrumentor`
+(MCP `ClientSession.call_tool`). For hand-written tool loops, `tool` makes each tool execution
+an `execute_tool` span linked to the model's call id::
+
+    @spanscore.instrumentation.tool
+    def get_order(order_id: str) -> dict: ...
+
 Conversation identity: every span started inside the block (by any instrumentation on the
 provider) carries ``gen_ai.conversation.id`` and the given attributes; it follows asyncio tasks
 and, through W3C baggage, calls to other services::
@@ -32,14 +42,17 @@ Configuration (arguments win over the standard OpenTelemetry variables):
 from ._content import ContentPolicy, content_policy
 from ._conversation import ConversationSpanProcessor, conversation, current_values
 from ._setup import instrument, is_instrumented, uninstrument
+from ._tool import ToolExecution, tool
 
 __all__ = [
     "ContentPolicy",
     "ConversationSpanProcessor",
+    "ToolExecution",
     "content_policy",
     "conversation",
     "current_values",
     "instrument",
     "is_instrumented",
+    "tool",
     "uninstrument",
 ]

@@ -9,6 +9,8 @@ in that context, whoever starts it: our shims or any other instrumentation on th
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import inspect
 import logging
@@ -19,6 +21,8 @@ from typing import Any, TypeVar
 from opentelemetry import baggage, context
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from . import _tool
 
 log = logging.getLogger("spanscore.instrumentation")
 
@@ -48,13 +52,16 @@ class conversation:  # noqa: N801 - used like a function: `with conversation("c-
         for key, extra in attributes.items():
             values[key] = str(extra)
         self.values = values
-        self._tokens: list[object] = []
+        self._tokens: list[tuple[contextvars.Token[Context], contextvars.Token[Any]]] = []
 
     def __enter__(self) -> conversation:
         ctx = context.get_current()
         for key, value in self.values.items():
             ctx = baggage.set_baggage(_PREFIX + key, value, ctx)
-        self._tokens.append(context.attach(ctx))
+        # A fresh registry of requested tool calls (see `tool`), shared by the threads and
+        # asyncio tasks started inside: a model call in one and its tools in another still link.
+        pending = _tool._pending.set(_tool.PendingCalls())
+        self._tokens.append((context.attach(ctx), pending))
         return self
 
     def __exit__(
@@ -63,7 +70,9 @@ class conversation:  # noqa: N801 - used like a function: `with conversation("c-
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        context.detach(self._tokens.pop())  # type: ignore[arg-type]
+        token, pending = self._tokens.pop()
+        context.detach(token)
+        _tool._pending.reset(pending)
 
     async def __aenter__(self) -> conversation:
         return self.__enter__()
@@ -100,6 +109,22 @@ class conversation:  # noqa: N801 - used like a function: `with conversation("c-
         return self
 
 
+# A conversation id a framework run announces (LangChain's thread id, set by its shim while a
+# model runs): stamped on spans that carry no conversation of their own.
+_ambient: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "spanscore_ambient_conversation", default=None
+)
+
+
+def set_ambient_conversation(conversation_id: str | None) -> contextvars.Token[str | None]:
+    return _ambient.set(conversation_id)
+
+
+def reset_ambient_conversation(token: contextvars.Token[str | None]) -> None:
+    with contextlib.suppress(ValueError):  # set in another context: it ends with that one
+        _ambient.reset(token)
+
+
 def current_values(ctx: Context | None = None) -> dict[str, str]:
     """The conversation values in `ctx` (default: the current context)."""
     return {
@@ -115,6 +140,10 @@ class ConversationSpanProcessor(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
             values = current_values(parent_context)
+            if CONVERSATION_ID not in values:
+                ambient = _ambient.get()
+                if ambient is not None and not (span.attributes or {}).get(CONVERSATION_ID):
+                    values[CONVERSATION_ID] = ambient
             if values:
                 span.set_attributes(values)
         except Exception:  # telemetry must never break the agent

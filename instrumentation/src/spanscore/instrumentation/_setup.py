@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import logging
 import os
@@ -15,11 +16,19 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from . import _threads
+from . import _threads, _tool
 from ._content import ContentPolicy, Redactor, set_content_policy
 from ._conversation import ConversationSpanProcessor
 
 log = logging.getLogger("spanscore.instrumentation")
+
+# (importable package, our shim module, its instrumentor): activated when the package is there
+SHIMS = (
+    ("agents", "openai_agents", "OpenAIAgentsInstrumentor"),
+    ("openai", "openai_client", "OpenAIInstrumentor"),
+    ("langchain_core", "langchain", "LangChainInstrumentor"),
+    ("mcp", "mcp", "MCPInstrumentor"),
+)
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -120,13 +129,15 @@ def instrument(
         )
         provider.add_span_processor(processor)
         _state.update(provider=provider, processor=processor, stamper=stamper, owned=owned)
-        if importlib.util.find_spec("agents") is not None:  # the OpenAI Agents SDK's shim
+        _tool.use_tracer_provider(provider)  # @tool spans go where the shims' spans go
+        for package, module, instrumentor in SHIMS:
+            if importlib.util.find_spec(package) is None:  # the framework is not installed
+                continue
             try:
-                from .openai_agents import OpenAIAgentsInstrumentor
-
-                OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
+                shim = importlib.import_module(f"{__package__}.{module}")
+                getattr(shim, instrumentor)().instrument(tracer_provider=provider)
             except Exception:
-                log.warning("could not instrument openai-agents", exc_info=True)
+                log.warning("could not instrument %s", package, exc_info=True)
         return provider
 
 
@@ -140,12 +151,14 @@ def uninstrument(timeout_millis: int = 30_000) -> None:
     with _lock:
         if not _state:
             return
-        shim = sys.modules.get("spanscore.instrumentation.openai_agents")
-        if shim is not None:  # instrument() loaded it: remove its processor from the SDK
-            try:
-                shim.OpenAIAgentsInstrumentor().uninstrument()
-            except Exception:
-                log.warning("could not uninstrument openai-agents", exc_info=True)
+        for package, module, instrumentor in SHIMS:
+            shim = sys.modules.get(f"{__package__}.{module}")
+            if shim is not None:  # loaded (by instrument() or the application): undo it
+                try:
+                    getattr(shim, instrumentor)().uninstrument()
+                except Exception:
+                    log.warning("could not uninstrument %s", package, exc_info=True)
+        _tool.use_tracer_provider(None)
         processor: BatchSpanProcessor = _state["processor"]
         processor.force_flush(timeout_millis)
         processor.shutdown()  # type: ignore[no-untyped-call]

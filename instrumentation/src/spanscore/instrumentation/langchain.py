@@ -1,0 +1,378 @@
+"""LangChain / LangGraph shim: every tool run as an `execute_tool` span with its real call id.
+
+Usage::
+
+    from spanscore.instrumentation.langchain import LangChainInstrumentor
+
+    LangChainInstrumentor().instrument(tracer_provider=provider)  # default: the global one
+    graph.invoke({"messages": [...]}, {"configurable": {"thread_id": "conv-123"}})
+
+`spanscore.instrumentation.instrument()` does this itself when `langchain_core` is installed.
+
+A callback handler is installed globally, for every run of every chain, agent, graph and tool,
+through langchain-core's public extension point `register_configure_hook` (the one its own
+tracers use): `CallbackManager.configure` adds the handler held by a context variable to every
+callback manager it builds. The variable's *default* is our handler, so it is seen in every
+thread and task without setting anything per context, and nothing of LangChain is patched.
+`uninstrument()` removes the hook from langchain-core's list and disables the handler.
+
+Tool runs (`on_tool_start` / `on_tool_end` / `on_tool_error`) become `execute_tool {tool}`
+spans: `gen_ai.tool.name`, `gen_ai.tool.type=function`, `gen_ai.tool.call.id` (the model's call
+id that LangChain hands the tool: `ToolCall["id"]`, also on the resulting `ToolMessage`),
+`gen_ai.tool.call.arguments` (the tool's input as JSON, injected arguments left out, as
+LangChain filters them), `gen_ai.tool.call.result` (the `ToolMessage` content, or the tool's
+output as JSON). A tool that raises sets `error.type` (the exception's class) and status
+ERROR; a tool whose error LangChain handled (`ToolMessage.status == "error"`) sets
+`error.type=tool_error` and the message as the status description.
+
+Conversation: a thread id in the run's metadata (`thread_id`, which LangGraph copies there from
+`configurable.thread_id`; else `conversation_id` or `session_id`) becomes
+`gen_ai.conversation.id` (a surrounding `conversation()` block wins).
+
+Model calls are not recorded here: a model backed by the `openai` client (`ChatOpenAI`) is
+recorded by the OpenAI client shim, with the tool calls it requested and their ids; while a
+chat model runs, the run's thread id is handed to that shim's span (a context variable set in
+`on_chat_model_start`, reset in `on_llm_end` / `on_llm_error`).
+
+The handler runs inline (`run_inline`), never raises (every callback is guarded and logs),
+and keeps at most `MAX_OPEN` unfinished tool spans.
+
+Supported: langchain-core >= 0.3, < 2 (tested with 1.7.2, LangGraph 1.2.22).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+
+from ._content import content_policy
+from ._conversation import reset_ambient_conversation, set_ambient_conversation
+from ._tool import as_json_text, error_type
+
+log = logging.getLogger("spanscore.instrumentation")
+
+DISTRIBUTION = "langchain-core"
+SUPPORTED = ((0, 3), (2, 0))  # [min, max)
+_instruments = ("langchain-core >= 0.3, < 2",)
+
+MAX_OPEN = 10_000  # unfinished tool spans kept; beyond, the oldest is ended as is
+THREAD_KEYS = ("thread_id", "conversation_id", "session_id")
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def conversation_of(metadata_: Any) -> str | None:
+    """The conversation id in a run's metadata: its thread id (LangGraph puts
+    `configurable.thread_id` there), else `conversation_id` or `session_id`."""
+    if not isinstance(metadata_, Mapping):
+        return None
+    for key in THREAD_KEYS:
+        value = metadata_.get(key)
+        if value is not None and value != "":
+            return str(value)
+    return None
+
+
+def tool_arguments(input_str: Any, inputs: Any) -> str | None:
+    """The tool's input as JSON: the `inputs` dict LangChain passes (never its repr); a plain
+    string input as it is (JSON when it parses as JSON)."""
+    if isinstance(inputs, Mapping):
+        return as_json_text(dict(inputs))
+    return input_str if isinstance(input_str, str) else None
+
+
+def tool_output(output: Any) -> tuple[str | None, str | None, str | None]:
+    """(result text, call id, handled error message) of what a tool run returned: a
+    `ToolMessage` (its content, `tool_call_id`, and its content again when `status` is
+    "error"), a `Command` (its messages' tool message), or a plain value (as JSON)."""
+    if _get(output, "type") == "tool":
+        content = _get(output, "content")
+        text = content if isinstance(content, str) else as_json_text(content)
+        failed = _get(output, "status") == "error"
+        return text, _get(output, "tool_call_id"), (text or "error") if failed else None
+    update = _get(output, "update")
+    if isinstance(update, Mapping) and isinstance(update.get("messages"), list):
+        for message in update["messages"]:
+            if _get(message, "type") == "tool":
+                return tool_output(message)
+    return as_json_text(output), None, None
+
+
+class SpanscoreCallbackHandler:
+    """Tool runs as `execute_tool` spans. Subclassed from langchain-core's
+    `BaseCallbackHandler` at runtime (`_make_handler`), so this module imports without it."""
+
+    run_inline = True  # called in the caller's thread/task: cheap, and the context is right
+    raise_error = False
+
+    def __init__(self, tracer: Tracer) -> None:
+        super().__init__()
+        self._tracer = tracer
+        self._lock = threading.Lock()
+        self._spans: OrderedDict[Any, Span] = OrderedDict()
+        self._ambient: OrderedDict[Any, contextvars.Token[str | None]] = OrderedDict()
+        self.enabled = True
+
+    # -- the callbacks; each guarded ----------------------------------------------------------
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: Any,
+        parent_run_id: Any = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not self.enabled:
+            return
+        try:
+            self._start(serialized, input_str, run_id, metadata, inputs, kwargs)
+        except Exception:
+            log.warning("langchain shim: on_tool_start failed", exc_info=True)
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any] | None,
+        messages: Any,
+        *,
+        run_id: Any,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """The model's client call comes next, in this context: it takes the run's thread id
+        (the OpenAI client shim's `chat` span is stamped with it) until the model ends."""
+        if not self.enabled:
+            return
+        try:
+            conversation_id = conversation_of(metadata)
+            if conversation_id is not None:
+                token = set_ambient_conversation(conversation_id)
+                with self._lock:
+                    self._ambient[run_id] = token
+                    while len(self._ambient) > MAX_OPEN:
+                        self._ambient.popitem(last=False)
+        except Exception:
+            log.warning("langchain shim: on_chat_model_start failed", exc_info=True)
+
+    def on_llm_end(self, response: Any, *, run_id: Any, **kwargs: Any) -> None:
+        self._model_ended(run_id)
+
+    def on_llm_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
+        self._model_ended(run_id)
+
+    def _model_ended(self, run_id: Any) -> None:
+        try:
+            with self._lock:
+                token = self._ambient.pop(run_id, None)
+            if token is not None:
+                reset_ambient_conversation(token)
+        except Exception:
+            log.warning("langchain shim: on_llm_end failed", exc_info=True)
+
+    def on_tool_end(self, output: Any, *, run_id: Any, **kwargs: Any) -> None:
+        try:
+            self._end(run_id, output, None)
+        except Exception:
+            log.warning("langchain shim: on_tool_end failed", exc_info=True)
+
+    def on_tool_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
+        try:
+            self._end(run_id, None, error)
+        except Exception:
+            log.warning("langchain shim: on_tool_error failed", exc_info=True)
+
+    # -- the work -------------------------------------------------------------------------------
+
+    def _start(
+        self,
+        serialized: Any,
+        input_str: Any,
+        run_id: Any,
+        metadata_: Any,
+        inputs: Any,
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        name = kwargs.get("name") or _get(serialized, "name") or "tool"
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.type": "function",
+            "gen_ai.tool.call.id": kwargs.get("tool_call_id"),
+            "gen_ai.tool.description": _get(serialized, "description"),
+            "gen_ai.conversation.id": conversation_of(metadata_),
+            "gen_ai.tool.call.arguments": content_policy().record(
+                "tool_arguments", tool_arguments(input_str, inputs)
+            ),
+        }
+        span = self._tracer.start_span(
+            f"execute_tool {name}",
+            kind=SpanKind.INTERNAL,
+            attributes={k: v for k, v in attributes.items() if v is not None},
+        )
+        with self._lock:
+            self._spans[run_id] = span
+            overflow = (
+                [self._spans.popitem(last=False)[1] for _ in range(len(self._spans) - MAX_OPEN)]
+                if len(self._spans) > MAX_OPEN
+                else []
+            )
+        for stale in overflow:
+            stale.end()
+
+    def _end(self, run_id: Any, output: Any, error: BaseException | None) -> None:
+        with self._lock:
+            span = self._spans.pop(run_id, None)
+        if span is None:
+            return
+        try:
+            if error is not None:
+                span.set_attribute("error.type", error_type(error))
+                span.set_status(Status(StatusCode.ERROR, str(error) or None))
+                return
+            result, call_id, handled_error = tool_output(output)
+            if call_id and not _has(span, "gen_ai.tool.call.id"):
+                span.set_attribute("gen_ai.tool.call.id", call_id)
+            recorded = content_policy().record("tool_results", result)
+            if recorded is not None:
+                span.set_attribute("gen_ai.tool.call.result", recorded)
+            if handled_error is not None:
+                span.set_attribute("error.type", "tool_error")
+                span.set_status(Status(StatusCode.ERROR, handled_error))
+        finally:
+            span.end()
+
+    def end_all(self) -> None:
+        with self._lock:
+            spans = list(self._spans.values())
+            self._spans.clear()
+        for span in spans:
+            span.end()
+
+
+def _has(span: Span, key: str) -> bool:
+    attributes = getattr(span, "attributes", None)
+    return isinstance(attributes, Mapping) and key in attributes
+
+
+_handler_class: type[Any] | None = None
+
+
+def _make_handler(tracer: Tracer) -> SpanscoreCallbackHandler:
+    global _handler_class
+    if _handler_class is None:
+        from langchain_core.callbacks import BaseCallbackHandler
+
+        _handler_class = type(
+            "SpanscoreCallbackHandler",
+            (SpanscoreCallbackHandler, BaseCallbackHandler),
+            {"__module__": __name__},
+        )
+    handler: SpanscoreCallbackHandler = _handler_class(tracer)
+    return handler
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    numbers = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        numbers.append(int(digits))
+    return tuple(numbers)
+
+
+def supported_version() -> str | None:
+    try:
+        version = metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        log.info("langchain-core is not installed; its shim is skipped")
+        return None
+    low, high = SUPPORTED
+    if not low <= _version_tuple(version) < high:
+        log.warning(
+            "langchain-core %s is not supported (%s); its shim is skipped",
+            version,
+            _instruments[0],
+        )
+        return None
+    return version
+
+
+class LangChainInstrumentor:
+    """Installs the handler globally; one per process (instances share the state)."""
+
+    _lock = threading.Lock()
+    _handler: SpanscoreCallbackHandler | None = None
+    _hook: tuple[Any, ...] | None = None
+
+    def instrument(self, tracer_provider: TracerProvider | None = None, **_: Any) -> bool:
+        with self._lock:
+            if LangChainInstrumentor._handler is not None:
+                log.warning("langchain is already instrumented; ignoring")
+                return True
+            version = supported_version()
+            if version is None:
+                return False
+            from langchain_core.tracers import context as lc_context
+
+            tracer = trace.get_tracer(
+                "spanscore.instrumentation.langchain",
+                version,
+                tracer_provider=tracer_provider,
+                schema_url="https://opentelemetry.io/schemas/1.37.0",
+            )
+            handler = _make_handler(tracer)
+            # The default of a context variable is process-wide: every context sees it.
+            variable: contextvars.ContextVar[Any] = contextvars.ContextVar(
+                "spanscore_langchain_handler", default=handler
+            )
+            before = len(lc_context._configure_hooks)
+            lc_context.register_configure_hook(variable, inheritable=True)
+            LangChainInstrumentor._hook = tuple(lc_context._configure_hooks[before])
+            LangChainInstrumentor._handler = handler
+            return True
+
+    def uninstrument(self) -> None:
+        with self._lock:
+            handler, hook = LangChainInstrumentor._handler, LangChainInstrumentor._hook
+            if handler is None:
+                return
+            LangChainInstrumentor._handler = LangChainInstrumentor._hook = None
+            handler.enabled = False  # inert even in callback managers already built
+            try:
+                from langchain_core.tracers import context as lc_context
+
+                hooks = lc_context._configure_hooks
+                hooks[:] = [h for h in hooks if tuple(h) != hook]
+            except Exception:
+                log.warning("could not remove the langchain configure hook", exc_info=True)
+            handler.end_all()
+
+    @property
+    def is_instrumented(self) -> bool:
+        return LangChainInstrumentor._handler is not None
+
+
+__all__ = [
+    "LangChainInstrumentor",
+    "SpanscoreCallbackHandler",
+    "conversation_of",
+    "tool_arguments",
+    "tool_output",
+]

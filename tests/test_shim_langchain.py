@@ -1,0 +1,243 @@
+"""The LangChain / LangGraph shim: a real LangGraph ReAct agent (langgraph 1.2.22,
+langchain-core 1.7.2) with langchain-openai's ChatOpenAI pointed at the local ScriptedLLM, its
+tool runs turned into `execute_tool` spans by the global callback handler and its model calls
+into `chat` spans by the OpenAI client shim; exported over OTLP/HTTP to the real collector and
+asserted with SQL and through the rebuilt trajectory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph")
+pytest.importorskip("langchain_openai")
+
+from langchain_core.tools import tool as lc_tool
+from langchain_core.tracers import context as lc_context
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.prebuilt import ToolNode
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import spanscore.instrumentation as instrumentation
+from spanscore.collector import Collector
+from spanscore.evaluation import load_trajectory, open_lake
+from spanscore.examples.customer_service.scripted import MODEL, Conversation, Turn
+from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy
+from spanscore.instrumentation import langchain as shim
+from spanscore.instrumentation.langchain import LangChainInstrumentor
+
+from .conftest import query, wait_for
+
+with warnings.catch_warnings():  # moved to `langchain.agents` (not installed), still shipped
+    warnings.simplefilter("ignore")
+    from langgraph.prebuilt import create_react_agent
+
+THREAD = "lg-thread-1"
+TURN_1 = "Where are my orders ORD-1001 and ORD-9999?"
+TURN_2 = "Any keyboards under $100?"
+REPLY_1 = "ORD-1001 has shipped; I could not find ORD-9999."
+REPLY_2 = "The mechanical keyboard is $89."
+SEARCH = {"query": "keyboard", "max_price": 100.0}
+PLAN = Conversation(
+    THREAD,
+    "langchain_shim",
+    [
+        Turn(
+            TURN_1,
+            [[("get_order", {"order_id": "ORD-1001"}), ("get_order", {"order_id": "ORD-9999"})]],
+            REPLY_1,
+        ),
+        Turn(TURN_2, [[("search_products", SEARCH)]], REPLY_2),
+    ],
+)
+ORDER = {"order_id": "ORD-1001", "status": "shipped"}
+PRODUCTS = [{"name": "Mechanical keyboard", "price": 89.0}]
+MISSING = "order ORD-9999 not found"
+
+
+class ToolError(Exception):
+    pass
+
+
+@lc_tool
+def get_order(order_id: str) -> dict[str, Any]:
+    """Get order details by order ID"""
+    if order_id != "ORD-1001":
+        raise ToolError(f"order {order_id} not found")
+    return ORDER
+
+
+@lc_tool
+def search_products(query: str, max_price: float | None = None) -> list[dict[str, Any]]:
+    """Search the product catalog by keyword and optional price filter"""
+    return PRODUCTS
+
+
+def run_agent(base_url: str) -> list[Any]:
+    """The two turns on one LangGraph thread; every message of the thread."""
+    model = ChatOpenAI(model=MODEL, base_url=base_url, api_key="test", max_retries=0)  # type: ignore[arg-type]
+    tools = ToolNode([get_order, search_products], handle_tool_errors=True)
+    agent = create_react_agent(model, tools, checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": THREAD}}
+    state: Any = None
+    for user in (TURN_1, TURN_2):
+        state = agent.invoke({"messages": [{"role": "user", "content": user}]}, config)
+    return list(state["messages"])
+
+
+@pytest.fixture
+def clean() -> Iterator[None]:
+    yield
+    instrumentation.uninstrument()
+    LangChainInstrumentor().uninstrument()
+
+
+@pytest.fixture
+def exported(collector: Collector, lake_dir: Path, clean: None) -> tuple[Path, list[Any]]:
+    instrumentation.instrument(
+        tracer_provider=TracerProvider(), endpoint=f"http://127.0.0.1:{collector.http_port}"
+    )
+    assert LangChainInstrumentor().is_instrumented
+    with ScriptedLLM(ScriptedPolicy([PLAN])) as llm:
+        messages = run_agent(llm.base_url)
+        assert not llm.errors, llm.errors
+    instrumentation.uninstrument()
+    # 4 model calls, 3 tool runs
+    wait_for(lambda: query(lake_dir, "SELECT count(*) FROM spans") == [(7,)])
+    return lake_dir, messages
+
+
+def test_tool_spans_carry_call_ids_json_arguments_and_the_thread(
+    exported: tuple[Path, list[Any]],
+) -> None:
+    lake, messages = exported
+    tool_messages = [m for m in messages if m.type == "tool"]
+    ids = [m.tool_call_id for m in tool_messages]
+    assert len(set(ids)) == 3
+    assert [m.status for m in tool_messages] == ["success", "error", "success"]
+    rows = query(
+        lake,
+        """SELECT tool_name, tool_call_id, tool_arguments, tool_result, error_type,
+                  status_code, conversation_id
+           FROM spans WHERE operation = 'execute_tool'
+           ORDER BY tool_name, tool_arguments->>'order_id'""",
+    )
+    got = [
+        (name, call_id, json.loads(args), result and json.loads(result), *rest)
+        for name, call_id, args, result, *rest in rows
+    ]
+    error = f"{__name__}.ToolError"
+    assert got == [
+        ("get_order", ids[0], {"order_id": "ORD-1001"}, ORDER, None, "UNSET", THREAD),
+        ("get_order", ids[1], {"order_id": "ORD-9999"}, None, error, "ERROR", THREAD),
+        # the arguments as JSON, never a repr; only those the model sent
+        ("search_products", ids[2], SEARCH, PRODUCTS, None, "UNSET", THREAD),
+    ]
+    assert query(lake, "SELECT DISTINCT conversation_id FROM spans") == [(THREAD,)]
+
+
+def test_trajectory_of_the_two_turns(exported: tuple[Path, list[Any]]) -> None:
+    lake, messages = exported
+    ids = [m.tool_call_id for m in messages if m.type == "tool"]
+    trajectory = load_trajectory(open_lake(lake), THREAD)
+    assert trajectory is not None
+    assert trajectory.warnings == []
+    assert [(t.user_message, t.final_response) for t in trajectory.turns] == [
+        (TURN_1, REPLY_1),
+        (TURN_2, REPLY_2),
+    ]
+    calls = [
+        (t.index, c.name, c.arguments, c.call_id, c.error, c.source)
+        for t in trajectory.turns
+        for c in t.tool_calls
+    ]
+    both = "span+messages"
+    error = f"{__name__}.ToolError"
+    assert calls == [
+        (0, "get_order", {"order_id": "ORD-1001"}, ids[0], None, both),
+        (0, "get_order", {"order_id": "ORD-9999"}, ids[1], error, both),
+        (1, "search_products", SEARCH, ids[2], None, both),
+    ]
+    assert trajectory.tool_calls[0].result == ORDER
+    assert MISSING in str(trajectory.tool_calls[1].result)  # what ToolNode sent the model
+    groups = [c.parallel_group for c in trajectory.tool_calls]
+    assert groups[0] == groups[1] != groups[2]
+
+
+# --- the handler alone ---------------------------------------------------------------------------
+
+
+def test_instrument_is_idempotent_and_uninstrument_removes_the_hook(clean: None) -> None:
+    before = list(lc_context._configure_hooks)
+    assert LangChainInstrumentor().instrument(tracer_provider=TracerProvider())
+    assert LangChainInstrumentor().instrument()  # a second call: warned, nothing added
+    assert len(lc_context._configure_hooks) == len(before) + 1
+    handler = LangChainInstrumentor._handler
+    assert handler is not None
+    LangChainInstrumentor().uninstrument()
+    assert lc_context._configure_hooks == before
+    assert not handler.enabled
+    LangChainInstrumentor().uninstrument()  # a second call does nothing
+    assert lc_context._configure_hooks == before
+
+
+def test_a_failure_in_the_handler_never_reaches_the_agent(
+    clean: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("bug in the shim")
+
+    exporter = InMemorySpanExporter()
+    instrumentation.instrument(tracer_provider=TracerProvider(), exporter=exporter)
+    monkeypatch.setattr(shim, "tool_arguments", broken)
+    monkeypatch.setattr(shim, "tool_output", broken)
+    with (
+        caplog.at_level(logging.WARNING, "spanscore.instrumentation"),
+        ScriptedLLM(ScriptedPolicy([PLAN])) as llm,
+    ):
+        messages = run_agent(llm.base_url)
+    assert [m.content for m in messages if m.type == "ai"][-1] == REPLY_2
+    assert "bug in the shim" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        ({"a": 1}, ('{"a": 1}', None, None)),
+        ("plain", ("plain", None, None)),
+    ],
+    ids=["value", "text"],
+)
+def test_tool_output(output: Any, expected: tuple[Any, ...]) -> None:
+    assert shim.tool_output(output) == expected
+
+
+def test_tool_output_of_tool_messages() -> None:
+    from langchain_core.messages import ToolMessage
+
+    ok = ToolMessage(content='{"a": 1}', tool_call_id="c1")
+    failed = ToolMessage(content="Error: boom", tool_call_id="c2", status="error")
+    assert shim.tool_output(ok) == ('{"a": 1}', "c1", None)
+    assert shim.tool_output(failed) == ("Error: boom", "c2", "Error: boom")
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ({"thread_id": "t-1", "session_id": "s"}, "t-1"),
+        ({"session_id": 7}, "7"),
+        ({"thread_id": ""}, None),
+        (None, None),
+    ],
+    ids=["thread", "session", "empty", "none"],
+)
+def test_conversation_of(metadata: Any, expected: str | None) -> None:
+    assert shim.conversation_of(metadata) == expected
