@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import (
@@ -288,7 +289,7 @@ class _Pairing:
     def matched(self) -> int:
         return len(self.pairs)
 
-    @property
+    @cached_property
     def matched_required(self) -> int:
         return sum(1 for s, _, _ in self.pairs if s.required)
 
@@ -301,8 +302,28 @@ class _Pairing:
         return self.actual - self.matched
 
 
+WeightTable = dict[int, list[float | None]]  # expected item index -> weight per actual call
+
+
+def _weight_table(
+    items: Sequence[_Item], actual: Sequence[ToolCall], matcher: _CallMatcher
+) -> WeightTable:
+    """Every (expected item, actual call) weight, computed once: only same-name pairs are
+    compared at all."""
+    by_name: dict[str, list[int]] = {}
+    for j, call in enumerate(actual):
+        by_name.setdefault(matcher.key(call.name), []).append(j)
+    table: WeightTable = {}
+    for item in items:
+        row: list[float | None] = [None] * len(actual)
+        for j in by_name.get(matcher.key(item.call.name), ()):
+            row[j] = matcher.weight(item.call, actual[j])
+        table[item.index] = row
+    return table
+
+
 def _unordered_pairing(
-    slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: _CallMatcher
+    slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: _CallMatcher, table: WeightTable
 ) -> _Pairing:
     # Only calls of the same tool can pair: the matching splits into one small problem per
     # tool name, solved exactly each.
@@ -321,12 +342,8 @@ def _unordered_pairing(
         for r in rows:
             slot = slots[r]
             bonus = _PAIR + (_REQUIRED if slot.required else 0)
-            weights.append(
-                [
-                    None if (w := matcher.weight(slot.item.call, actual[c])) is None else bonus + w
-                    for c in cols
-                ]
-            )
+            row = table[slot.item.index]
+            weights.append([None if (w := row[c]) is None else bonus + w for c in cols])
         for i, j in max_weight_matching(weights):
             pairs.append((slots[rows[i]], cols[j], (weights[i][j] or 0.0) % _PAIR))
     pairs.sort(key=lambda p: p[1])
@@ -334,7 +351,7 @@ def _unordered_pairing(
 
 
 def _ordered_pairing(
-    slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: _CallMatcher
+    slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: _CallMatcher, table: WeightTable
 ) -> _Pairing:
     """The best in-order alignment (a weighted longest common subsequence): slots and actual
     calls may be skipped, pairs keep both orders."""
@@ -344,11 +361,12 @@ def _ordered_pairing(
         slot = slots[i - 1]
         bonus = _PAIR + (_REQUIRED if slot.required else 0)
         row, previous = best[i], best[i - 1]
+        weights = table[slot.item.index]
         for j in range(1, m + 1):
-            value = max(previous[j], row[j - 1])
-            w = matcher.weight(slot.item.call, actual[j - 1])
-            if w is not None:
-                value = max(value, previous[j - 1] + bonus + w)
+            value = previous[j] if previous[j] > row[j - 1] else row[j - 1]
+            w = weights[j - 1]
+            if w is not None and previous[j - 1] + bonus + w > value:
+                value = previous[j - 1] + bonus + w
             row[j] = value
     pairs: list[tuple[_Slot, int, float]] = []
     i, j = n, m
@@ -358,7 +376,7 @@ def _ordered_pairing(
         elif best[i][j] == best[i][j - 1]:
             j -= 1
         else:
-            w = matcher.weight(slots[i - 1].item.call, actual[j - 1]) or 0.0
+            w = table[slots[i - 1].item.index][j - 1] or 0.0
             pairs.append((slots[i - 1], j - 1, w))
             i, j = i - 1, j - 1
     pairs.reverse()
@@ -409,8 +427,9 @@ def _score_calls(
 ) -> Score:
     mode = assertion.mode
     made = len(actual)
+    table = _weight_table(items, actual, matcher)
     if mode == "within":
-        allowed = [any(matcher.weight(i.call, c) is not None for i in items) for c in actual]
+        allowed = [any(table[i.index][j] is not None for i in items) for j in range(made)]
         outside = [c.name for c, ok in zip(actual, allowed, strict=True) if not ok]
         value = sum(allowed) / made if made else 1.0
         why = f"{len(outside)} of {made} calls not allowed: {', '.join(outside)}"
@@ -422,7 +441,7 @@ def _score_calls(
         )
     slots = _slots(items, made)
     ordered = mode in ("strict", "in_order")
-    pairing = (_ordered_pairing if ordered else _unordered_pairing)(slots, actual, matcher)
+    pairing = (_ordered_pairing if ordered else _unordered_pairing)(slots, actual, matcher, table)
     parallel = _parallel_problems(pairing, actual) if assertion.check_parallel else []
     required, matched, missing, extra = (
         pairing.required,
@@ -635,6 +654,7 @@ class GoalsAssertion(AssertionBase):
     goal_details: list[Goal]
     similarity_threshold: float = Field(0.8, ge=0, le=1, description="for fuzzy arguments")
     normalize_names: bool = False
+    _expected: dict[str, ExpectedCall] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _graph(self) -> GoalsAssertion:
@@ -749,12 +769,14 @@ class GoalsAssertion(AssertionBase):
                     best = max(best, text_similarity(goal.response, str(text)))
             wanted = ", ".join(goal.keywords) or "an answer"
             return None, f"no answer after its dependencies contains {wanted}"
-        expected = ExpectedCall(
-            name=goal.tool_name or "",
-            arguments=goal.args,
-            match=goal.match,
-            rules=goal.rules(self.similarity_threshold),
-        )
+        expected = self._expected.get(goal.name)
+        if expected is None:  # built once per goal, not per conversation
+            expected = self._expected[goal.name] = ExpectedCall(
+                name=goal.tool_name or "",
+                arguments=goal.args,
+                match=goal.match,
+                rules=goal.rules(self.similarity_threshold),
+            )
         problems: list[str] = []
         earlier = False
         for index, (kind, call) in enumerate(timeline):

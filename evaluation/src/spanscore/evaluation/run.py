@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import orjson
 import pyarrow as pa
 
 from spanscore.lake import arrow_schema, connect, current_snapshot, retrying
@@ -62,6 +63,7 @@ class RunOptions:
     settle_s: float = 600.0
     workers: int = 0  # 0: one per CPU
     batch_size: int = 500
+    query_conversations: int = 20_000  # conversations per sorted query (bounds its memory)
     gates: Sequence[Gate] = ()  # on top of the suite's
     now: dt.datetime | None = None  # for tests: the run's notion of now
 
@@ -256,13 +258,13 @@ def _run(
     _insert_run(con, suite, options, result, now)
     timings: dict[str, float] = {}
     try:
-        for batch_rows, batch_size in _score_batches(lake, snapshot, suite, todo, options):
+        for scores, batch_size in _score_batches(lake, snapshot, suite, todo, options):
             t0 = time.monotonic()
-            _write_scores(con, run_id, batch_rows)
+            _write_scores(con, run_id, scores)
             timings["write_s"] = timings.get("write_s", 0.0) + time.monotonic() - t0
             result.scored += batch_size
-            result.score_count += len(batch_rows)
-            result.error_count += sum(1 for r in batch_rows if r[9] is not None)
+            result.score_count += scores.num_rows
+            result.error_count += scores.num_rows - scores.column("error").null_count
             if progress is not None:
                 progress(Progress(result.scored, len(todo), time.monotonic() - started))
     except KeyboardInterrupt:
@@ -503,26 +505,26 @@ ScoreTuple = tuple[
 ]
 
 
-def _write_scores(con: duckdb.DuckDBPyConnection, run_id: str, rows: Sequence[ScoreTuple]) -> None:
-    if not rows:
+_SCORE_FIELDS = [c for c in arrow_schema(SCORES) if c.name not in ("run_id", "created_at")]
+
+
+def score_table(rows: Sequence[ScoreTuple]) -> pa.Table:
+    """Score tuples as an Arrow table (the `scores` columns but run_id and created_at)."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(_SCORE_FIELDS)
+    return pa.table(
+        [pa.array(list(col), type=f.type) for col, f in zip(columns, _SCORE_FIELDS, strict=True)],
+        schema=pa.schema(_SCORE_FIELDS),
+    )
+
+
+def _write_scores(con: duckdb.DuckDBPyConnection, run_id: str, table: pa.Table) -> None:
+    if not table.num_rows:
         return
-    created = dt.datetime.now(UTC)
-    columns = list(zip(*rows, strict=True))
-    data = {
-        "run_id": [run_id] * len(rows),
-        "conversation_id": columns[0],
-        "scenario_id": columns[1],
-        "metric": columns[2],
-        "value": columns[3],
-        "label": columns[4],
-        "passed": columns[5],
-        "threshold": columns[6],
-        "explanation": columns[7],
-        "details": columns[8],
-        "error": columns[9],
-        "created_at": [created] * len(rows),
-    }
-    _append(con, "scores", pa.table(data, schema=arrow_schema(SCORES)))
+    rows = table.num_rows
+    created = pa.array([dt.datetime.now(UTC)] * rows, type=pa.timestamp("us", tz="UTC"))
+    full = table.add_column(0, "run_id", pa.array([run_id] * rows, type=pa.string()))
+    full = full.append_column("created_at", created)
+    _append(con, "scores", full.cast(arrow_schema(SCORES)))
 
 
 # --- scoring, in this process or in workers --------------------------------------------------
@@ -544,11 +546,17 @@ def score_trajectories(suite: LoadedSuite, trajectories: Iterable[Trajectory]) -
                     s.passed,
                     s.threshold,
                     s.explanation,
-                    json.dumps(s.details, sort_keys=True, default=str) if s.details else None,
+                    _json(s.details) if s.details else None,
                     s.error,
                 )
             )
     return rows
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(
+        value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str
+    ).decode()
 
 
 def _missing(conversation_id: str) -> ScoreTuple:
@@ -573,10 +581,11 @@ def _worker_start(document: dict[str, Any], base_dir: str) -> None:
     _WORKER["suite"] = load_suite(document, base_dir=base_dir)
 
 
-def _worker_score(rows: pa.Table) -> tuple[list[ScoreTuple], list[str]]:
+def _worker_score(rows: pa.Table) -> tuple[pa.Table, list[str]]:
     suite: LoadedSuite = _WORKER["suite"]
     trajectories = list(trajectories_from_rows(rows, suite.attribute_keys()))
-    return score_trajectories(suite, trajectories), [t.conversation_id for t in trajectories]
+    scores = score_table(score_trajectories(suite, trajectories))
+    return scores, [t.conversation_id for t in trajectories]
 
 
 def _chunks(reader: pa.RecordBatchReader, size: int) -> Iterator[pa.Table]:
@@ -606,7 +615,7 @@ def _score_batches(
     suite: LoadedSuite,
     todo: Sequence[str],
     options: RunOptions,
-) -> Iterator[tuple[list[ScoreTuple], int]]:
+) -> Iterator[tuple[pa.Table, int]]:
     """(score rows, conversations) per batch, in completion order. One query at the pinned
     snapshot streams the span rows of every conversation to score; workers rebuild and score
     whole conversations, and need no lake connection."""
@@ -615,39 +624,56 @@ def _score_batches(
     size = max(1, options.batch_size)
     con = connect(lake, snapshot=snapshot)
     seen: set[str] = set()
+    workers = options.workers or os.cpu_count() or 1
+    workers = min(workers, math.ceil(len(todo) / size))
     try:
-        reader = span_rows(
-            con, conversation_ids=todo, attributes=suite.attribute_keys(), batch_rows=50_000
-        )
-        chunks = _chunks(reader, size)
-        workers = options.workers or os.cpu_count() or 1
-        workers = min(workers, math.ceil(len(todo) / size))
+        chunks = _all_chunks(con, suite, todo, size, options.query_conversations)
         if workers <= 1:
             for chunk in chunks:
                 trajectories = list(trajectories_from_rows(chunk, suite.attribute_keys()))
                 seen.update(t.conversation_id for t in trajectories)
-                yield score_trajectories(suite, trajectories), len(trajectories)
+                yield score_table(score_trajectories(suite, trajectories)), len(trajectories)
         else:
-            for rows, ids in _in_pool(chunks, suite, workers):
+            for scores, ids in _in_pool(chunks, suite, workers):
                 seen.update(ids)
-                yield rows, len(ids)
+                yield scores, len(ids)
     finally:
         con.close()
     missing = [_missing(c) for c in todo if c not in seen]
     for i in range(0, len(missing), size):
-        yield missing[i : i + size], len(missing[i : i + size])
+        yield score_table(missing[i : i + size]), len(missing[i : i + size])
+
+
+def _all_chunks(
+    con: duckdb.DuckDBPyConnection,
+    suite: LoadedSuite,
+    todo: Sequence[str],
+    size: int,
+    per_query: int,
+) -> Iterator[pa.Table]:
+    """Chunks of whole conversations, from one sorted query per `per_query` conversations:
+    the sort's memory is bounded by that, not by the window."""
+    step = max(size, per_query)
+    for start in range(0, len(todo), step):
+        reader = span_rows(
+            con,
+            conversation_ids=todo[start : start + step],
+            attributes=suite.attribute_keys(),
+            batch_rows=50_000,
+        )
+        yield from _chunks(reader, size)
 
 
 def _in_pool(
     chunks: Iterator[pa.Table], suite: LoadedSuite, workers: int
-) -> Iterator[tuple[list[ScoreTuple], list[str]]]:
+) -> Iterator[tuple[pa.Table, list[str]]]:
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=get_context("spawn"),
         initializer=_worker_start,
         initargs=(suite.document(), str(suite.base_dir)),
     )
-    pending: set[Future[tuple[list[ScoreTuple], list[str]]]] = set()
+    pending: set[Future[tuple[pa.Table, list[str]]]] = set()
     try:
         for chunk in chunks:  # at most two chunks per worker in flight: memory stays bounded
             pending.add(pool.submit(_worker_score, chunk))

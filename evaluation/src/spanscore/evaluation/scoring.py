@@ -260,10 +260,16 @@ class EvalContext:
     tools: dict[str, ToolSpec] = field(default_factory=dict)
     registry: MetricRegistry = field(default_factory=lambda: REGISTRY)
 
+    _last: tuple[int, dict[str, ToolSpec]] | None = field(default=None, repr=False)
+
     def tool_specs(self, trajectory: Trajectory) -> dict[str, ToolSpec]:
-        """The suite's catalog, completed by the definitions the agent recorded."""
-        recorded = recorded_tool_specs(trajectory)
-        return {**recorded, **self.tools}
+        """The suite's catalog, completed by the definitions the agent recorded (read once per
+        trajectory, however many assertions ask)."""
+        if self._last is not None and self._last[0] == id(trajectory):
+            return self._last[1]
+        specs = {**recorded_tool_specs(trajectory), **self.tools}
+        self._last = (id(trajectory), specs)
+        return specs
 
 
 def recorded_tool_specs(trajectory: Trajectory) -> dict[str, ToolSpec]:
