@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import ast
 import datetime as dt
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -148,7 +148,6 @@ COLUMNS = (
     "tool_calls_requested",
     "tool_results",
     "response_text",
-    "attribute_values",
 )
 
 # Read from every span's attributes (first value per conversation wins), besides the columns.
@@ -203,7 +202,10 @@ class SpanRow:
     tool_calls_requested: str | None
     tool_results: str | None
     response_text: str | None
-    attribute_values: list[str | None] | None = None  # _TOKEN_ATTRIBUTES + attribute keys
+    attribute_values: Sequence[str | None] = ()  # _TOKEN_ATTRIBUTES + attribute keys
+
+
+_span_row: Callable[..., SpanRow] = SpanRow  # positional: the columns, then the attributes
 
 
 def _json_path(key: str) -> str:
@@ -235,13 +237,28 @@ def load_trajectories(
     )
     pending: list[SpanRow] = []
     for batch in reader:
-        for row in _rows(batch):
-            if pending and row.conversation_id != pending[0].conversation_id:
-                yield build_trajectory(pending, keys)
-                pending = []
-            pending.append(row)
+        yield from _build_all(batch, keys, pending)
     if pending:
         yield build_trajectory(pending, keys)
+
+
+def _build_all(
+    batch: pa.RecordBatch | pa.Table, keys: tuple[str, ...], pending: list[SpanRow]
+) -> Iterator[Trajectory]:
+    """Trajectories of the conversations that end in this batch; the rows of the last one
+    stay in `pending` (it may go on in the next batch). The hot loop: kept flat."""
+    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+    fixed, extra = columns[: len(COLUMNS)], columns[len(COLUMNS) :]
+    current = pending[0].conversation_id if pending else None
+    for values, attribute_values in zip(
+        zip(*fixed, strict=True), zip(*extra, strict=True), strict=True
+    ):
+        if values[0] != current:
+            if pending:
+                yield build_trajectory(pending, keys)
+                pending.clear()
+            current = values[0]
+        pending.append(_span_row(*values, attribute_values))
 
 
 def attribute_keys(attributes: Sequence[str] = ()) -> tuple[str, ...]:
@@ -284,25 +301,21 @@ def span_rows(
         )
         restrict = "AND trace_id IN (SELECT trace_id FROM traces)"
         final = "WHERE conversation_id IN (SELECT conversation_id FROM chosen)"
-    paths = ", ".join(_json_path(k) for k in (*_TOKEN_ATTRIBUTES, *keys))
-    extracted = f"json_extract_string(attributes, [{paths}]) AS attribute_values"
+    paths = [_json_path(k) for k in (*_TOKEN_ATTRIBUTES, *keys)]
+    # One JSON parse per span for every key, then one flat column per key: Arrow converts
+    # flat columns far faster than a list column.
+    extracted = f"json_extract_string(attributes, [{', '.join(paths)}]) AS attribute_list"
     sql = _QUERY.format(
         spans=SPANS_WITH_EVENTS,
         targets=targets,
-        columns=", ".join(
-            extracted if c == "attribute_values" else c for c in COLUMNS if c != "conversation_id"
-        ),
+        columns=", ".join([*(c for c in COLUMNS if c != "conversation_id"), extracted]),
         restrict=restrict,
-        selected=", ".join(COLUMNS),
+        selected=", ".join(
+            [*COLUMNS, *(f"attribute_list[{i + 1}] AS a{i}" for i in range(len(paths)))]
+        ),
         final=final,
     )
     return con.execute(sql, params).to_arrow_reader(batch_rows)
-
-
-def _rows(batch: pa.RecordBatch | pa.Table) -> Iterator[SpanRow]:
-    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-    for values in zip(*columns, strict=True):
-        yield SpanRow(*values)
 
 
 def trajectories_from_rows(
@@ -311,11 +324,7 @@ def trajectories_from_rows(
     """Trajectories from `span_rows` output holding whole conversations (sorted as given)."""
     keys = attribute_keys(attributes)
     pending: list[SpanRow] = []
-    for row in _rows(rows):
-        if pending and row.conversation_id != pending[0].conversation_id:
-            yield build_trajectory(pending, keys)
-            pending = []
-        pending.append(row)
+    yield from _build_all(rows, keys, pending)
     if pending:
         yield build_trajectory(pending, keys)
 
@@ -414,6 +423,7 @@ def build_trajectory(
     warnings: list[str] = []
     attributes: dict[str, Any] = {}
     n_tokens = len(_TOKEN_ATTRIBUTES)
+    n_keys = len(attribute_keys)
     # One pass for what the whole conversation needs before steps are placed.
     known: set[str] = set()
     traces: set[str] = set()
@@ -433,7 +443,7 @@ def build_trajectory(
             end = r.end_time_unix_nano
         agent_name = agent_name or r.agent_name
         service_name = service_name or r.service_name
-        if r.attribute_values:
+        if len(attributes) < n_keys and r.attribute_values:
             for key, value in zip(attribute_keys, r.attribute_values[n_tokens:], strict=False):
                 if value is not None and key not in attributes:
                     attributes[key] = parse_value(value)
