@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from .evaluate import evaluate_command
+from .evaluate import compare_command, evaluate_command
 from .query import sql_command, status_command
 from .serve import serve_command
 from .show import show_command
@@ -31,6 +31,7 @@ main.add_command(sql_command)
 main.add_command(status_command)
 main.add_command(show_command)
 main.add_command(evaluate_command)
+main.add_command(compare_command)
 main.add_command(import_command)
 main.add_command(schema_group)
 

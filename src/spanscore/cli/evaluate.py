@@ -278,3 +278,82 @@ def evaluate_command(
             con.close()
         click.echo(f"JUnit XML written to {junit}")
     sys.exit(0 if result.gates_passed else 1)
+
+
+@click.command("compare")
+@lake_option()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="Conversations to list.",
+)
+@click.option("--all-metrics", is_flag=True, help="List unchanged metrics too.")
+def compare_command(lake: str, run_a: str, run_b: str, limit: int, all_metrics: bool) -> None:
+    """Show the metrics and conversations whose scores changed from RUN_A to RUN_B.
+
+    A metric's change comes with a 95 % bootstrap interval over the conversations both runs
+    scored; `*` marks a change whose interval excludes 0.
+
+    \b
+    $ spanscore compare --lake ./lake 3f2a9c0d1e2b4a6f 9e8d7c6b5a4f3e2d
+    """
+    from spanscore.evaluation.compare import compare_runs
+
+    from .options import open_lake_or_fail
+    from .query import write_rows
+
+    con = open_lake_or_fail(lake)
+    try:
+        comparison = compare_runs(con, run_a, run_b)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        con.close()
+    shown = [m for m in comparison.metrics if all_metrics or m.changed]
+    changed = sum(1 for m in comparison.metrics if m.changed)
+    click.echo(f"{changed} of {len(comparison.metrics)} metrics changed from {run_a} to {run_b}")
+    if shown:
+        rows = (
+            {
+                "scenario": m.scenario_id or "(all)",
+                "metric": m.metric,
+                "paired": m.paired,
+                "mean_a": _fmt(m.mean_a),
+                "mean_b": _fmt(m.mean_b),
+                "change": _fmt(m.delta, "{:+.3f}") + (" *" if m.significant else ""),
+                "95% interval": "-"
+                if m.low is None or m.high is None
+                else f"[{m.low:+.3f}, {m.high:+.3f}]",
+                "pass_a": _fmt(m.pass_rate_a, "{:.1%}"),
+                "pass_b": _fmt(m.pass_rate_b, "{:.1%}"),
+            }
+            for m in shown
+        )
+        names = [
+            "scenario",
+            "metric",
+            "paired",
+            "mean_a",
+            "mean_b",
+            "change",
+            "95% interval",
+            "pass_a",
+            "pass_b",
+        ]
+        out = _Echo(click.echo)
+        write_rows(iter(rows), names, "table", out)
+        out.flush()
+    changes = comparison.conversations
+    if changes:
+        click.echo(
+            f"\n{len(changes)} conversation scores changed (showing {min(limit, len(changes))}):"
+        )
+        for c in changes[:limit]:
+            click.echo(
+                f"  {c.kind:<9} {c.conversation_id}  {c.scenario_id or '(all)'}/{c.metric}  "
+                f"{_fmt(c.value_a)} -> {_fmt(c.value_b)}"
+            )
