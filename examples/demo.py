@@ -1,4 +1,12 @@
-"""The demo: a collector on an embedded lake, the example agent sending real OTLP, then SQL."""
+"""The demo: the whole product on a fresh machine, no API key.
+
+1. a collector on an embedded lake;
+2. the example customer-service agent (a plain `openai` tool loop, instrumented with
+   `spanscore.instrumentation`) talking to a local deterministic OpenAI-compatible server, over
+   the seven scenarios, some conversations breaking policy on purpose; its spans go over OTLP;
+3. an evaluation run with the example suite and its custom metrics: the summary and gates;
+4. SQL over the spans and the scores.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,8 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+SUITE = Path(__file__).parent / "customer_service" / "suite.yaml"
 
 DEMO_QUERIES = [
     (
@@ -21,15 +31,14 @@ DEMO_QUERIES = [
            FROM tool_calls GROUP BY tool_name ORDER BY calls DESC, tool_name""",
     ),
     (
-        "Policy check: cancel_order without an earlier successful verify_customer",
-        """SELECT c.conversation_id, c.step_index AS cancel_step, c.arguments
-           FROM tool_calls c
-           WHERE c.tool_name = 'cancel_order'
-             AND NOT EXISTS (
-                 SELECT 1 FROM tool_calls v
-                 WHERE v.conversation_id = c.conversation_id
-                   AND v.tool_name = 'verify_customer' AND v.error IS NULL
-                   AND v.step_index < c.step_index)""",
+        "Failed scores of the run, with why (SQL over the scores table)",
+        """SELECT s.conversation_id, coalesce(s.scenario_id, '(all)') AS scenario, s.metric,
+                  coalesce(s.label, CAST(round(s.value, 2) AS VARCHAR)) AS score,
+                  s.explanation
+           FROM scores s JOIN eval_runs r USING (run_id)
+           WHERE r.run_id = (SELECT max_by(run_id, started_at) FROM eval_runs)
+             AND NOT s.passed
+           ORDER BY s.conversation_id, scenario, s.metric""",
     ),
 ]
 
@@ -45,17 +54,22 @@ def _reset(lake: Path) -> None:
 def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
     import io
 
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    import openai
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    import spanscore.instrumentation
     from spanscore import lake as lakes
+    from spanscore.cli.evaluate import print_summary
     from spanscore.cli.query import write_rows
     from spanscore.collector import Collector, load_config
+    from spanscore.evaluation import load_suite
+    from spanscore.evaluation.run import RunOptions, evaluate
 
     from .customer_service import Store
-    from .customer_service.scripted import ScriptedAgent, conversations
+    from .customer_service.openai_loop import run_conversation
+    from .customer_service.scripted import conversations
+    from .llm_server import ScriptedLLM, ScriptedPolicy
 
     started = time.monotonic()
     _reset(lake)
@@ -66,24 +80,38 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
     with Collector(config) as collector:
         ports = f"OTLP/gRPC 127.0.0.1:{collector.grpc_port}, OTLP/HTTP :{collector.http_port}"
         echo("   " + ports)
-        provider = TracerProvider(resource=Resource.create({"service.name": "customer-service"}))
-        exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{collector.grpc_port}", insecure=True)
-        provider.add_span_processor(BatchSpanProcessor(exporter))
-        agent = ScriptedAgent(Store(), provider.get_tracer("spanscore.examples.customer_service"))
         plans = conversations()
-        echo(f"2. The example customer-service agent runs {len(plans)} conversations")
-        for plan in plans:
-            agent.run(plan)
-            flag = "  (breaks policy: " + plan.note + ")" if plan.breaks_policy else ""
-            echo(f"   {plan.conversation_id:<22} {plan.scenario_id}{flag}")
-        if not provider.force_flush(30_000):
-            raise RuntimeError("the exporter could not deliver the spans within 30s")
-        provider.shutdown()
+        provider = TracerProvider(resource=Resource.create({"service.name": "customer-service"}))
+        spanscore.instrumentation.instrument(
+            tracer_provider=provider,
+            endpoint=f"http://127.0.0.1:{collector.http_port}",
+            protocol="http/protobuf",
+        )
+        try:
+            with ScriptedLLM(ScriptedPolicy()) as llm:
+                echo(
+                    f"2. The example customer-service agent (openai client + tools, instrumented)"
+                    f" talks to a local OpenAI-compatible model at {llm.base_url}"
+                )
+                client = openai.OpenAI(base_url=llm.base_url, api_key="demo", max_retries=0)
+                for plan in plans:
+                    run_conversation(client, Store(), plan)
+                    flag = "  (breaks policy: " + plan.note + ")" if plan.breaks_policy else ""
+                    echo(f"   {plan.conversation_id:<22} {plan.scenario_id}{flag}")
+        finally:
+            spanscore.instrumentation.uninstrument()  # flushes the spans
+            provider.shutdown()
         stored = collector.stats.get("spans_stored")
-        echo(f"   {stored} spans exported over OTLP/gRPC and committed to the lake")
+        echo(f"   {stored} spans exported over OTLP/HTTP and committed to the lake")
+        suite = load_suite(SUITE)
+        echo(f"\n3. Evaluate: spanscore evaluate --lake {lake} --suite {SUITE.name} --settle 0")
+        result = evaluate(lake, suite, RunOptions(settle_s=0))
+        print_summary(result, echo=lambda line: echo("   " + line))
+        if not result.gates_passed:
+            echo("   (the agent breaks policy on purpose: a failed gate makes `evaluate` exit 1)")
     con = lakes.connect(lake)
     try:
-        for n, (title, sql) in enumerate(DEMO_QUERIES, start=3):
+        for n, (title, sql) in enumerate(DEMO_QUERIES, start=4):
             echo(f"\n{n}. {title}")
             echo("   $ spanscore sql --lake " + str(lake) + ' "' + " ".join(sql.split()) + '"')
             rows = list(lakes.query(con, sql))

@@ -94,11 +94,14 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     lake = tmp_path / "demo"
     result = CliRunner().invoke(main, ["demo", "--lake", str(lake)])
     assert result.exit_code == 0, result.output
-    assert "spans exported over OTLP/gRPC and committed" in result.output
-    # The policy check finds exactly the conversation that cancels before verifying.
-    policy = result.output.split("Policy check")[1]
-    assert "cs-cancel-2" in policy
-    assert "cs-cancel-1" not in policy
+    assert "spans exported over OTLP/HTTP and committed" in result.output
+    # The evaluation catches exactly the conversations that break policy.
+    assert "gate FAILED: verify_before_cancel: pass rate 0.889" in result.output
+    failed = result.output.split("Failed scores of the run")[1]
+    assert "cs-cancel-2" in failed
+    assert "cs-budget-search-2" in failed
+    assert "cs-cancel-1 " not in failed
+    assert "cs-order-status-1" not in failed
     con = connect(lake)
     assert con.execute("SELECT count(DISTINCT conversation_id) FROM conversations").fetchone() == (
         9,

@@ -82,7 +82,8 @@ def run_conversation(
     chat_history: list[ChatCompletionMessageParam] = []
     responses_history: list[ResponseInputItemParam] = []
     tools = instrumented_tools(store)
-    with conversation(plan.conversation_id):  # every span inside carries the conversation id
+    # Every span inside carries the conversation id and the scenario it belongs to.
+    with conversation(plan.conversation_id, scenario_id=plan.scenario_id, user_id=plan.user_id):
         for turn in plan.turns:
             transcript.append({"type": "user", "text": turn.user})
             if api == "chat":

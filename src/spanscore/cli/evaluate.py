@@ -76,8 +76,8 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
     from .query import write_rows
 
     window = f"{result.window_start or 'the beginning'} .. {result.window_end}"
+    echo(f"run {result.run_id}: {result.status}  window {window}  snapshot {result.snapshot}")
     echo(
-        f"run {result.run_id}: {result.status}  window {window}  snapshot {result.snapshot}\n"
         f"{result.candidates} conversations in the window, {result.sampled} sampled, "
         f"{result.skipped} already scored, {result.scored} scored "
         f"({result.score_count} scores, {result.error_count} errors) in {result.elapsed_s:.1f} s"
