@@ -37,3 +37,69 @@ def test_every_command_has_help_with_an_example(name: str) -> None:
     assert command.help, f"spanscore {name} has no help text"
     assert f"$ spanscore {name}" in command.help, f"spanscore {name} has no example"
     assert f"#### `spanscore {name}`" in README
+
+
+def _blocks(language: str, section: str | None = None) -> list[str]:
+    text = README
+    if section is not None:
+        text = text.split(section + "\n", 1)[1].split("\n#", 1)[0]
+    parts = text.split(f"```{language}\n")[1:]
+    return [p.split("```", 1)[0] for p in parts]
+
+
+def test_the_readme_suite_example_loads() -> None:
+    from spanscore.evaluation import load_suite
+
+    (example,) = _blocks("yaml", "## Suites and nightly evaluation")
+    import yaml
+
+    suite = load_suite(yaml.safe_load(example), base_dir=ROOT / "examples" / "customer_service")
+    assert suite.suite.scenarios[0].id == "auth_cancel_order"
+
+
+@pytest.mark.slow
+def test_the_readme_queries_run_on_an_evaluated_lake(tmp_path: Path) -> None:
+    from spanscore.evaluation import load_suite
+    from spanscore.evaluation.run import RunOptions, evaluate
+    from spanscore.examples.demo import SUITE, run_demo
+    from spanscore.lake import connect
+
+    lake = tmp_path / "demo"
+    run_demo(lake, echo=lambda line: None)
+    evaluate(lake, load_suite(SUITE), RunOptions(settle_s=0, rescore=True))
+    queries = _blocks("sql", "### Queries over the scores")
+    assert len(queries) == 3
+    con = connect(lake)
+    try:
+        per_night = con.execute(queries[0]).fetchall()
+        assert {row[1] for row in per_night} >= {"(all)", "auth_cancel_order"}
+        assert con.execute(queries[1]).fetchall() == []  # same agent, same scores: none regressed
+        worst = con.execute(queries[2]).fetchall()
+        assert worst[0][0] == "get_order"  # the one tool that failed (ORD-9999 not found)
+    finally:
+        con.close()
+
+
+def test_the_deploy_files_call_evaluate_with_valid_options() -> None:
+    import shlex
+
+    from spanscore.cli.evaluate import evaluate_command
+
+    unit = (ROOT / "deploy" / "systemd" / "spanscore-evaluate.service").read_text()
+    cron = (ROOT / "deploy" / "cron" / "spanscore-evaluate").read_text()
+    commands = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("ExecStart")]
+    commands += [
+        " ".join(line.split()[6:]).split(">>")[0]
+        for line in cron.splitlines()
+        if line and not line.startswith("#") and "=" not in line.split()[0]
+    ]
+    assert len(commands) == 2
+    for command in commands:
+        args = shlex.split(command)
+        assert args[0].endswith("spanscore")
+        assert args[1] == "evaluate"
+        context = evaluate_command.make_context(
+            "evaluate", [*args[2:], "--lake", "L", "--suite", "S"]
+        )
+        assert context.params["sample"] == 0.1
+    assert "OnCalendar=" in (ROOT / "deploy" / "systemd" / "spanscore-evaluate.timer").read_text()

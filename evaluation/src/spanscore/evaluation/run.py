@@ -815,4 +815,5 @@ def junit_xml(
         element.set("tests", str(tests))
         element.set("failures", str(failures))
         element.set("errors", str(errors))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
