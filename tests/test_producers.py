@@ -24,6 +24,10 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
 - spanscore-agents: spanscore's own OpenAI Agents SDK shim, run in the project's venv (the dev
   extra pins openai-agents 0.24.0): the same conversation as openinference-agents, with call
   ids recovered on the tool spans and the run's `group_id` as the conversation.
+- openai-v2+spanscore, openinference+spanscore: those two venvs again, with
+  `spanscore.instrumentation`'s `conversation()` (from the source tree; it needs only the
+  OpenTelemetry API and SDK) active in the same process instead of the producer's own
+  conversation id: every span of the official instrumentations carries our id.
 
 What each producer cannot carry, asserted as such:
 
@@ -188,6 +192,30 @@ PRODUCERS = {
             tool_span_call_ids=True,
             failed_tool_error_type="__main__.ToolError",
             log_events=None,
+        ),
+        # In the same process as spanscore.instrumentation: the official instrumentations'
+        # spans carry the id of spanscore's conversation() (no producer-specific id at all).
+        Producer(
+            "openai-v2+spanscore",
+            convention="genai",
+            scope="opentelemetry.util.genai.handler",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=True,
+            failed_tool_error_type="__main__.ToolError",
+            log_events="gen_ai.client.inference.operation.details",
+            venv="openai-v2",
+        ),
+        Producer(
+            "openinference+spanscore",
+            convention="openinference",
+            scope="openinference.instrumentation.openai",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=True,
+            failed_tool_error_type="__main__.ToolError",
+            log_events=None,
+            venv="openinference",
         ),
         Producer(
             "openinference-agents",
@@ -398,6 +426,11 @@ def run(
             "agent_name": AGENT,
             "conversation_id": CONVERSATION_ID,
             "turns": [{"user": turn.user} for turn in PLAN.turns],
+            **(
+                {"spanscore_path": str(ROOT / "instrumentation" / "src")}
+                if producer.endswith("+spanscore")
+                else {}
+            ),
             "outcomes": OUTCOMES,
         }
         executed = run_producer(venv.python, spec)
@@ -487,6 +520,12 @@ def test_conversation_id_as_each_span_carries_it(run: Run) -> None:
         "SELECT trace_id, span_id, parent_span_id, operation, conversation_id FROM spans"
     )
     assert spans
+    if run.producer.name.endswith("+spanscore"):  # stamped by spanscore's processor
+        stamped = run.sql(
+            """SELECT count(*) FROM spans WHERE attributes->>'$."gen_ai.conversation.id"' = ?""",
+            [CONVERSATION_ID],
+        )
+        assert stamped == [(len(spans),)]
     if run.producer.spans_carry_conversation:
         assert {s[4] for s in spans} == {CONVERSATION_ID}
         return

@@ -71,6 +71,11 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     "spanscore-agents": {},
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
 }
+# Two producers again, with spanscore's conversation() carrying the id in the same process.
+CONTENT_SWITCHES |= {
+    "openai-v2+spanscore": CONTENT_SWITCHES["openai-v2"],
+    "openinference+spanscore": CONTENT_SWITCHES["openinference"],
+}
 
 SYSTEM_PROMPT = "You are a customer-service agent. Use the tools to answer."
 
@@ -238,6 +243,16 @@ def chat_loop(
 # --- the producers ----------------------------------------------------------------------------
 
 
+def spanscore_conversation(spec: dict[str, Any], telemetry: Telemetry) -> TurnScope:
+    """spanscore.instrumentation's `conversation()` in this process, next to the producer:
+    its span processor on the producer's provider, the id carried by context (baggage) only."""
+    sys.path.insert(0, spec["spanscore_path"])
+    from spanscore.instrumentation import ConversationSpanProcessor, conversation
+
+    telemetry.tracer_provider.add_span_processor(ConversationSpanProcessor())
+    return lambda: conversation(spec["conversation_id"], scenario_id="producers")
+
+
 def run_openai_v2(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
     from opentelemetry.util.genai.handler import TelemetryHandler
@@ -250,12 +265,19 @@ def run_openai_v2(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> N
         logger_provider=telemetry.logger_provider,
     )
 
+    carried = spec.get("spanscore_path")
+    outer = spanscore_conversation(spec, telemetry) if carried else nullcontext
+
     @contextmanager
     def turn_scope() -> Iterator[Any]:
-        with handler.invoke_local_agent(
-            agent_name=spec["agent_name"], request_model=spec["model"]
-        ) as invocation:
-            invocation.conversation_id = spec["conversation_id"]
+        with (
+            outer(),
+            handler.invoke_local_agent(
+                agent_name=spec["agent_name"], request_model=spec["model"]
+            ) as invocation,
+        ):
+            if not carried:  # with spanscore, only its conversation() says which it is
+                invocation.conversation_id = spec["conversation_id"]
             yield invocation
 
     @contextmanager
@@ -286,10 +308,14 @@ def run_openinference(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) 
         telemetry.tracer_provider.get_tracer("spanscore.tests.producers"), config=TraceConfig()
     )
 
+    session: TurnScope = lambda: using_session(spec["conversation_id"])  # noqa: E731
+    if spec.get("spanscore_path"):  # spanscore's conversation() instead of using_session
+        session = spanscore_conversation(spec, telemetry)
+
     @contextmanager
     def turn_scope() -> Iterator[None]:
         with (
-            using_session(spec["conversation_id"]),
+            session(),
             tracer.start_as_current_span(
                 spec["agent_name"],
                 openinference_span_kind="agent",
@@ -427,7 +453,9 @@ def run_spanscore_agents(spec: dict[str, Any], telemetry: Telemetry, tools: Tool
 PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "openai-v2": run_openai_v2,
     "openai-v2-events": run_openai_v2,
+    "openai-v2+spanscore": run_openai_v2,
     "openinference": run_openinference,
+    "openinference+spanscore": run_openinference,
     "openinference-agents": run_openinference_agents,
     "spanscore-agents": run_spanscore_agents,
     "openllmetry": run_openllmetry,
