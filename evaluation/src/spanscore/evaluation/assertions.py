@@ -14,13 +14,13 @@ mode; docs/assertions.md has every rule and formula. Pairing of repeated calls i
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
+import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -121,6 +121,9 @@ class _Item:
     high: int | None
 
 
+_NAMES_ONLY = ArgumentResult()  # no checks: passed, score 1
+
+
 class _CallMatcher:
     """Whether an actual call satisfies an expected one, with the assertion's settings."""
 
@@ -135,6 +138,7 @@ class _CallMatcher:
         self.overrides = {self.key(k): v for k, v in overrides.items()}
         self._cache: dict[tuple[int, int], ArgumentResult | None] = {}
         self._keys: dict[str, str] = {}
+        self._settings: dict[int, tuple[ArgMode, dict[str, ArgumentRule]] | None] = {}
 
     def key(self, name: str) -> str:
         if not self.normalize:
@@ -144,23 +148,38 @@ class _CallMatcher:
             key = self._keys[name] = normalize_name(name)
         return key
 
+    def settings(self, expected: ExpectedCall) -> tuple[ArgMode, dict[str, ArgumentRule]] | None:
+        """The key-set mode and rules that apply to an expected call; None: names only."""
+        if id(expected) in self._settings:
+            return self._settings[id(expected)]
+        override = self.overrides.get(self.key(expected.name))
+        rules = {**(override.rules if override else {}), **expected.rules}
+        mode = expected.match or (override.match if override else None) or self.default_mode
+        names_only = expected.arguments is None and not rules
+        found = self._settings[id(expected)] = None if names_only else (mode, rules)
+        return found
+
     def compare(self, expected: ExpectedCall, actual: ToolCall) -> ArgumentResult | None:
         """None when the names differ; else the argument comparison."""
         if self.key(expected.name) != self.key(actual.name):
             return None
-        override = self.overrides.get(self.key(expected.name))
-        mode = expected.match or (override.match if override else None) or self.default_mode
-        rules = {**(override.rules if override else {}), **expected.rules}
+        settings = self.settings(expected)
+        if settings is None:
+            return _NAMES_ONLY
+        mode, rules = settings
         return match_arguments(expected.arguments, actual.arguments, mode=mode, rules=rules)
 
     def weight(self, expected: ExpectedCall, actual: ToolCall) -> float | None:
         """A pair's weight in [0, 1] when the actual call satisfies the expected one."""
         if self.key(expected.name) != self.key(actual.name):
             return None
+        if self.settings(expected) is None:
+            return 1.0
         key = (id(expected), id(actual))
-        if key not in self._cache:
-            self._cache[key] = self.compare(expected, actual)
-        result = self._cache[key]
+        if key in self._cache:
+            result = self._cache[key]
+        else:
+            result = self._cache[key] = self.compare(expected, actual)
         if result is None or not result.passed:
             return None
         return result.score
@@ -383,8 +402,9 @@ def _ordered_pairing(
     return _Pairing(pairs, sum(1 for s in slots if s.required), m)
 
 
-def _canonical_key(name: str, arguments: Any, matcher: _CallMatcher) -> tuple[str, str]:
-    return matcher.key(name), json.dumps(arguments, sort_keys=True, default=str)
+def _canonical_key(name: str, arguments: Any, matcher: _CallMatcher) -> tuple[str, bytes]:
+    options = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+    return matcher.key(name), orjson.dumps(arguments, option=options, default=str)
 
 
 def _canonical_parallel_blocks(actual: list[ToolCall], matcher: _CallMatcher) -> list[ToolCall]:
@@ -655,6 +675,7 @@ class GoalsAssertion(AssertionBase):
     similarity_threshold: float = Field(0.8, ge=0, le=1, description="for fuzzy arguments")
     normalize_names: bool = False
     _expected: dict[str, ExpectedCall] = PrivateAttr(default_factory=dict)
+    _plan: list[tuple[Goal, list[str]]] | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _graph(self) -> GoalsAssertion:
@@ -704,19 +725,21 @@ class GoalsAssertion(AssertionBase):
                 timeline.append(("call", call))
             if turn.final_response is not None:
                 timeline.append(("text", turn.final_response))
-        details_by_name = {g.name: g for g in self.goal_details}
-        prerequisites: dict[str, list[str]] = {g.name: [] for g in self.goal_details}
-        for source, dependents in self.goals.items():
-            for dependent in dependents:
-                prerequisites[dependent].append(source)
+        if self._plan is None:  # the graph does not change: work it out once
+            prerequisites: dict[str, list[str]] = {g.name: [] for g in self.goal_details}
+            for source, dependents in self.goals.items():
+                for dependent in dependents:
+                    prerequisites[dependent].append(source)
+            by_name = {g.name: g for g in self.goal_details}
+            self._plan = [(by_name[n], prerequisites[n]) for n in self._order()]
         matcher = _CallMatcher("exact", {}, self.normalize_names)
         placed: dict[str, int] = {}
         used: set[int] = set()
         report: dict[str, dict[str, Any]] = {}
-        for name in self._order():
-            goal = details_by_name[name]
-            earliest = max((placed[p] for p in prerequisites[name] if p in placed), default=-1)
-            blocked = [p for p in prerequisites[name] if p not in placed]
+        for goal, needs in self._plan:
+            name = goal.name
+            earliest = max((placed[p] for p in needs if p in placed), default=-1)
+            blocked = [p for p in needs if p not in placed]
             found, why = self._place(goal, timeline, used, earliest, matcher)
             if found is not None and not blocked:
                 placed[name] = found

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from .arguments import ArgMode, match_arguments, values_equal
 from .assertions import ExpectedCall, normalize_name
@@ -576,9 +576,23 @@ class _ToolsReliability(_Graded):
     def checks(self, tool: ToolSpec) -> dict[str, bool]:
         raise NotImplementedError
 
+    _memo: dict[int, tuple[dict[str, ToolSpec], Score]] = PrivateAttr(default_factory=dict)
+
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         if _no_tools_offered(trajectory, context):
             return Score.failed_with(_NO_TOOLS)
+        # The score depends on the tools offered only: the same tool set, the same score.
+        specs = context.tool_specs(trajectory)
+        memo = self._memo.get(id(specs))
+        if memo is not None and memo[0] is specs:
+            return memo[1]
+        score = self._evaluate(trajectory, context)
+        if len(self._memo) >= 256:
+            self._memo.clear()
+        self._memo[id(specs)] = (specs, score)
+        return score
+
+    def _evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         tools = self.offered(trajectory, context)
         per_tool: list[dict[str, Any]] = []
         for tool in tools:

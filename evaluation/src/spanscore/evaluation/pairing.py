@@ -22,6 +22,14 @@ def max_weight_matching(weights: Weights) -> list[tuple[int, int]]:
     cols = len(weights[0]) if rows else 0
     if not rows or not cols:
         return []
+    if rows == 1 or cols == 1:  # one side of one: the best single pair is optimal
+        best: tuple[float, int, int] | None = None
+        for r in range(rows):
+            for c in range(cols):
+                w = weights[r][c]
+                if w is not None and (best is None or w > best[0]):
+                    best = (w, r, c)
+        return [] if best is None else [(best[1], best[2])]
     allowed = [w for row in weights for w in row if w is not None]
     if not allowed:
         return []

@@ -506,14 +506,15 @@ ScoreTuple = tuple[
 
 
 _SCORE_FIELDS = [c for c in arrow_schema(SCORES) if c.name not in ("run_id", "created_at")]
+_SCORE_SCHEMA = pa.schema(_SCORE_FIELDS)
 
 
 def score_table(rows: Sequence[ScoreTuple]) -> pa.Table:
     """Score tuples as an Arrow table (the `scores` columns but run_id and created_at)."""
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(_SCORE_FIELDS)
     return pa.table(
-        [pa.array(list(col), type=f.type) for col, f in zip(columns, _SCORE_FIELDS, strict=True)],
-        schema=pa.schema(_SCORE_FIELDS),
+        [pa.array(col, type=f.type) for col, f in zip(columns, _SCORE_FIELDS, strict=True)],
+        schema=_SCORE_SCHEMA,
     )
 
 
@@ -533,20 +534,22 @@ def _write_scores(con: duckdb.DuckDBPyConnection, run_id: str, table: pa.Table) 
 def score_trajectories(suite: LoadedSuite, trajectories: Iterable[Trajectory]) -> list[ScoreTuple]:
     """The `scores` rows (sans run and time) the suite gives each trajectory."""
     rows: list[ScoreTuple] = []
+    append = rows.append
     for trajectory in trajectories:
-        for row in suite.score(trajectory):
-            s = row.score
-            rows.append(
+        conversation_id = trajectory.conversation_id
+        for scenario_id, metric_name, s in suite.score(trajectory):
+            details = s.details
+            append(
                 (
-                    trajectory.conversation_id,
-                    row.scenario_id,
-                    row.metric,
+                    conversation_id,
+                    scenario_id,
+                    metric_name,
                     s.value,
                     s.label,
                     s.passed,
                     s.threshold,
                     s.explanation,
-                    _json(s.details) if s.details else None,
+                    _json(details) if details else None,
                     s.error,
                 )
             )
@@ -581,11 +584,21 @@ def _worker_start(document: dict[str, Any], base_dir: str) -> None:
     _WORKER["suite"] = load_suite(document, base_dir=base_dir)
 
 
+def _score_chunk(suite: LoadedSuite, rows: pa.Table) -> tuple[pa.Table, list[str]]:
+    """Rebuild and score one chunk, one conversation at a time (few objects alive: the
+    garbage collector has little to scan)."""
+    ids: list[str] = []
+
+    def rebuilt() -> Iterator[Trajectory]:
+        for trajectory in trajectories_from_rows(rows, suite.attribute_keys()):
+            ids.append(trajectory.conversation_id)
+            yield trajectory
+
+    return score_table(score_trajectories(suite, rebuilt())), ids
+
+
 def _worker_score(rows: pa.Table) -> tuple[pa.Table, list[str]]:
-    suite: LoadedSuite = _WORKER["suite"]
-    trajectories = list(trajectories_from_rows(rows, suite.attribute_keys()))
-    scores = score_table(score_trajectories(suite, trajectories))
-    return scores, [t.conversation_id for t in trajectories]
+    return _score_chunk(_WORKER["suite"], rows)
 
 
 def _chunks(reader: pa.RecordBatchReader, size: int) -> Iterator[pa.Table]:
@@ -630,9 +643,9 @@ def _score_batches(
         chunks = _all_chunks(con, suite, todo, size, options.query_conversations)
         if workers <= 1:
             for chunk in chunks:
-                trajectories = list(trajectories_from_rows(chunk, suite.attribute_keys()))
-                seen.update(t.conversation_id for t in trajectories)
-                yield score_table(score_trajectories(suite, trajectories)), len(trajectories)
+                scores, ids = _score_chunk(suite, chunk)
+                seen.update(ids)
+                yield scores, len(ids)
         else:
             for scores, ids in _in_pool(chunks, suite, workers):
                 seen.update(ids)

@@ -73,7 +73,7 @@ class _Checker:
         self.problems: list[str] = []
 
     def resolve(self, schema: Any, depth: int = 0) -> Any:
-        ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+        ref = schema.get("$ref") if isinstance(schema, dict) else None
         if not isinstance(ref, str) or not ref.startswith("#") or depth > 20:
             return schema
         target: Any = self.root
@@ -97,12 +97,16 @@ class _Checker:
         if schema is False:
             self.problems.append(f"{_where(path)} is not allowed")
             return
-        if not isinstance(schema, Mapping):  # `true`, or not a schema: anything goes
+        if not isinstance(schema, dict | Mapping):  # `true`, or not a schema: anything goes
             return
         declared = schema.get("type")
         if declared is not None:
             names = declared if isinstance(declared, list) else [declared]
-            if not any(is_type(value, str(n)) for n in names):
+            if isinstance(declared, str):
+                typed = is_type(value, declared)
+            else:
+                typed = any(is_type(value, str(n)) for n in names)
+            if not typed:
                 wanted = " or ".join(str(n) for n in names)
                 self.problems.append(
                     f"{_where(path)} should be {wanted}, got {json_type(value)} {_shown(value)}"
@@ -116,7 +120,8 @@ class _Checker:
             self.problems.append(
                 f"{_where(path)} is {_shown(value)}, should be {_shown(schema['const'])}"
             )
-        self._combinators(value, schema, path)
+        if "allOf" in schema or "anyOf" in schema or "oneOf" in schema:
+            self._combinators(value, schema, path)
         if isinstance(value, bool):
             pass
         elif isinstance(value, int | float):
@@ -125,7 +130,7 @@ class _Checker:
             self._string(value, schema, path)
         elif isinstance(value, list | tuple):
             self._array(list(value), schema, path)
-        elif isinstance(value, Mapping):
+        elif isinstance(value, dict | Mapping):
             self._object(value, schema, path)
 
     def _combinators(self, value: Any, schema: Mapping[str, Any], path: str) -> None:
@@ -150,6 +155,8 @@ class _Checker:
                 )
 
     def _bounds(self, value: float, schema: Mapping[str, Any], path: str) -> None:
+        if not _BOUNDS.intersection(schema):
+            return
         low, high = schema.get("minimum"), schema.get("maximum")
         ex_low, ex_high = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
         if ex_low is True:  # draft 4: a flag on minimum
@@ -166,6 +173,8 @@ class _Checker:
             self.problems.append(f"{_where(path)} is {value}, should be less than {ex_high}")
 
     def _string(self, value: str, schema: Mapping[str, Any], path: str) -> None:
+        if not _STRING_KEYWORDS.intersection(schema):
+            return
         low, high = schema.get("minLength"), schema.get("maxLength")
         if _number(low) and len(value) < low:
             self.problems.append(f"{_where(path)} is shorter than {low} characters")
@@ -207,7 +216,7 @@ class _Checker:
                 if key not in value:
                     self.problems.append(f"missing required argument '{prefix}{key}'")
         properties = schema.get("properties")
-        properties = properties if isinstance(properties, Mapping) else {}
+        properties = properties if isinstance(properties, dict | Mapping) else {}
         additional = schema.get("additionalProperties", True)
         for key, item in value.items():
             if key in properties:
@@ -216,6 +225,10 @@ class _Checker:
                 self.problems.append(f"unexpected argument '{prefix}{key}'")
             elif isinstance(additional, Mapping):
                 self.check(item, additional, f"{prefix}{key}")
+
+
+_BOUNDS = frozenset(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"))
+_STRING_KEYWORDS = frozenset(("minLength", "maxLength", "pattern"))
 
 
 def _number(value: Any) -> TypeGuard[float]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from .trajectory import Trajectory
@@ -261,13 +262,21 @@ class EvalContext:
     registry: MetricRegistry = field(default_factory=lambda: REGISTRY)
 
     _last: tuple[int, dict[str, ToolSpec]] | None = field(default=None, repr=False)
+    _by_definitions: dict[bytes, dict[str, ToolSpec]] = field(default_factory=dict, repr=False)
 
     def tool_specs(self, trajectory: Trajectory) -> dict[str, ToolSpec]:
-        """The suite's catalog, completed by the definitions the agent recorded (read once per
-        trajectory, however many assertions ask)."""
+        """The suite's catalog, completed by the definitions the agent recorded. Read once per
+        trajectory however many assertions ask, and the same dict (read-only, please) for
+        conversations that recorded the same definitions, so that results can be reused."""
         if self._last is not None and self._last[0] == id(trajectory):
             return self._last[1]
-        specs = {**recorded_tool_specs(trajectory), **self.tools}
+        raw = trajectory.attributes.get("gen_ai.tool.definitions")
+        key = orjson.dumps(raw, option=orjson.OPT_SORT_KEYS, default=str) if raw else b""
+        specs = self._by_definitions.get(key)
+        if specs is None:
+            if len(self._by_definitions) >= 256:  # agents rarely have more tool sets than this
+                self._by_definitions.clear()
+            specs = self._by_definitions[key] = {**recorded_tool_specs(trajectory), **self.tools}
         self._last = (id(trajectory), specs)
         return specs
 

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import yaml
 from pydantic import (
@@ -231,8 +231,7 @@ class Suite(_Model):
         return list(keys)
 
 
-@dataclass(frozen=True)
-class ScoreRow:
+class ScoreRow(NamedTuple):
     scenario_id: str | None
     metric: str
     score: Score
@@ -248,11 +247,13 @@ class LoadedSuite:
     registry: MetricRegistry
     base_dir: Path = field(default_factory=Path.cwd)  # custom metric paths are relative to it
     context: EvalContext = field(init=False)
+    _selecting: list[Policy | Scenario] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.context = EvalContext(
             tools={t.name: t for t in self.suite.tools}, registry=self.registry
         )
+        self._selecting = self.suite.groups()
 
     @property
     def name(self) -> str:
