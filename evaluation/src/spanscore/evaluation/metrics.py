@@ -275,13 +275,15 @@ class ToolErrors(_Graded):
         """Why the call failed, or None when it succeeded."""
         if call.error:
             return f"error recorded: {call.error}"
-        text = _result_text(call.result)
-        if text is None or not text.strip():
+        result = call.result
+        if result is None or (isinstance(result, str) and not result.strip()):
             return "no result" if self.missing_result_is_error else None
-        if predicate is not None and predicate(text):
-            return f"the predicate {self.predicate} flagged the result"
-        if self.error_pattern is not None and re.search(self.error_pattern, text):
-            return f"the result matches {self.error_pattern!r}"
+        if predicate is not None or self.error_pattern is not None:
+            text = _result_text(result) or ""  # the text form only when something reads it
+            if predicate is not None and predicate(text):
+                return f"the predicate {self.predicate} flagged the result"
+            if self.error_pattern is not None and re.search(self.error_pattern, text):
+                return f"the result matches {self.error_pattern!r}"
         if self.json_error_field:
             value = call.result
             if isinstance(value, str):

@@ -28,6 +28,7 @@ import ast
 import datetime as dt
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Annotated, Any, Literal, TypeVar
 
 import duckdb
@@ -86,8 +87,9 @@ class Turn(BaseModel):
     steps: list[Step] = Field(default_factory=list)
     final_response: str | None = None
 
-    @property
+    @cached_property
     def tool_calls(self) -> list[ToolCall]:
+        """The turn's tool calls in order (computed once: a trajectory is read, not edited)."""
         return [s for s in self.steps if isinstance(s, ToolCall)]
 
 
@@ -104,8 +106,9 @@ class Trajectory(BaseModel):
     turns: list[Turn] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
-    @property
+    @cached_property
     def tool_calls(self) -> list[ToolCall]:
+        """Every tool call in order (computed once: a trajectory is read, not edited)."""
         return [c for t in self.turns for c in t.tool_calls]
 
     @property
