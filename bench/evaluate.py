@@ -2,7 +2,7 @@
 
 Builds the lake of bench/trajectories.py (``--conversations`` conversations of 10 spans each;
 default 100,000 = 1,000,000 spans), then runs ``spanscore.evaluation.run.evaluate`` with a suite
-holding every deterministic assertion kind (tool_calls in two modes): rebuild + score + store,
+holding every deterministic assertion kind (tool_calls in two modes; custom metrics aside): rebuild + score + store,
 in batches, on all cores.
 Prints conversations/s and the peak memory of the run, next to the baseline of the same run:
 rebuilding the trajectories alone (one process, no scoring, nothing stored).
@@ -108,6 +108,20 @@ SUITE: dict[str, Any] = {
         {"type": "turn_count", "max_turns": 3},
         {"type": "latency", "max_total_ms": 10_000},
         {"type": "token_usage"},
+        {
+            "type": "tool_call_rubric",
+            "expected": [
+                {"name": "get_order", "arguments": {"n": 0, "reason": "delivery window"}},
+                "lookup_customer",
+                "search_products",
+                "verify_customer",
+                "cancel_order",
+            ],
+            "critics": [
+                {"type": "binary", "field": "n", "weight": 0.5},
+                {"type": "similarity", "field": "reason", "weight": 0.5},
+            ],
+        },
     ],
 }
 

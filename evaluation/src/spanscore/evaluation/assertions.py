@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 import orjson
@@ -47,6 +47,7 @@ Mode = Literal[
 GRADED_MODES = ("precision", "recall", "f1")
 
 
+@lru_cache(maxsize=4096)
 def normalize_name(name: str) -> str:
     """Tool-name normalisation: case and the separators - _ . and spaces do not count."""
     return re.sub(r"[-_.\s]", "", name).casefold()

@@ -29,6 +29,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
@@ -207,6 +208,7 @@ def _as_text(value: Any) -> str:
 _WORD = re.compile(r"(?u)\b\w\w+\b")
 
 
+@lru_cache(maxsize=8192)  # pure: the same texts come back across calls and conversations
 def tfidf_cosine(first: str, second: str) -> float | None:
     """Cosine similarity of the TF-IDF vectors of two texts, fitted on those two texts with
     scikit-learn's `TfidfVectorizer()` defaults; None when neither has a word."""
