@@ -961,9 +961,12 @@ class ToolCallRubric(AssertionBase):
         if not self.critics:
             return self._score(1.0, "The expected tools were selected (no critics).", names)
         weights = critic_weights(self.critics)
+        # Each argument a critic reads, looked up once: expected ones, then the calls made.
+        wanted = [[argument(e.arguments, c.field) for c in self.critics] for e in self.expected]
+        got = [[argument(args, c.field) for c in self.critics] for _, args in actual]
         pair_weights: list[list[float | None]] = [
-            [self._pair_score(e, name, args, weights) for name, args in actual]
-            for e in self.expected
+            [self._pair_score(e, name, want, got[j], weights) for j, (name, _) in enumerate(actual)]
+            for e, want in zip(self.expected, wanted, strict=True)
         ]
         pairs = self._pairs(pair_weights)
         total = weight_sum = 0.0
@@ -1032,16 +1035,19 @@ class ToolCallRubric(AssertionBase):
         )
 
     def _pair_score(
-        self, expected: RubricCall, name: str, args: Mapping[str, Any], weights: list[float]
+        self,
+        expected: RubricCall,
+        name: str,
+        wanted: list[Any],
+        got: list[Any],
+        weights: list[float],
     ) -> float:
         score = self.tool_selection_weight if same_tool_name(expected.name, name) else 0.0
-        for critic, weight in zip(self.critics, weights, strict=True):
-            want = argument(expected.arguments, critic.field)
-            got = argument(args, critic.field)
-            if want is None or got is None:
+        for critic, weight, want, value in zip(self.critics, weights, wanted, got, strict=True):
+            if want is None or value is None:
                 continue  # as Arcade's cost matrix
             try:
-                score += critic.judge(want, got, weight).score
+                score += critic.judge(want, value, weight).score
             except Exception:  # a critic that cannot judge adds nothing
                 continue
         return score
