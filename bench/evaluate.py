@@ -12,6 +12,7 @@ Figures are printed, nothing is asserted.
 
     .venv/bin/python bench/evaluate.py                  # 100,000 conversations
     .venv/bin/python bench/evaluate.py --conversations 20000 --workers 2
+    .venv/bin/python bench/evaluate.py --skip tool_call_rubric   # without Arcade's rubric
 """
 
 from __future__ import annotations
@@ -131,6 +132,9 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=100_000)
     parser.add_argument("--workers", type=int, default=0, help="0: one per CPU")
     parser.add_argument("--batch-size", type=int, default=2_000)
+    parser.add_argument(
+        "--skip", action="append", default=[], metavar="TYPE", help="leave out an assertion type"
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="spanscore-bench-"))
     try:
@@ -138,7 +142,8 @@ def main() -> None:
         built = build_lake(lake, args.conversations, 25_000)
         spans = args.conversations * SPANS_PER_CONVERSATION
         print(f"built {spans:,} spans ({args.conversations:,} conversations) in {built:.1f}s")
-        suite = load_suite(SUITE)
+        kept = [m for m in SUITE["metrics"] if m["type"] not in args.skip]
+        suite = load_suite({**SUITE, "metrics": kept})
         assertions = len(suite.suite.metrics)
 
         con = connect(lake)
