@@ -2,8 +2,8 @@
 
 Builds the lake of bench/trajectories.py (``--conversations`` conversations of 10 spans each;
 default 100,000 = 1,000,000 spans), then runs ``spanscore.evaluation.run.evaluate`` with a suite
-holding every deterministic assertion kind (tool_calls in two modes; custom metrics aside): rebuild + score + store,
-in batches, on all cores.
+holding every deterministic assertion kind (tool_calls in two modes; custom metrics aside):
+rebuild + score + store, in batches, on all cores.
 Prints conversations/s and the peak memory of the run, next to the baseline of the same run:
 rebuilding the trajectories alone (one process, no scoring, nothing stored).
 
