@@ -29,6 +29,7 @@ from spanscore.collector import Collector
 from spanscore.evaluation import load_trajectory, open_lake
 from spanscore.examples.customer_service.scripted import Conversation, Turn
 from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy
+from spanscore.instrumentation import _versions
 from spanscore.instrumentation import openai_agents as shim
 from spanscore.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
@@ -369,7 +370,7 @@ def test_instrument_is_idempotent_and_uninstrument_restores(sdk_processors: None
 def test_supported_versions(
     version: str, instrumented: bool, monkeypatch: pytest.MonkeyPatch, sdk_processors: None
 ) -> None:
-    monkeypatch.setattr(shim.metadata, "version", lambda name: version)
+    monkeypatch.setattr(_versions.metadata, "version", lambda name: version)
     assert OpenAIAgentsInstrumentor().instrument() is instrumented
 
 

@@ -27,7 +27,7 @@ from spanscore.examples.customer_service import openai_loop
 from spanscore.examples.customer_service.scripted import MODEL, Conversation, Turn
 from spanscore.examples.customer_service.store import Store
 from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy
-from spanscore.instrumentation import _tool, tool
+from spanscore.instrumentation import _tool, _versions, tool
 from spanscore.instrumentation import openai_client as shim
 from spanscore.instrumentation.openai_client import OpenAIInstrumentor
 
@@ -448,7 +448,7 @@ def test_instrument_activates_the_client_shim_and_uninstrument_removes_it(clean:
 def test_supported_versions(
     version: str, instrumented: bool, monkeypatch: pytest.MonkeyPatch, clean: None
 ) -> None:
-    monkeypatch.setattr(shim.metadata, "version", lambda name: version)
+    monkeypatch.setattr(_versions.metadata, "version", lambda name: version)
     assert OpenAIInstrumentor().instrument() is instrumented
 
 

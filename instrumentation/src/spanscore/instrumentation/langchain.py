@@ -47,12 +47,12 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
+from . import _versions
 from ._content import content_policy
 from ._conversation import reset_ambient_conversation, set_ambient_conversation
 from ._tool import as_json_text, error_type
@@ -287,31 +287,9 @@ def _make_handler(tracer: Tracer) -> SpanscoreCallbackHandler:
     return handler
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    numbers = []
-    for piece in version.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            break
-        numbers.append(int(digits))
-    return tuple(numbers)
-
-
 def supported_version() -> str | None:
-    try:
-        version = metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        log.info("langchain-core is not installed; its shim is skipped")
-        return None
-    low, high = SUPPORTED
-    if not low <= _version_tuple(version) < high:
-        log.warning(
-            "langchain-core %s is not supported (%s); its shim is skipped",
-            version,
-            _instruments[0],
-        )
-        return None
-    return version
+    """The installed langchain-core version when it is supported; None (logged) otherwise."""
+    return _versions.supported_version(DISTRIBUTION, SUPPORTED, _instruments[0])
 
 
 class LangChainInstrumentor:

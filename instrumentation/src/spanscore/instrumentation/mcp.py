@@ -30,13 +30,13 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from importlib import metadata
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
+from . import _versions
 from ._content import content_policy
 from ._tool import as_json_text, claim_call_id, error_type
 
@@ -159,27 +159,9 @@ def _wrap(original: Callable[..., Any], tracer: Tracer) -> Callable[..., Any]:
     return call_tool
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    numbers = []
-    for piece in version.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            break
-        numbers.append(int(digits))
-    return tuple(numbers)
-
-
 def supported_version() -> str | None:
-    try:
-        version = metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        log.info("mcp is not installed; its shim is skipped")
-        return None
-    low, high = SUPPORTED
-    if not low <= _version_tuple(version) < high:
-        log.warning("mcp %s is not supported (%s); its shim is skipped", version, _instruments[0])
-        return None
-    return version
+    """The installed mcp version when it is supported; None (logged) otherwise."""
+    return _versions.supported_version(DISTRIBUTION, SUPPORTED, _instruments[0])
 
 
 class MCPInstrumentor:

@@ -54,7 +54,6 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -62,6 +61,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span as OtelSpan
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProvider
 
+from . import _versions
 from ._content import content_policy
 
 if TYPE_CHECKING:
@@ -574,32 +574,9 @@ def _make_processor(tracer: Tracer) -> OpenTelemetryTracingProcessor:
 # --- the instrumentor ------------------------------------------------------------------------
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    numbers = []
-    for piece in version.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            break
-        numbers.append(int(digits))
-    return tuple(numbers)
-
-
 def supported_version() -> str | None:
     """The installed openai-agents version when it is supported; None (logged) otherwise."""
-    try:
-        version = metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        log.info("openai-agents is not installed; its shim is skipped")
-        return None
-    low, high = SUPPORTED
-    if not low <= _version_tuple(version) < high:
-        log.warning(
-            "openai-agents %s is not supported (%s); its shim is skipped",
-            version,
-            _instruments[0],
-        )
-        return None
-    return version
+    return _versions.supported_version(DISTRIBUTION, SUPPORTED, _instruments[0])
 
 
 class OpenAIAgentsInstrumentor:

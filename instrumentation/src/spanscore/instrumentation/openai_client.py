@@ -47,14 +47,13 @@ import logging
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from importlib import metadata
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
-from . import _tool
+from . import _tool, _versions
 from ._content import content_policy
 from .openai_agents import _get, _usage_attributes, chat_messages, responses_output
 from .openai_agents import responses_input_messages as _responses_input
@@ -549,30 +548,9 @@ def _wrap_async(original: Callable[..., Any], api: str, tracer: Tracer) -> Calla
 # --- the instrumentor --------------------------------------------------------------------------
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    numbers = []
-    for piece in version.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            break
-        numbers.append(int(digits))
-    return tuple(numbers)
-
-
 def supported_version() -> str | None:
     """The installed openai version when it is supported; None (logged) otherwise."""
-    try:
-        version = metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        log.info("openai is not installed; its shim is skipped")
-        return None
-    low, high = SUPPORTED
-    if not low <= _version_tuple(version) < high:
-        log.warning(
-            "openai %s is not supported (%s); its shim is skipped", version, _instruments[0]
-        )
-        return None
-    return version
+    return _versions.supported_version(DISTRIBUTION, SUPPORTED, _instruments[0])
 
 
 class OpenAIInstrumentor:
