@@ -246,3 +246,29 @@ def test_postgres_catalog_round_trip(postgres_lake: str, make_collector: object)
         5,
         "pg-conv",
     )
+
+
+@pytest.mark.postgres
+def test_an_evaluation_run_on_a_postgres_catalog(postgres_lake: str) -> None:
+    """The nightly run on a lake whose catalog is PostgreSQL: the snapshot is pinned there too,
+    the workers score, the scores land in the lake."""
+    from spanscore.evaluation import load_suite
+    from spanscore.evaluation.run import RunOptions, evaluate
+    from spanscore.examples.synthetic import build_lake
+
+    build_lake(postgres_lake, 300)
+    suite = load_suite(
+        {
+            "name": "pg",
+            "metrics": [{"type": "tool_calls", "mode": "contains", "expected": ["get_order"]}],
+        }
+    )
+    result = evaluate(postgres_lake, suite, RunOptions(settle_s=0, workers=2, batch_size=100))
+    assert (result.status, result.scored, result.error_count) == ("succeeded", 300, 0)
+    reader = connect(postgres_lake.split("&data_path=")[0])
+    assert reader.execute(
+        "SELECT count(*), count(*) FILTER (WHERE passed) FROM scores WHERE run_id = ?",
+        [result.run_id],
+    ).fetchone() == (300, 300)
+    again = evaluate(postgres_lake, suite, RunOptions(settle_s=0, workers=1))
+    assert (again.candidates, again.scored) == (0, 0)  # the window starts where the last ended
