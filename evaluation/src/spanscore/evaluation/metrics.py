@@ -901,6 +901,7 @@ class ToolCallRubric(AssertionBase):
     """
 
     type: Literal["tool_call_rubric"]
+    _prepared: tuple[list[float], list[list[Any]]] | None = PrivateAttr(None)
     expected: list[RubricCall] = Field(description="the expected tool calls")
     critics: list[CriticEntry] = Field(
         default_factory=list,
@@ -960,31 +961,37 @@ class ToolCallRubric(AssertionBase):
             return self._score(0.0, f"Failed: {reason}.", names, reason)
         if not self.critics:
             return self._score(1.0, "The expected tools were selected (no critics).", names)
-        weights = critic_weights(self.critics)
-        # Each argument a critic reads, looked up once: expected ones, then the calls made.
-        wanted = [[argument(e.arguments, c.field) for c in self.critics] for e in self.expected]
+        if self._prepared is None:  # the expectation does not change: read it once
+            self._prepared = (
+                critic_weights(self.critics),
+                [[argument(e.arguments, c.field) for c in self.critics] for e in self.expected],
+            )
+        weights, wanted = self._prepared
         got = [[argument(args, c.field) for c in self.critics] for _, args in actual]
+        judged: dict[tuple[int, int, int], Any] = {}  # each judgement made once, reused below
         pair_weights: list[list[float | None]] = [
-            [self._pair_score(e, name, want, got[j], weights) for j, (name, _) in enumerate(actual)]
-            for e, want in zip(self.expected, wanted, strict=True)
+            [
+                self._pair_score(e, name, wanted[i], got[j], weights, judged, i, j)
+                for j, (name, _) in enumerate(actual)
+            ]
+            for i, e in enumerate(self.expected)
         ]
         pairs = self._pairs(pair_weights)
         total = weight_sum = 0.0
         results: list[dict[str, Any]] = []
         for i, j in pairs:
             expected = self.expected[i]
-            name, args = actual[j]
+            name = actual[j][0]
             selected = same_tool_name(expected.name, name)
             selection = self.tool_selection_weight if selected else 0.0
             total += selection
             weight_sum += self.tool_selection_weight
             critiques = []
-            for critic, weight in zip(self.critics, weights, strict=True):
-                want = argument(expected.arguments, critic.field)
-                got = argument(args, critic.field)
+            for k, (critic, weight) in enumerate(zip(self.critics, weights, strict=True)):
+                want, value = wanted[i][k], got[j][k]
                 try:
-                    judged = critic.judge(want, got, weight)
-                    match, score, error = judged.match, judged.score, None
+                    judgement = judged.get((i, j, k)) or critic.judge(want, value, weight)
+                    match, score, error = judgement.match, judgement.score, None
                 except Exception as exc:  # as Arcade: a critic that cannot judge scores 0
                     match, score, error = False, 0.0, f"{type(exc).__name__}: {exc}"
                 total += score
@@ -997,7 +1004,7 @@ class ToolCallRubric(AssertionBase):
                         "score": score,
                         "weight": weight,
                         "expected": want,
-                        "actual": got,
+                        "actual": value,
                         **({"error": error} if error else {}),
                     }
                 )
@@ -1041,15 +1048,20 @@ class ToolCallRubric(AssertionBase):
         wanted: list[Any],
         got: list[Any],
         weights: list[float],
+        judged: dict[tuple[int, int, int], Any],
+        i: int,
+        j: int,
     ) -> float:
         score = self.tool_selection_weight if same_tool_name(expected.name, name) else 0.0
-        for critic, weight, want, value in zip(self.critics, weights, wanted, got, strict=True):
+        for k, (critic, weight) in enumerate(zip(self.critics, weights, strict=True)):
+            want, value = wanted[k], got[k]
             if want is None or value is None:
                 continue  # as Arcade's cost matrix
             try:
-                score += critic.judge(want, value, weight).score
+                judgement = judged[(i, j, k)] = critic.judge(want, value, weight)
             except Exception:  # a critic that cannot judge adds nothing
                 continue
+            score += judgement.score
         return score
 
     @staticmethod
