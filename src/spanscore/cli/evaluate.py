@@ -67,6 +67,10 @@ class _Bar:
         sys.stderr.flush()
 
 
+def _when(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _fmt(value: float | None, pattern: str = "{:.3f}") -> str:
     return "-" if value is None else pattern.format(value)
 
@@ -75,7 +79,8 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
     """The run's summary table and gate results (also printed by the demo)."""
     from .query import write_rows
 
-    window = f"{result.window_start or 'the beginning'} .. {result.window_end}"
+    start = _when(result.window_start) if result.window_start else "the beginning"
+    window = f"[{start}, {_when(result.window_end)})"
     echo(f"run {result.run_id}: {result.status}  window {window}  snapshot {result.snapshot}")
     echo(
         f"{result.candidates} conversations in the window, {result.sampled} sampled, "
