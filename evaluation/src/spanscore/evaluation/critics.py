@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from abc import abstractmethod
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,8 +91,9 @@ class _Critic(BaseModel):
     def raw_weight(self) -> float:
         return float(FUZZY_WEIGHTS[self.weight] if isinstance(self.weight, str) else self.weight)
 
+    @abstractmethod
     def judge(self, expected: Any, actual: Any, weight: float) -> CriticResult:
-        raise NotImplementedError
+        """Score `actual` against `expected` for this critic, out of `weight`."""
 
 
 class BinaryCritic(_Critic):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -575,8 +576,9 @@ class _ToolsReliability(_Graded):
         names = sorted(specs) if self.tools is None else [n for n in self.tools if n in specs]
         return [specs[n] for n in names]
 
+    @abstractmethod
     def checks(self, tool: ToolSpec) -> dict[str, bool]:
-        raise NotImplementedError
+        """The rule-based checks of one tool: name -> passed."""
 
     _memo: dict[int, tuple[dict[str, ToolSpec], Score]] = PrivateAttr(default_factory=dict)
 

@@ -23,6 +23,7 @@ import importlib.util
 import inspect
 import math
 import sys
+from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -324,8 +325,9 @@ class AssertionBase(BaseModel):
     def metric_name(self) -> str:
         return self.name or self.type
 
+    @abstractmethod
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
-        raise NotImplementedError
+        """Score one trajectory: every assertion type gives its rule here."""
 
     def check(self, registry: MetricRegistry) -> list[str]:
         return []
