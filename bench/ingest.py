@@ -70,7 +70,7 @@ from spanscore.collector.config import CollectorConfig
 from spanscore.collector.flatten import Flattener, Limits
 from spanscore.collector.pool import FlattenPool
 from spanscore.collector.stats import Stats
-from spanscore.collector.writer import GroupCommitWriter, Pending, QueueFull
+from spanscore.collector.writer import CONVERSATION_TRACES, GroupCommitWriter, Pending, QueueFull
 from spanscore.lake import connect
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -939,9 +939,17 @@ class Ceiling:
     lake_rows: int = 0
 
 
-def run_ceiling(bodies: list[bytes], batch_size: int, workdir: Path, threads: int = 4) -> Ceiling:
+def run_ceiling(
+    bodies: list[bytes],
+    batch_size: int,
+    workdir: Path,
+    threads: int = 4,
+    conversation_traces: int | None = None,
+) -> Ceiling:
     """The collector's own pipeline with no network: its decode pool (one worker process per
-    CPU, as `spanscore serve` runs by default) and its group-commit writer."""
+    CPU, as `spanscore serve` runs by default) and its group-commit writer. With
+    `conversation_traces=0` the writer resolves no conversations at commit (the baseline for
+    what resolving costs)."""
     result = Ceiling(spans=len(bodies) * batch_size)
     parse = trace_service_pb2.ExportTraceServiceRequest.FromString
     started = time.perf_counter()
@@ -967,6 +975,9 @@ def run_ceiling(bodies: list[bytes], batch_size: int, workdir: Path, threads: in
         batch_rows=defaults.batch_rows,
         batch_delay_s=defaults.batch_delay_ms / 1000,
         queue_rows=defaults.queue_rows,
+        conversation_traces=CONVERSATION_TRACES
+        if conversation_traces is None
+        else conversation_traces,
     )
     writer.start()
     pool = FlattenPool(Limits(), None, workers=defaults.workers)
@@ -1135,6 +1146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n== in-process ceiling (parse + flatten + group-commit append, 2 threads)")
         n_ceiling = max(2, math.ceil(args.ceiling_spans / args.batch_size))
         bodies = make_pool(templates, n_ceiling, ids)
+        # Same bodies again with the writer resolving no conversations at commit: the
+        # baseline for what stored conversation identity costs ingest (same run).
+        unresolved = run_ceiling(
+            bodies, args.batch_size, workdir, threads=args.clients, conversation_traces=0
+        )
         ceiling = run_ceiling(bodies, args.batch_size, workdir, threads=args.clients)
         del bodies
         print(
@@ -1142,6 +1158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"flatten {_fmt_rate(ceiling.flatten_rate)} spans/s, parse+flatten+append "
             f"{_fmt_rate(ceiling.end_to_end_rate)} spans/s = the ceiling "
             f"({ceiling.commits} commits; lake holds {ceiling.lake_rows:,})",
+            flush=True,
+        )
+        print(
+            f"  without resolving conversations at commit: "
+            f"{_fmt_rate(unresolved.end_to_end_rate)} spans/s (resolving costs "
+            f"{100 * (1 - ceiling.end_to_end_rate / unresolved.end_to_end_rate):.0f}%)",
             flush=True,
         )
 

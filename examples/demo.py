@@ -4,7 +4,9 @@
 2. the example customer-service agent (a plain `openai` tool loop, instrumented with
    `spanscore.instrumentation`) talking to a local deterministic OpenAI-compatible server, over
    the seven scenarios, some conversations breaking policy on purpose; its spans go over OTLP;
-3. an evaluation run with the example suite and its custom metrics: the summary and gates;
+3. an evaluation run with the example suite: deterministic assertions, and ArkSim's four custom
+   metrics as LLM-judged rubrics answered by a local scripted judge (`judge_policy`); the
+   summary, the judge's calls and cost, and the gates;
 4. SQL over the spans and the scores.
 """
 
@@ -64,11 +66,13 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
     from spanscore.cli.query import write_rows
     from spanscore.collector import Collector, load_config
     from spanscore.evaluation import load_suite
+    from spanscore.evaluation.report import write_report
     from spanscore.evaluation.run import RunOptions, evaluate
 
     from .customer_service import Store
     from .customer_service.openai_loop import run_conversation
     from .customer_service.scripted import conversations
+    from .judge_policy import ScriptedJudge
     from .llm_server import ScriptedLLM, ScriptedPolicy
 
     started = time.monotonic()
@@ -104,10 +108,19 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
         stored = collector.stats.get("spans_stored")
         echo(f"   {stored} spans exported over OTLP/HTTP and committed to the lake")
         suite = load_suite(SUITE)
-        echo(f"\n3. Evaluate: spanscore evaluate --lake {lake} --suite {SUITE.name} --settle 0")
-        result = evaluate(lake, suite, RunOptions(settle_s=0))
+        with ScriptedLLM(ScriptedJudge()) as judge:
+            echo(
+                f"\n3. Evaluate: spanscore evaluate --lake {lake} --suite {SUITE} --settle 0 "
+                f"--judge-base-url {judge.base_url}"
+            )
+            echo(
+                "   (the judged rubrics are answered by a local scripted judge, running during "
+                "the demo only: no API key)"
+            )
+            options = RunOptions(settle_s=0, judge={"base_url": judge.base_url})
+            result = evaluate(lake, suite, options)
         print_summary(result, echo=lambda line: echo("   " + line))
-        if not result.gates_passed:
+        if not result.passed:
             echo("   (the agent breaks policy on purpose: a failed gate makes `evaluate` exit 1)")
     con = lakes.connect(lake)
     try:
@@ -121,6 +134,30 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
             echo("   " + out.getvalue().rstrip("\n").replace("\n", "\n   "))
     finally:
         con.close()
+    report = write_report(lake, lake / "report.html", result.run_id).path
+    echo(f"\n{len(DEMO_QUERIES) + 4}. The run's report (open it in a browser): {report}")
     echo(
         f"\nDone in {time.monotonic() - started:.1f}s. The lake stays at {lake}/ for your own SQL."
     )
+    echo("\nNext, try:")
+    for command, why in next_commands(lake):
+        echo(f"  $ {command}\n      {why}")
+
+
+def next_commands(lake: Path) -> list[tuple[str, str]]:
+    """Three commands to type after the demo, each working as printed (a test runs them)."""
+    return [
+        (
+            f"spanscore show cs-cancel-2 --lake {lake}",
+            "the conversation that broke the policy, turn by turn, as rebuilt from its spans",
+        ),
+        (
+            f'spanscore sql --lake {lake} "SELECT tool_name, arguments, error FROM tool_calls '
+            "WHERE conversation_id = 'cs-missing-order-1'\"",
+            "any SQL over the spans, the tool_calls and conversations views, and the scores",
+        ),
+        (
+            f"spanscore report latest --lake {lake} -o report.html",
+            "the run's report again (or --baseline RUN to compare with another run)",
+        ),
+    ]

@@ -72,17 +72,17 @@ def test_sql_reads_the_lake_from_the_environment(small_lake: Path) -> None:
     ],
     ids=["syntax", "unknown-table"],
 )
-def test_sql_errors_exit_1_with_the_message(
+def test_sql_errors_exit_2_with_the_message(
     small_lake: Path, args: list[str], message: str
 ) -> None:
     result = CliRunner().invoke(main, ["sql", "--lake", str(small_lake), *args])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert message in result.output
 
 
 def test_sql_without_a_lake(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["sql", "--lake", str(tmp_path / "none"), "SELECT 1"], env={})
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert "no lake at" in result.output
     assert not (tmp_path / "none").exists()
     missing = CliRunner().invoke(main, ["sql", "SELECT 1"], env={"SPANSCORE_LAKE": ""})
@@ -115,6 +115,6 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
 def test_demo_refuses_to_clobber_another_directory(tmp_path: Path) -> None:
     (tmp_path / "precious.txt").write_text("keep me")
     result = CliRunner().invoke(main, ["demo", "--lake", str(tmp_path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "is not a spanscore lake" in result.output
     assert (tmp_path / "precious.txt").exists()

@@ -85,7 +85,7 @@ def test_serve_refuses_a_public_bind_without_auth(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         main, ["serve", "--lake", str(tmp_path / "l"), "--host", "0.0.0.0"], env={}
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "refusing to listen on non-loopback address '0.0.0.0'" in result.output
     assert "--insecure" in result.output
 
@@ -276,7 +276,7 @@ def test_status_command_without_a_collector() -> None:
     from .conftest import free_port
 
     result = CliRunner().invoke(main, ["status", "--endpoint", f"http://127.0.0.1:{free_port()}"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no collector at" in result.output
 
 

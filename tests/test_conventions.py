@@ -218,10 +218,10 @@ def test_openinference_llm_span() -> None:
             {"gen_ai.tool.name": "cancel", "gen_ai.tool.call.arguments": '{"a": 1.0}'},
             ("execute_tool", "cancel", None, {"a": 1.0}, None),
         ),
-        # OpenLLMetry tool span
+        # OpenLLMetry tool span (traceloop-sdk's @tool): the entity is the tool
         (
             {"traceloop.span.kind": "tool", "traceloop.entity.name": "verify_customer"},
-            ("execute_tool", None, None, None, None),
+            ("execute_tool", "verify_customer", None, None, None),
         ),
     ],
     ids=[
@@ -287,3 +287,116 @@ def test_error_type_falls_back_to_the_exception() -> None:
         extract({"gen_ai.tool.name": "x", "error.type": "Timeout"}, is_error=True)["error_type"]
         == "Timeout"
     )
+
+
+@pytest.mark.parametrize(
+    ("recorded", "arguments"),
+    [
+        ({"args": [], "sanitize_inputs_outputs": True, "kwargs": {"q": "x"}}, {"q": "x"}),
+        ({"args": ["x", 2], "kwargs": {}}, ["x", 2]),
+        ({"args": ["x"], "kwargs": {"n": 2}}, {"args": ["x"], "kwargs": {"n": 2}}),  # both: kept
+        ({"args": [], "query": "x"}, {"args": [], "query": "x"}),  # not the wrapper
+    ],
+)
+def test_tool_input_of_a_python_call_is_unwrapped(recorded: Any, arguments: Any) -> None:
+    row = extract(
+        {
+            "openinference.span.kind": "TOOL",
+            "tool.name": "search",
+            "input.value": json.dumps(recorded),
+        },
+        name="SimpleTool",
+    )
+    assert row["tool_arguments"] == arguments
+
+
+def test_an_answer_tool_is_the_answer_not_a_tool_call() -> None:
+    """smolagents: the model answers by calling `final_answer`; its tool span is no tool call."""
+    llm = extract(
+        {
+            "openinference.span.kind": "LLM",
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.contents.0.message_content.text": "New task:\nHi",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.id": "c1",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "final_answer",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": json.dumps(
+                {"answer": "Hello"}
+            ),
+        }
+    )
+    assert (llm["user_message"], llm["tool_calls_requested"], llm["response_text"]) == (
+        "Hi",
+        None,
+        "Hello",
+    )
+    tool = extract(
+        {"openinference.span.kind": "TOOL", "tool.name": "final_answer", "output.value": "Hello"}
+    )
+    assert (tool["operation"], tool["tool_name"]) == (None, None)
+
+
+def test_traceloop_sdk_tool_span_input_and_output() -> None:
+    """traceloop-sdk's @tool: name, bound call (unwrapped) and return value are the tool call."""
+    row = extract(
+        {
+            "traceloop.span.kind": "tool",
+            "traceloop.entity.name": "get_order",
+            "traceloop.entity.input": json.dumps({"args": [], "kwargs": {"order_id": "A1"}}),
+            "traceloop.entity.output": json.dumps({"status": "shipped"}),
+        },
+        name="get_order.tool",
+    )
+    assert (row["operation"], row["tool_name"], row["tool_arguments"], row["convention"]) == (
+        "execute_tool",
+        "get_order",
+        {"order_id": "A1"},
+        "openllmetry",
+    )
+    assert json.loads(row["tool_result"]) == {"status": "shipped"}
+    workflow = extract(
+        {
+            "traceloop.span.kind": "workflow",
+            "traceloop.entity.name": "turn",
+            "traceloop.entity.input": json.dumps({"args": ["hi"], "kwargs": {}}),
+        }
+    )
+    assert (workflow["tool_name"], workflow["tool_arguments"]) == (None, None)
+
+
+def test_pydantic_ai_deprecated_tool_attributes() -> None:
+    row = extract(
+        {
+            "gen_ai.tool.name": "get_order",
+            "gen_ai.tool.call.id": "call_1",
+            "tool_arguments": json.dumps({"order_id": "A1"}),
+            "tool_response": json.dumps({"status": "shipped"}),
+        },
+        name="running tool",
+    )
+    assert (row["operation"], row["tool_call_id"], row["tool_arguments"]) == (
+        "execute_tool",
+        "call_1",
+        {"order_id": "A1"},
+    )
+    assert json.loads(row["tool_result"]) == {"status": "shipped"}
+
+
+def test_choice_event_with_tool_calls_beside_the_message() -> None:
+    """OpenLLMetry with content in events: `tool_calls` sit beside `message`, not inside it."""
+    calls = [{"id": "c1", "function": {"name": "get_order", "arguments": '{"order_id": "A1"}'}}]
+    row = extract(
+        {"gen_ai.operation.name": "chat", "gen_ai.system": "openai"},
+        events=[
+            {
+                "name": "gen_ai.choice",
+                "attributes": {
+                    "message": json.dumps({"role": "assistant", "content": None}),
+                    "tool_calls": json.dumps(calls),
+                },
+            }
+        ],
+    )
+    assert row["tool_calls_requested"] == [
+        {"id": "c1", "name": "get_order", "arguments": {"order_id": "A1"}}
+    ]

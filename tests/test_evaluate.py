@@ -296,9 +296,12 @@ def test_gates_exit_codes_and_junit(synthetic_lake: Path, tmp_path: Path):
     assert "gate FAILED: ord1: pass rate 0.370 (needs >= 0.5)" in failing.stdout
     assert "gate passed" not in failing.stdout
     tree = ElementTree.parse(junit).getroot()
-    cases = tree.findall(".//testcase")
+    scored = [s for s in tree.findall("testsuite") if s.get("name") != "(run)"]
+    cases = [c for s in scored for c in s.findall("testcase")]
     assert len(cases) == 300 * 6
-    failures = tree.findall(".//failure")
+    failures = [f for s in scored for f in s.findall(".//failure")]
+    (gate,) = tree.findall("testsuite[@name='(run)']/testcase/failure")
+    assert gate.get("message") == "ord1: pass rate 0.370 (needs >= 0.5)"
     stored = query(synthetic_lake, "SELECT count(*) FROM scores WHERE passed = false")[0][0]
     assert len(failures) == stored > 0
     assert len(failures) == 300 - 111

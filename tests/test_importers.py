@@ -3,12 +3,15 @@
 Table-driven mapping per format (pure: no lake), the suites they produce load, and the two
 worked examples score real trajectories: the seven ArkSim customer-service scenarios and the
 watsonx HR time-off dataset, loaded from their native files, against conversations run by the
-example agents through the real collector into a lake."""
+example agents through the real collector into a lake. The judged parts (ArkSim agent
+constraints, watsonx fuzzy arguments, the tool-selection tester's semantic judge) are scored
+with a judge served over loopback by `ScriptedLLM`, whose verdicts pass or fail them."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +27,16 @@ from spanscore.cli import main
 from spanscore.collector import Collector
 from spanscore.evaluation import Trajectory, load_trajectories, open_lake
 from spanscore.evaluation.importers import (
+    NO_EXPECTATION,
     ImporterError,
     ImportResult,
     detect,
     import_file,
     to_yaml,
 )
+from spanscore.evaluation.judge_pool import JudgeRunner
 from spanscore.evaluation.suite import LoadedSuite, SuiteError, load_suite, suite_json_schema
+from spanscore.evaluation.trajectory import ToolCall, Turn
 from spanscore.examples.customer_service import Store
 from spanscore.examples.customer_service.scripted import (
     Conversation,
@@ -40,6 +46,7 @@ from spanscore.examples.customer_service.scripted import (
 )
 from spanscore.examples.hr import DATASET
 from spanscore.examples.hr import agent as hr
+from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
 
 ROOT = Path(__file__).resolve().parent.parent
 ARKSIM_FILE = ROOT / "examples" / "customer_service" / "arksim_scenarios.json"
@@ -59,6 +66,74 @@ def only_assertion(result: ImportResult, index: int = 0) -> dict[str, Any]:
 
 def notes(result: ImportResult) -> str:
     return " ".join(n for ns in result.scenario_notes.values() for n in ns)
+
+
+# --- a judge for the judged imports -------------------------------------------------------------
+
+# The (expected, actual) pairs the test judge calls equivalent; everything else differs.
+SAME_MEANING = {
+    ("time off schedule", "time off schedule information"),
+    ("New York", "NYC"),
+    ("When should I remind you?", "What time would you like the reminder?"),
+}
+_EXPECTED_RESPONSE = re.compile(r'expected response: "(.*?)" ')
+_CONSTRAINT = re.compile(r"respect this constraint: (.*?) It must hold")
+
+
+def judge_policy(request: LLMRequest) -> str:
+    """A judge policy: semantic matches by `SAME_MEANING`; ArkSim constraints of the form
+    "never say X" by whether an ASSISTANT line says X; the tester's rubric by `SAME_MEANING`
+    between the expected response and the final answer."""
+    system = next(m.text for m in request.messages if m.role == "system")
+    user = request.messages[-1].text
+    schema = request.body["response_format"]["json_schema"]["schema"]
+    answers = [line[11:] for line in user.splitlines() if line.startswith("ASSISTANT: ")]
+    if "equivalent" in schema["properties"]:
+        lines = user.splitlines()
+        values = dict(x.split(": ", 1) for x in lines if x.startswith(("Expected", "Actual")))
+        same = (values["Expected"], values["Actual"]) in SAME_MEANING
+        return json.dumps({"reasoning": "test judge", "equivalent": same})
+    labels = schema["properties"]["label"]["enum"]
+    constraint = _CONSTRAINT.search(system)
+    if constraint:
+        forbidden = constraint.group(1).removeprefix("never say ").strip(" .")
+        violated = any(forbidden in answer for answer in answers)
+        label = "constraint_violation" if violated else "no failure"
+    else:
+        found = _EXPECTED_RESPONSE.search(system)
+        assert found, system
+        same = bool(answers) and (found.group(1), answers[-1]) in SAME_MEANING
+        label = "equivalent" if same else "different"
+    assert label in labels
+    return json.dumps({"reasoning": "test judge", "label": label})
+
+
+@pytest.fixture
+def judge_llm() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM(judge_policy) as llm:
+        yield llm
+
+
+def judged_scores(
+    llm: ScriptedLLM, result: ImportResult, trajectory: Trajectory
+) -> dict[tuple[str | None, str], Any]:
+    """The imported suite (it must load) scoring `trajectory` with the test judge."""
+    suite = load_suite(result.suite)
+    config = suite.judge_config().model_copy(update={"base_url": llm.base_url})
+    with JudgeRunner(config) as judge:
+        rows = suite.score(trajectory, judge)
+    return {(row.scenario_id, row.metric): row.score for row in rows}
+
+
+def conversation(scenario_id: str, *turns: tuple[list[ToolCall], str | None]) -> Trajectory:
+    return Trajectory(
+        conversation_id=f"c-{scenario_id}",
+        attributes={"scenario.id": scenario_id},
+        turns=[
+            Turn(index=i, user_message="hi", steps=list(calls), final_response=answer)
+            for i, (calls, answer) in enumerate(turns)
+        ],
+    )
 
 
 # --- ArkSim ----------------------------------------------------------------------------------
@@ -125,8 +200,9 @@ def test_arksim_argument_modes(tmp_path: Path, call: dict[str, Any], ours: Any) 
 def test_arksim_empty_expected_always_passes_so_nothing_is_imported(tmp_path: Path) -> None:
     # ArkSim: "No expected tool calls defined" matches whatever the agent did, in every mode.
     result = import_file("arksim", write(tmp_path, "s.json", arksim([], "strict")))
-    assert result.suite["scenarios"][0]["assertions"] == []
+    assert result.suite["scenarios"][0]["assertions"] == [NO_EXPECTATION]
     assert "empty expected list" in notes(result)
+    assert "no_expectation" in notes(result)
     assert "empty expected list" in to_yaml(result)
 
 
@@ -141,10 +217,77 @@ def test_arksim_quirks_are_noted(tmp_path: Path) -> None:
         {"type": "agent_response", "expected": "be polite"},
     ]
     result = import_file("arksim", write(tmp_path, "s.json", data))
-    assert only_assertion(result)["mode"] == "unordered"  # only the first tool_calls counts
+    tool_calls, constraint = result.suite["scenarios"][0]["assertions"]
+    assert tool_calls["mode"] == "unordered"  # only the first tool_calls counts
+    assert constraint["type"] == "judged"
     text = notes(result)
-    for phrase in ("first-fit", "top-level keys", "first tool_calls", "LLM judge"):
+    for phrase in ("first-fit", "top-level keys", "first tool_calls", "feat/agent-constraints"):
         assert phrase in text
+
+
+ARKSIM_CONSTRAINTS = [
+    # (constraints, rubric names): one is `agent_response`, several are numbered
+    (["Never reveal card numbers."], ["agent_response"]),
+    (["Verify first.", "Be polite."], ["agent_response_1", "agent_response_2"]),
+]
+
+
+@pytest.mark.parametrize(("constraints", "names"), ARKSIM_CONSTRAINTS, ids=["one", "two"])
+def test_arksim_agent_response_becomes_a_judged_rubric(
+    tmp_path: Path, constraints: list[str], names: list[str]
+) -> None:
+    data = arksim([{"name": "a"}])
+    data["scenarios"][0]["assertions"] += [
+        {"type": "agent_response", "expected": c} for c in constraints
+    ]
+    result = import_file("arksim", write(tmp_path, "s.json", data))
+    tool_calls, *rubrics = result.suite["scenarios"][0]["assertions"]
+    assert tool_calls["type"] == "tool_calls"
+    assert [r["name"] for r in rubrics] == names
+    for rubric, constraint in zip(rubrics, constraints, strict=True):
+        assert rubric["type"] == "judged"
+        assert constraint in rubric["criteria"]
+        assert "every assistant turn" in rubric["criteria"]
+        assert set(rubric["labels"]) == {"no failure", "constraint_violation"}
+        assert "directly contradicts" in rubric["labels"]["constraint_violation"]
+        assert rubric["pass_labels"] == ["no failure"]
+    text = notes(result)
+    assert "unreleased upstream" in text
+    assert "reads the whole conversation once" in text
+    assert "whole conversation once" in to_yaml(result)
+    loaded = load_suite(result.suite)
+    assert [a.metric_name for a in loaded.suite.scenarios[0].assertions] == ["tool_calls", *names]
+
+
+def test_arksim_agent_response_needs_its_constraint(tmp_path: Path) -> None:
+    data = arksim([{"name": "a"}])
+    data["scenarios"][0]["assertions"].append({"type": "agent_response"})
+    with pytest.raises(ImporterError, match=r"assertions\[1\]\.expected: expected a non-empty"):
+        import_file("arksim", write(tmp_path, "s.json", data))
+
+
+@pytest.mark.parametrize(
+    ("answers", "passed"),
+    [
+        pytest.param(["Your order has shipped."], True, id="kept"),
+        pytest.param(["Your card is 4111.", "Anything else?"], False, id="violated-early"),
+    ],
+)
+def test_arksim_agent_response_is_scored_by_the_judge(
+    tmp_path: Path, judge_llm: ScriptedLLM, answers: list[str], passed: bool
+) -> None:
+    data = arksim([{"name": "get_order"}])
+    data["scenarios"][0]["assertions"].append(
+        {"type": "agent_response", "expected": "never say 4111"}
+    )
+    result = import_file("arksim", write(tmp_path, "s.json", data))
+    turns = [([ToolCall(name="get_order")] if i == 0 else [], a) for i, a in enumerate(answers)]
+    got = judged_scores(judge_llm, result, conversation("s1", *turns))
+    assert got[("s1", "tool_calls")].passed is True
+    score = got[("s1", "agent_response")]
+    assert score.error is None, score
+    assert score.passed is passed
+    assert score.label == ("no failure" if passed else "constraint_violation")
 
 
 def test_arksim_older_shape(tmp_path: Path) -> None:
@@ -194,7 +337,13 @@ def test_watsonx_dataset_becomes_a_goals_scenario_named_after_the_file() -> None
 WATSONX_ARGS = [
     # (args, arg_matching, imported args, imported arg_matching)
     ({"u": "x"}, None, {"u": "x"}, None),  # strict is the default
-    ({"u": "x", "q": "time off"}, {"q": "fuzzy"}, {"u": "x", "q": "time off"}, {"q": "fuzzy"}),
+    # fuzzy text is judged (LLM, then embeddings, then token similarity) at the threshold
+    (
+        {"u": "x", "q": "time off"},
+        {"q": "fuzzy"},
+        {"u": "x", "q": "time off"},
+        {"q": {"strategy": "judged", "threshold": 0.8}},
+    ),
     # fuzzy numbers and dates compare by value first in watsonx: kept as value rules
     (
         {"d": "2025-01-01"},
@@ -243,6 +392,73 @@ def test_watsonx_argument_matching(
     load_suite(result.suite)
 
 
+def fuzzy_dataset(**extra: Any) -> dict[str, Any]:
+    detail = {
+        "type": "tool_call",
+        "name": "search-1",
+        "tool_name": "search_policies",
+        "args": {"query": "time off schedule", "user": "nwaters", "day": "2025-01-05"},
+        "arg_matching": {"query": "fuzzy", "day": "fuzzy"},
+    }
+    return {"agent": "a", "goals": {"search-1": []}, "goal_details": [detail], **extra}
+
+
+@pytest.mark.parametrize(("extra", "threshold"), [({}, 0.8), ({"similarity_threshold": 0.6}, 0.6)])
+def test_watsonx_fuzzy_text_is_judged_at_the_datasets_threshold(
+    tmp_path: Path, extra: dict[str, Any], threshold: float
+) -> None:
+    result = import_file("watsonx", write(tmp_path, "d.json", fuzzy_dataset(**extra)))
+    goals = only_assertion(result)
+    assert goals["similarity_threshold"] == threshold
+    assert goals["goal_details"][0]["arg_matching"] == {
+        "query": {"strategy": "judged", "threshold": threshold},
+        "day": {"strategy": "datetime", "window_seconds": 0},  # dates still compare by value
+    }
+    suite_notes = " ".join(result.notes)
+    for phrase in ("/v1/embeddings", "all-minilm-l6-v2", "WRatio", "any score >= 1", "1.4.9"):
+        assert phrase in suite_notes
+    assert "fuzzy query judged" in notes(result)
+    assert "all-minilm-l6-v2" in to_yaml(result)
+    load_suite(result.suite)
+
+
+def test_watsonx_without_fuzzy_text_has_no_judge_note() -> None:
+    result = import_file("watsonx", DATASET)
+    assert not any("judged" in n for n in result.notes)
+    assert not load_suite(DATASET).uses_judge
+
+
+def test_watsonx_bad_similarity_threshold(tmp_path: Path) -> None:
+    path = write(tmp_path, "d.json", fuzzy_dataset(similarity_threshold=80))
+    with pytest.raises(ImporterError, match="similarity_threshold: expected a number from 0 to 1"):
+        import_file("watsonx", path)
+
+
+@pytest.mark.parametrize(
+    ("query", "passed"),
+    [
+        pytest.param("time off schedule information", True, id="same-meaning"),
+        pytest.param("parking permit", False, id="different"),
+    ],
+)
+def test_watsonx_fuzzy_argument_is_scored_by_the_judge(
+    tmp_path: Path, judge_llm: ScriptedLLM, query: str, passed: bool
+) -> None:
+    result = import_file("watsonx", write(tmp_path, "d.json", fuzzy_dataset()))
+    call = ToolCall(
+        name="search_policies",
+        arguments={"query": query, "user": "nwaters", "day": "2025-01-05T00:00:00"},
+    )
+    score = judged_scores(judge_llm, result, conversation("d", ([call], "Done.")))[
+        ("d", "journey_success")
+    ]
+    assert score.error is None, score
+    assert score.passed is passed, score
+    decided = [n["decided_by"] for n in score.details["judge"]["arguments"]]
+    assert decided
+    assert set(decided) == {"llm"}
+
+
 def test_watsonx_directory_gives_one_scenario_per_dataset(tmp_path: Path) -> None:
     base = json.loads(DATASET.read_text())
     write(tmp_path, "first.json", base)
@@ -279,10 +495,14 @@ def test_tool_selection_function_call_and_no_function_call(tmp_path: Path) -> No
             "ground_truth": {"text": "The capital of France is Paris.", "no_function_call": True},
         },
     ]
+    cases[0]["ground_truth"]["function_call"]["arguments"]["days"] = 3
     result = import_file("auto", write(tmp_path, "test_no_tool.json", cases))
     first, second = result.suite["scenarios"]
     assert first["id"] == "A001"
     assert first["description"] == "[direct response] Weather in New York?"
+    [location_rubric] = [
+        first["assertions"][0]["expected"][0]["rules"]["location"].pop("rubric", None)
+    ]
     assert first["assertions"] == [
         {
             "type": "tool_calls",
@@ -291,24 +511,115 @@ def test_tool_selection_function_call_and_no_function_call(tmp_path: Path) -> No
             "expected": [
                 {
                     "name": "get_weather",
-                    "arguments": {"location": "New York"},
+                    "arguments": {"location": "New York", "days": 3},
                     "match": "exact",
                     "rules": {
-                        "location": {"strategy": "exact", "case_insensitive": True, "cast": True}
+                        # text goes to the semantic judge; other values compare as lower text
+                        "location": {"strategy": "judged"},
+                        "days": {"strategy": "exact", "case_insensitive": True, "cast": True},
                     },
                 }
             ],
         }
     ]
-    assert second["assertions"] == [
-        {"type": "tool_calls", "name": "no_tool_call", "mode": "strict", "expected": []},
+    assert '"Weather in New York?"' in location_rubric  # the tester's question
+    assert "more specific" in location_rubric  # its tool_selection prompt, paraphrased
+    no_tool_call, rubric = second["assertions"]
+    assert no_tool_call == {
+        "type": "tool_calls",
+        "name": "no_tool_call",
+        "mode": "strict",
+        "expected": [],
+    }
+    assert rubric["type"] == "judged"
+    assert rubric["name"] == "semantic_equivalence"
+    assert list(rubric["labels"]) == ["equivalent", "different"]
+    assert rubric["pass_labels"] == ["equivalent"]
+    assert 'expected response: "The capital of France is Paris."' in rubric["criteria"]
+    assert '"Capital of France?"' in rubric["criteria"]
+    assert "needs the judge" not in to_yaml(result)
+    assert "not imported" not in " ".join(result.notes)
+    assert "semantic judge" in " ".join(result.notes)
+    assert "location: judged" in notes(result)
+    assert load_suite(result.suite).uses_judge
+
+
+TOOL_SELECTION_CATEGORIES = [
+    # (dataset file, the case's type, a phrase of that category's prompt in the criteria)
+    ("test_clarifying.json", None, "same core information"),
+    ("test_error.json", None, "problem with its input"),
+    ("test_no_tool.json", None, "answer the question correctly"),
+    ("test_not_supported.json", None, "cannot directly fulfil"),
+    ("results.json", "not_supported", "cannot directly fulfil"),  # a result file: the case's type
+    ("results.json", "text_response", "answer the question correctly"),  # default: no_tool
+]
+
+
+@pytest.mark.parametrize(
+    ("file", "kind", "phrase"),
+    TOOL_SELECTION_CATEGORIES,
+    ids=["clarifying", "error", "no_tool", "not_supported", "by-type", "default"],
+)
+def test_tool_selection_text_criteria_follow_the_category(
+    tmp_path: Path, file: str, kind: str | None, phrase: str
+) -> None:
+    case: dict[str, Any] = {
+        "id": "X1",
+        "user_query": "q",
+        "ground_truth": {"text": "t", "no_function_call": True},
+    }
+    if kind:
+        case["type"] = kind
+    result = import_file("tool_selection", write(tmp_path, file, [case]))
+    rubric = result.suite["scenarios"][0]["assertions"][1]
+    assert phrase in rubric["criteria"]
+    load_suite(result.suite)
+
+
+@pytest.mark.parametrize(
+    ("location", "answer", "passed"),
+    [
+        pytest.param("NYC", None, True, id="call-same-meaning"),
+        pytest.param("Boston", None, False, id="call-different"),
+        pytest.param(None, "What time would you like the reminder?", True, id="text-same-meaning"),
+        pytest.param(None, "Paris is the capital of France.", False, id="text-different"),
+    ],
+)
+def test_tool_selection_semantic_judge_decides(
+    tmp_path: Path,
+    judge_llm: ScriptedLLM,
+    location: str | None,
+    answer: str | None,
+    passed: bool,
+) -> None:
+    cases = [
         {
-            "type": "response",
-            "expected": "The capital of France is Paris.",
-            "similarity_threshold": 0.8,
+            "id": "A001",
+            "user_query": "Weather in New York for 3 days?",
+            "ground_truth": {
+                "function_call": {
+                    "name": "get_weather",
+                    "arguments": {"location": "New York", "days": 3},
+                }
+            },
+        },
+        {
+            "id": "C001",
+            "user_query": "Set a reminder for the dentist.",
+            "ground_truth": {"text": "When should I remind you?", "no_function_call": True},
         },
     ]
-    load_suite(result.suite)
+    result = import_file("tool_selection", write(tmp_path, "test_clarifying.json", cases))
+    if location is not None:
+        call = ToolCall(name="Get_Weather", arguments={"location": location, "days": "3"})
+        got = judged_scores(judge_llm, result, conversation("A001", ([call], "Sunny.")))
+        score = got[("A001", "tool_calls")]
+    else:
+        got = judged_scores(judge_llm, result, conversation("C001", ([], answer)))
+        assert got[("C001", "no_tool_call")].passed is True
+        score = got[("C001", "semantic_equivalence")]
+    assert score.error is None, score
+    assert score.passed is passed, score
 
 
 def test_tool_selection_result_file(tmp_path: Path) -> None:
@@ -408,7 +719,7 @@ def test_adk_empty_expected_in_any_order_always_passes(tmp_path: Path) -> None:
         {"criteria": {"tool_trajectory_avg_score": {"threshold": 1.0, "match_type": "ANY_ORDER"}}},
     )
     result = import_file("adk", write(tmp_path, "x.evalset.json", evalset([])))
-    assert result.suite["scenarios"][0]["assertions"] == []
+    assert result.suite["scenarios"][0]["assertions"] == [NO_EXPECTATION]
 
 
 # --- agentevals -------------------------------------------------------------------------------
@@ -676,3 +987,34 @@ def test_watsonx_hr_dataset_scores_the_hr_agent(collector: Collector, lake_dir: 
         for cid, t in rebuilt.items()
     }
     assert keywords == {p.conversation_id: p.conversation_id != "hr-wrong-summary" for p in plans}
+
+
+@pytest.mark.parametrize(("args_mode", "ours"), [("superset", "partial"), ("subset", "superset")])
+def test_agentevals_top_level_only_key_modes_are_noted(
+    tmp_path: Path, args_mode: str, ours: str
+) -> None:
+    nested = {"reference_outputs": trajectory_messages([("book", {"when": {"day": 1}})])}
+    flat = {"reference_outputs": trajectory_messages([("book", {"day": 1})])}
+    for doc in (nested, flat):
+        doc["tool_args_match_mode"] = args_mode
+    noted = notes(import_file("agentevals", write(tmp_path, "n.json", nested)))
+    assert f"book: agentevals' {args_mode} compares top-level keys only" in noted
+    assert f"spanscore's `{ours}` applies to nested objects too" in noted
+    assert "top-level" not in notes(import_file("agentevals", write(tmp_path, "f.json", flat)))
+
+
+# --- a scenario with nothing to check still records a row ----------------------------------------
+
+
+def test_a_scenario_without_expectation_records_a_passing_row_only_where_it_ran(
+    tmp_path: Path,
+) -> None:
+    result = import_file("arksim", write(tmp_path, "s.json", arksim([], "strict")))
+    suite = load_suite(result.suite)
+    [empty_id] = [s["id"] for s in result.suite["scenarios"]]
+    ran = suite.score(conversation(empty_id, ([ToolCall(name="anything")], "done")))
+    assert [(r.scenario_id, r.metric, r.score.passed) for r in ran] == [
+        (empty_id, "no_expectation", True)
+    ]
+    never = suite.score(conversation("unrelated", ([], "done")))
+    assert never == []  # not selected: no row at all

@@ -103,6 +103,31 @@ def test_older_lake_is_migrated_and_keeps_its_data(
     con.close()
 
 
+def test_a_version_7_lake_stores_its_conversations_resolved(lake_dir: Path) -> None:
+    # Before version 8 the views resolved a child span's conversation from its trace at every
+    # query; version 8 stores it: migrating resolves the spans already there, once.
+    con = connect(lake_dir, create=True)
+    con.execute("DELETE FROM spanscore_schema")
+    con.execute("INSERT INTO spanscore_schema VALUES (7, now(), '0.7.0')")
+    for span_id, conversation in (("c", "t1"), ("r", "sess-1"), ("x", "t2")):
+        trace = "t2" if span_id == "x" else "t1"
+        con.execute(
+            "INSERT INTO spans (trace_id, span_id, name, conversation_id) VALUES (?, ?, 'n', ?)",
+            [trace, span_id, conversation],
+        )
+    con.close()
+    con = connect(lake_dir)
+    assert lake.schema_version(con) == schema.SCHEMA_VERSION
+    assert con.execute(
+        "SELECT span_id, conversation_id FROM spans ORDER BY span_id"
+    ).fetchall() == [
+        ("c", "sess-1"),
+        ("r", "sess-1"),
+        ("x", "t2"),
+    ]
+    con.close()
+
+
 def test_a_version_1_lake_gains_the_message_columns(lake_dir: Path) -> None:
     # Rebuild what spanscore 0.1's first schema looked like: spans without the columns of v2.
     con = connect(lake_dir, create=True)

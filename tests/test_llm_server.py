@@ -28,7 +28,12 @@ from spanscore.examples.customer_service.openai_loop import (
     run_conversation,
 )
 from spanscore.examples.customer_service.scripted import MODEL, Conversation, conversations
-from spanscore.examples.llm_server import DEFAULT_MODELS, ScriptedLLM, ScriptedPolicy
+from spanscore.examples.llm_server import (
+    DEFAULT_EMBEDDING_MODELS,
+    DEFAULT_MODELS,
+    ScriptedLLM,
+    ScriptedPolicy,
+)
 
 PLANS = {plan.conversation_id: plan for plan in conversations()}
 CALL_ID = re.compile(r"call_[0-9a-f]{8}_\d+")
@@ -162,6 +167,9 @@ def test_chat_stream_says_what_the_json_answer_says(
     user, _, _ = first_step(conversation_id)
     messages = [{"role": "user", "content": user}]
     plain, streamed = chat(client, messages, False), chat(client, messages, True)
+    # The second request repeats the first one's messages: they come from the prompt cache.
+    assert plain["usage"]["prompt_tokens_details"].pop("cached_tokens") == 0
+    assert streamed["usage"]["prompt_tokens_details"].pop("cached_tokens") > 0
     assert {**plain, "id": ""} == {**streamed, "id": ""}
 
 
@@ -316,7 +324,7 @@ def test_async_client(llm: ScriptedLLM) -> None:
 
 def test_models_list(client: openai.OpenAI) -> None:
     models = client.models.list()
-    assert [m.id for m in models] == list(DEFAULT_MODELS)
+    assert [m.id for m in models] == [*DEFAULT_MODELS, *DEFAULT_EMBEDDING_MODELS]
     assert all(m.object == "model" for m in models)
 
 

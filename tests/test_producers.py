@@ -19,6 +19,8 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   0.24.0 (Responses API), openinference-instrumentation 0.1.72.
 - openllmetry: opentelemetry-instrumentation-openai 0.62.4 (Traceloop), with
   opentelemetry-semantic-conventions-ai 0.5.1, without traceloop-sdk.
+- smolagents: smolagents 1.26.0 (ToolCallingAgent, its own `OpenAIModel` with a scripted
+  client answering from the plan) under openinference-instrumentation-smolagents 0.1.43.
 - openai-v2-events: the openai-v2 venv with content capture `event_only`: messages only in
   log records, merged into their spans when read.
 - spanscore-agents: spanscore's own OpenAI Agents SDK shim, run in the project's venv (the dev
@@ -43,6 +45,10 @@ What each producer cannot carry, asserted as such:
   from the model calls' messages (`tool_calls.source = 'messages'`), where a failed call shows
   only in its result. Its current release writes the GenAI form only, so `convention` is
   `genai`.
+
+- smolagents: tool spans carry no call id and record the input as `{"args": [], "kwargs":
+  {...}}` (unwrapped); the model sees results as "Observation:" text, so model calls carry no
+  tool results; each turn ends with a `final_answer` call, read as the answer.
 
 A tool result every producer sends as the text the model saw is parsed when it is JSON, so the
 same result is the same value whatever produced it (a regression test here).
@@ -150,6 +156,7 @@ class Producer:
     log_events: str | None  # the log records it sends per model call (event name)
     venv: str = ""  # the requirements file (default: the name); "project": this test's venv
     messages_on_spans: bool = True  # False: the messages are only in its log records
+    results_in_messages: bool = True  # False: the model sees results as text of its own
 
     @property
     def requirements(self) -> str:
@@ -250,6 +257,19 @@ PRODUCERS = {
             tool_span_call_ids=False,
             failed_tool_error_type=None,
             log_events=None,
+        ),
+        # smolagents hands results to the model as "Observation:" text, and its answer is a
+        # `final_answer` tool call: read as the model call's response text.
+        Producer(
+            "smolagents",
+            convention="openinference",
+            scope="openinference.instrumentation.smolagents",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=False,
+            failed_tool_error_type="__main__.ToolError",
+            log_events=None,
+            results_in_messages=False,
         ),
     )
 }
@@ -426,6 +446,17 @@ def run(
             "agent_name": AGENT,
             "conversation_id": CONVERSATION_ID,
             "turns": [{"user": turn.user} for turn in PLAN.turns],
+            # for a producer whose model is scripted in its own process (smolagents)
+            "plan": [
+                {
+                    "user": turn.user,
+                    "steps": [
+                        [{"name": n, "arguments": a} for n, a in step] for step in turn.steps
+                    ],
+                    "reply": turn.reply,
+                }
+                for turn in PLAN.turns
+            ],
             **(
                 {"spanscore_path": str(ROOT / "instrumentation" / "src")}
                 if producer.endswith("+spanscore")
@@ -487,6 +518,8 @@ def expected_model_calls(run: Run) -> list[dict[str, Any]]:
         for step in turn.steps:
             requested = [{"id": run.call_id(n, a), "name": n, "arguments": a} for n, a in step]
             calls.append({"user": turn.user, "requested": requested, "results": list(results)})
+            if not run.producer.results_in_messages:
+                continue
             results += [
                 {"id": c["id"], "result": sent_back(c["name"], c["arguments"])} for c in requested
             ]
@@ -529,14 +562,17 @@ def test_conversation_id_as_each_span_carries_it(run: Run) -> None:
     if run.producer.spans_carry_conversation:
         assert {s[4] for s in spans} == {CONVERSATION_ID}
         return
-    # openai-v2: the id is on each turn's invoke_agent span (its trace's root) only; every
-    # other span stands in its trace id.
+    # openai-v2: the id is on each turn's invoke_agent span (its trace's root) only; the other
+    # spans carry none, and are stored with their root's (docs/conversations.md, rule 2).
     roots = {s[0]: s for s in spans if s[2] is None}
     assert len(roots) == len(PLAN.turns)
     assert {(r[3], r[4]) for r in roots.values()} == {("invoke_agent", CONVERSATION_ID)}
-    for trace_id, _, parent, _, conversation in spans:
-        if parent is not None:
-            assert conversation == trace_id
+    carried = run.sql(
+        """SELECT count(*) FROM spans WHERE attributes->>'$."gen_ai.conversation.id"' = ?""",
+        [CONVERSATION_ID],
+    )
+    assert carried == [(len(roots),)]
+    assert {s[4] for s in spans} == {CONVERSATION_ID}
 
 
 @pytest.mark.parametrize("producer", producers())
@@ -573,6 +609,8 @@ def test_model_calls_tool_results_include_the_failure(run: Run) -> None:
         [{"id": r["id"], "result": _value(r["result"])} for r in c["results"] or []] for c in calls
     ]
     assert got == [e["results"] for e in expected_model_calls(run)]
+    if not run.producer.results_in_messages:
+        return
     failed = run.call_id("get_order", {"order_id": "ORD-9999"})
     assert {"id": failed, "result": {"error": MISSING}} in got[1]  # answered in the same turn
 
@@ -639,8 +677,8 @@ def test_tool_calls_view(run: Run) -> None:
            WHERE conversation_id = ? ORDER BY step_index""",
         [CONVERSATION_ID],
     )
-    source = "span" if run.producer.tool_spans else "messages"
-    with_ids = run.producer.tool_span_call_ids or not run.producer.tool_spans
+    # every call is one the model requested: joined to its span, or from the messages alone
+    source = "span+messages" if run.producer.tool_spans else "messages"
     got = sorted(
         (turn, name, _key(name, _json(arguments)), call_id, error is not None, kind)
         for turn, name, arguments, call_id, error, kind in rows
@@ -652,12 +690,16 @@ def test_tool_calls_view(run: Run) -> None:
             turn,
             name,
             _key(name, arguments),
-            run.call_id(name, arguments) if with_ids else None,
+            run.call_id(name, arguments),  # a span without one: the request's, by arguments
             "error" in OUTCOME[_key(name, arguments)] and run.producer.tool_spans,
             source,
         )
         for turn, name, arguments in planned_calls()
     )
+    # the failure's message, not only its type
+    failed = run.sql("SELECT error_message FROM tool_calls WHERE error IS NOT NULL")
+    assert len(failed) == (1 if run.producer.tool_spans else 0)
+    assert all(MISSING in message for (message,) in failed), failed
 
 
 @pytest.mark.parametrize("producer", producers())
@@ -685,6 +727,9 @@ def test_trajectory(run: Run) -> None:
         )
         for turn, name, arguments in planned_calls()
     )
+    failed = [c.error_message for c in trajectory.tool_calls if c.error is not None]
+    assert len(failed) == (1 if run.producer.tool_spans else 0)
+    assert all(message and MISSING in message for message in failed), failed
     pair = [c.parallel_group for c in trajectory.turns[0].tool_calls]
     assert len(pair) == 2
     if run.producer.tool_spans:
@@ -710,3 +755,30 @@ def test_rebuilt_tool_call_results_are_the_values_sent(run: Run) -> None:
             assert "error" in OUTCOME[_key(name, arguments)]
         else:
             assert result == sent_back(name, arguments)
+
+
+@pytest.mark.parametrize("producer", producers())
+def test_show(run: Run) -> None:
+    """`spanscore show` tells the same story: each turn's user message and answer, every call
+    with its arguments and the model's call id, the parallel pair, the error and its message."""
+    from click.testing import CliRunner
+
+    from spanscore.cli import main
+
+    shown = CliRunner().invoke(main, ["show", CONVERSATION_ID, "--lake", str(run.lake)])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert [line for line in lines if line.startswith(("turn ", "  answer: "))] == [
+        line
+        for index, turn in enumerate(PLAN.turns)
+        for line in (f"turn {index}  user: {turn.user}", f"  answer: {turn.reply}")
+    ]
+    assert not [line for line in lines if line.startswith("warning:")]
+    for _, name, arguments in planned_calls():
+        call_id = run.call_id(name, arguments)
+        (at,) = [i for i, line in enumerate(lines) if f" tool {name}  {call_id} " in line]
+        assert ("[parallel group" in lines[at]) == (name == "get_order"), lines[at]
+        assert lines[at + 1].lstrip(" │") == f"args   {json.dumps(arguments)}"
+        if "error" in OUTCOME[_key(name, arguments)] and run.producer.tool_spans:
+            assert lines[at + 2].lstrip(" │").startswith("ERROR  "), lines[at + 2]
+            assert MISSING in lines[at + 2]

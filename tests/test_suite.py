@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,12 @@ from spanscore.evaluation import (
     open_lake,
     suite_json_schema,
 )
+from spanscore.evaluation.judge_pool import JudgeRunner
 from spanscore.evaluation.trajectory import ToolCall, Turn
 from spanscore.examples.customer_service import Store
 from spanscore.examples.customer_service.scripted import ScriptedAgent, conversations
+from spanscore.examples.judge_policy import ScriptedJudge
+from spanscore.examples.llm_server import ScriptedLLM
 
 EXAMPLE_SUITE = Path(__file__).parent.parent / "examples" / "customer_service" / "suite.yaml"
 
@@ -117,9 +121,20 @@ def test_json_suites_get_lines_too(tmp_path: Path):
         ({"type": "metric", "metric": "no_such_metric"}, "metrics[0]", "unknown metric"),
         ({"type": "response", "pattern": "[a-"}, "metrics[0].pattern", "invalid regular"),
         (
-            {"type": "tool_calls", "expected": [{"name": "a", "rules": {"q": "judged"}}]},
+            {"type": "judged", "name": "j", "criteria": "c", "labels": ["a", "b"], "scale": [0, 5]},
             "metrics[0]",
-            "needs the LLM judge",
+            "either labels",
+        ),
+        (
+            {
+                "type": "judged",
+                "name": "j",
+                "criteria": "c",
+                "labels": ["ok", "bad"],
+                "pass_labels": ["good"],
+            },
+            "metrics[0]",
+            "not among the labels",
         ),
         ({"type": "forbidden"}, "metrics[0].calls", "required"),
     ],
@@ -290,7 +305,15 @@ def test_scenarios_select_by_attribute_agent_service_and_first_message():
 # --- the example suite over real trajectories ---------------------------------------------------
 
 
-def test_example_suite_scores_the_example_agent(collector: Collector, lake_dir: Path):
+@pytest.fixture
+def judge_llm() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM(ScriptedJudge()) as llm:
+        yield llm
+
+
+def test_example_suite_scores_the_example_agent(
+    collector: Collector, lake_dir: Path, judge_llm: ScriptedLLM
+):
     provider = TracerProvider(resource=Resource.create({"service.name": "customer-service"}))
     provider.add_span_processor(
         SimpleSpanProcessor(
@@ -304,10 +327,13 @@ def test_example_suite_scores_the_example_agent(collector: Collector, lake_dir: 
     provider.shutdown()
     suite = load_suite(EXAMPLE_SUITE)
     con = open_lake(lake_dir)
-    scored = {
-        t.conversation_id: suite.score(t)
-        for t in load_trajectories(con, attributes=suite.attribute_keys())
-    }
+    # The example's judged rubrics are answered by the scripted judge on loopback.
+    config = suite.judge_config().model_copy(update={"base_url": judge_llm.base_url})
+    with JudgeRunner(config) as judge:
+        scored = {
+            t.conversation_id: suite.score(t, judge)
+            for t in load_trajectories(con, attributes=suite.attribute_keys())
+        }
     assert set(scored) == {p.conversation_id for p in plans}
     for plan in plans:
         rows = scored[plan.conversation_id]
@@ -340,3 +366,29 @@ def test_example_suite_scores_the_example_agent(collector: Collector, lake_dir: 
     assert "lookup_customer" in (
         budget[("product_search_with_budget", "tool_calls")].explanation or ""
     )
+
+
+# --- hostile files -----------------------------------------------------------------------------
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_grows(tmp_path: Path):
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, 10):
+        refs = ", ".join([f"*a{i - 1}"] * 9)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    lines.append("name: *a9")
+    path = write(tmp_path, "bomb.yaml", "\n".join(lines) + "\n")
+    assert path.stat().st_size < 2000
+    [problem] = problems(path)
+    assert "expands to more than 1,000,000 values" in problem
+
+
+def test_a_few_aliases_still_work(tmp_path: Path):
+    path = write(
+        tmp_path,
+        "s.yaml",
+        "name: s\nmetrics:\n  - &calls {type: tool_calls, expected: [a]}\n"
+        "scenarios:\n  - id: x\n    assertions: [*calls]\n",
+    )
+    suite = load_suite(path)
+    assert suite.suite.scenarios[0].assertions[0].type == "tool_calls"

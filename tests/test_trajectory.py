@@ -344,7 +344,7 @@ def test_show_prints_the_tree(collector: Collector, lake_dir: Path) -> None:
     as_json = CliRunner().invoke(main, ["show", "conv-show", "--lake", str(lake_dir), "--json"])
     assert json.loads(as_json.output)["conversation_id"] == "conv-show"
     missing = CliRunner().invoke(main, ["show", "nope", "--lake", str(lake_dir)])
-    assert missing.exit_code == 1
+    assert missing.exit_code == 2
     assert "no conversation 'nope'" in missing.output
 
 

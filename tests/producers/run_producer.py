@@ -7,12 +7,14 @@ Agents producer the `openai-agents` SDK).
 
 It reads one JSON document on stdin::
 
-    {"producer": "openai-v2" | "openinference" | "openinference-agents" | "openllmetry",
+    {"producer": "openai-v2" | "openinference" | "openinference-agents" | "openllmetry"
+                 | "smolagents",
      "llm_base_url": "http://127.0.0.1:PORT/v1",     # the ScriptedLLM
      "otlp_endpoint": "http://127.0.0.1:PORT",       # the collector's OTLP/HTTP address
      "service_name": "...", "model": "gpt-4.1-mini", "agent_name": "...",
      "conversation_id": "...",
      "turns": [{"user": "..."}, ...],                # the user messages, in order
+     "plan": [{"user", "steps": [[{"name", "arguments"}]], "reply"}],  # for scripted models
      "outcomes": [{"name": "get_order", "arguments": {...}, "result": {...}},
                   {"name": "get_order", "arguments": {...}, "error": "..."}, ...]}
 
@@ -70,6 +72,7 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     "openinference-agents": {},
     "spanscore-agents": {},
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
+    "smolagents": {},
 }
 # Two producers again, with spanscore's conversation() carrying the id in the same process.
 CONTENT_SWITCHES |= {
@@ -450,6 +453,128 @@ def run_spanscore_agents(spec: dict[str, Any], telemetry: Telemetry, tools: Tool
     _agents_conversation(spec, tools, nullcontext, RunConfig(group_id=spec["conversation_id"]))
 
 
+def run_smolagents(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    """smolagents' ToolCallingAgent under OpenInference's smolagents instrumentation.
+
+    The model is smolagents' own `OpenAIModel` with a scripted client in place of the openai
+    one: it answers from `spec["plan"]` (each turn's steps of parallel calls, then the reply
+    given through smolagents' `final_answer` tool), so the requests go through smolagents'
+    real message building and response parsing. A failing tool raises (the agent reports the
+    error to the model); each turn is one `agent.run(task, reset=False)` in `using_session`.
+    """
+    import itertools
+    from types import SimpleNamespace
+
+    from openai.types.chat import ChatCompletion
+    from openinference.instrumentation import using_session
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+    from smolagents import OpenAIModel, ToolCallingAgent, tool
+
+    SmolagentsInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+    plan = {turn["user"]: turn for turn in spec["plan"]}
+    task_prefix = "New task:\n"  # how smolagents hands a task to the model
+    ids = itertools.count()
+
+    def texts(message: dict[str, Any]) -> list[str]:
+        content = message.get("content")
+        if isinstance(content, str):
+            return [content]
+        return [p.get("text", "") for p in content or [] if isinstance(p, dict)]
+
+    answered: dict[str, int] = {}  # model responses given so far, per task
+    given: dict[str, str] = {}  # the call ids the model gave, by name and arguments
+
+    def create(messages: list[dict[str, Any]], **_: Any) -> Any:
+        # The latest task (smolagents may merge the next message's text into the same one);
+        # then the plan's next step for it.
+        latest = [
+            text.rsplit(task_prefix, 1)[1]
+            for m in messages
+            for text in texts(m)
+            if m["role"] == "user" and task_prefix in text
+        ][-1]
+        task = next(user for user in plan if latest.startswith(user))
+        turn = plan[task]
+        step = answered[task] = answered.get(task, -1) + 1
+        calls = (
+            [(c["name"], c["arguments"]) for c in turn["steps"][step]]
+            if step < len(turn["steps"])
+            else [("final_answer", {"answer": turn["reply"]})]
+        )
+        for name, arguments in calls:
+            given[_key(name, arguments)] = f"call_smol_{next(ids)}"
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": given[_key(name, arguments)],
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+                for name, arguments in calls
+            ],
+        }
+        return ChatCompletion.model_validate(
+            {
+                "id": f"chatcmpl-{step}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": spec["model"],
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+        )
+
+    class ScriptedModel(OpenAIModel):  # type: ignore[misc]
+        def create_client(self) -> Any:
+            return SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
+
+    def run_tool(name: str, arguments: dict[str, Any]) -> str:
+        # smolagents gives a tool no call id: the transcript takes the model's, by arguments
+        try:
+            result = tools.call(name, arguments)
+        except ToolError as exc:
+            tools.record("", name, arguments, json.dumps({"error": str(exc)}), str(exc))
+            raise
+        tools.record("", name, arguments, result, None)
+        return result
+
+    @tool
+    def get_order(order_id: str) -> str:
+        """Get order details by order ID
+
+        Args:
+            order_id: the order's id, like ORD-1001
+        """
+        return run_tool("get_order", {"order_id": order_id})
+
+    @tool
+    def search_products(query: str, max_price: float) -> str:
+        """Search the product catalog by keyword and price limit
+
+        Args:
+            query: a keyword
+            max_price: the highest price
+        """
+        return run_tool("search_products", {"query": query, "max_price": max_price})
+
+    agent = ToolCallingAgent(
+        tools=[get_order, search_products],
+        model=ScriptedModel(model_id=spec["model"], api_key="test"),
+        name=spec["agent_name"].replace("-", "_"),
+        instructions=SYSTEM_PROMPT,
+        max_steps=6,
+        verbosity_level=0,
+    )
+    for index, turn in enumerate(spec["turns"]):
+        tools.turn = index
+        with using_session(spec["conversation_id"]):
+            agent.run(turn["user"], reset=index == 0)
+    for executed in tools.executed:
+        executed["id"] = given[_key(executed["name"], executed["arguments"])]
+
+
 PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "openai-v2": run_openai_v2,
     "openai-v2-events": run_openai_v2,
@@ -459,6 +584,7 @@ PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "openinference-agents": run_openinference_agents,
     "spanscore-agents": run_spanscore_agents,
     "openllmetry": run_openllmetry,
+    "smolagents": run_smolagents,
 }
 
 

@@ -1,21 +1,53 @@
 """The `spanscore` command: thin click commands, each over one library call.
 
 Every option also reads an environment variable (`SPANSCORE_<OPTION>`); errors exit non-zero
-with a one-line message.
+with a one-line message. Exit codes, for every command: 0 ok, 1 a gate or a comparison
+failed, 2 a usage, suite or input error, 3 the lake cannot be opened, 130 interrupted.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .evaluate import compare_command, evaluate_command
+from .judge_check import judge_check_command
+from .options import EXIT_CODES_HELP, EXIT_INTERRUPTED, InputError, LakeUnavailable
 from .query import sql_command, status_command
+from .report import report_command
+from .runs import runs_command
 from .serve import serve_command
 from .show import show_command
 from .suites import import_command, schema_group
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Main(click.Group):
+    """The command group that keeps the exit-code contract for every command, including
+    commands that only raise `click.ClickException` (1 is reserved for a failed gate or
+    comparison, so any other error is 2) or let a lake or Ctrl-C error through."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from spanscore.lake import LakeError
+
+        try:
+            return super().invoke(ctx)
+        except LakeError as exc:
+            raise LakeUnavailable(str(exc)) from exc
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        except click.ClickException as exc:
+            if exc.exit_code == 1:
+                raise InputError(exc.format_message()) from exc
+            raise
+
+
+@click.group(
+    cls=_Main,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXIT_CODES_HELP,
+)
 @click.version_option(package_name="spanscore")
 def main() -> None:
     """spanscore: tool-call spans in over OTLP, stored in a DuckLake, scored, queried with SQL.
@@ -32,6 +64,9 @@ main.add_command(status_command)
 main.add_command(show_command)
 main.add_command(evaluate_command)
 main.add_command(compare_command)
+main.add_command(report_command)
+main.add_command(runs_command)
+main.add_command(judge_check_command)
 main.add_command(import_command)
 main.add_command(schema_group)
 

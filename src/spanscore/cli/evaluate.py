@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
 import re
 import sys
 import time
@@ -10,7 +12,7 @@ from typing import Any
 
 import click
 
-from .options import lake_option
+from .options import LakeUnavailable, allow_outside_metrics_option, lake_option
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -87,6 +89,10 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
         f"{result.skipped} already scored, {result.scored} scored "
         f"({result.score_count} scores, {result.error_count} errors) in {result.elapsed_s:.1f} s"
     )
+    if result.window_from:
+        echo(f"window start: {result.window_from}")
+    if result.empty_because:
+        echo(f"no conversation in the window: {result.empty_because}")
     if result.summary:
         rows = (
             {
@@ -104,8 +110,38 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
         out = _Echo(echo)
         write_rows(iter(rows), names, "table", out)
         out.flush()
+    judge = getattr(result, "judge", None)
+    if judge:
+        echo(judge_line(judge))
+    for warning in result.warnings:
+        echo(f"warning{' (strict: fails the run)' if result.strict else ''}: {warning}")
     for gate in result.gates:
         echo(f"gate {'passed' if gate.passed else 'FAILED'}: {gate.describe()}")
+    for failure in result.failures:
+        echo(f"run FAILED: {failure}")
+
+
+def judge_line(judge: dict[str, Any]) -> str:
+    """What the judge did: calls, cache hits, what the budget left out, tokens and cost."""
+    cost = judge.get("cost_usd")
+    shown = "cost unknown (no price for the model)" if cost is None else f"${cost:.4f}"
+    line = (
+        f"judge: {judge.get('calls', 0)} calls, {judge.get('cache_hits', 0)} cached answers, "
+        f"{judge.get('prompt_tokens', 0)} prompt tokens ({judge.get('cached_tokens', 0)} cached), "
+        f"{judge.get('completion_tokens', 0)} completion tokens, {shown}"
+    )
+    if judge.get("failed"):
+        line += f"; {judge['failed']} questions failed (see the scores' error)"
+    if judge.get("skipped"):
+        line += f"; {judge['skipped']} questions SKIPPED: the judge budget was spent"
+    if judge.get("throttled"):
+        line += (
+            f"; {judge['throttled']} rate-limited answers (429), concurrency settled at "
+            f"{judge.get('limit')}"
+        )
+    if judge.get("batches"):
+        line += f"; batches {', '.join(judge['batches'])}"
+    return line
 
 
 class _Echo:
@@ -134,9 +170,11 @@ class _Echo:
     "suite_path",
     required=True,
     envvar="SPANSCORE_SUITE",
-    type=click.Path(dir_okay=False),
-    help="Suite file (YAML or JSON).",
+    type=click.Path(),
+    help="Suite file (YAML or JSON), another tool's native test file, or a directory of "
+    "watsonx datasets.",
 )
+@allow_outside_metrics_option()
 @click.option(
     "--since",
     help="Window start: ISO time or a duration ago (24h). "
@@ -187,6 +225,21 @@ class _Echo:
     help="Scoring processes (0: one per CPU).",
 )
 @click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    envvar="SPANSCORE_ENGINE",
+    help="Where conversations are scored: local processes, or tasks on a Ray cluster "
+    "(needs spanscore-evaluation[ray]).",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="The Ray cluster to join (host:port of its head); without it, RAY_ADDRESS, else a "
+    "local Ray cluster started for the run.",
+)
+@click.option(
     "--batch-size",
     type=click.IntRange(min=1),
     default=500,
@@ -200,10 +253,84 @@ class _Echo:
     metavar="[SCENARIO/][METRIC.]KEY=X",
     help="Gate, e.g. pass_rate=0.9 or tool_calls.mean=0.8 (repeatable).",
 )
+@click.option(
+    "--min-conversations",
+    type=click.IntRange(min=0),
+    envvar="SPANSCORE_MIN_CONVERSATIONS",
+    help="Fail (exit 1) when the run has fewer conversations (over the suite's min_conversations).",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    default=None,
+    envvar="SPANSCORE_STRICT",
+    help="Warnings fail the run (exit 1): a scenario that selected no conversation, a metric "
+    "that errored on every conversation, what an imported native file lost.",
+)
 @click.option("--junit", type=click.Path(dir_okay=False), help="Write JUnit XML here.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one document on stdout (run id, window, counts, summary, gates, warnings).",
+)
+@click.option(
+    "--judge-model", envvar="SPANSCORE_JUDGE_MODEL", help="Judge model (over the suite's judge)."
+)
+@click.option(
+    "--judge-base-url",
+    envvar="SPANSCORE_JUDGE_BASE_URL",
+    help="OpenAI-compatible endpoint of the judge (default: the suite's, else OPENAI_BASE_URL).",
+)
+@click.option(
+    "--judge-concurrency",
+    type=click.IntRange(min=1),
+    envvar="SPANSCORE_JUDGE_CONCURRENCY",
+    help="Most judge calls in flight; below it the judge finds the provider's limit by itself.",
+)
+@click.option(
+    "--judge-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="SPANSCORE_JUDGE_TIMEOUT",
+    help="Seconds per judge call (retried, with backoff, up to the suite's max_attempts).",
+)
+@click.option(
+    "--max-judge-calls",
+    type=click.IntRange(min=0),
+    envvar="SPANSCORE_MAX_JUDGE_CALLS",
+    help="Stop judging after this many calls: the rest are recorded as skipped.",
+)
+@click.option(
+    "--max-judge-cost",
+    type=click.FloatRange(min=0),
+    envvar="SPANSCORE_MAX_JUDGE_COST",
+    metavar="USD",
+    help="Stop judging once this much is spent: the rest are recorded as skipped.",
+)
+@click.option(
+    "--no-judge-cache",
+    is_flag=True,
+    envvar="SPANSCORE_NO_JUDGE_CACHE",
+    help="Ask the judge again even when the lake's judge_cache has the answer.",
+)
+@click.option(
+    "--judge-batch",
+    is_flag=True,
+    envvar="SPANSCORE_JUDGE_BATCH",
+    help="Send the judge's questions through the Batch API (half price; waits for the batch).",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False),
+    help="Write the run's HTML report here (see `spanscore report`).",
+)
 def evaluate_command(
     lake: str,
     suite_path: str,
+    allow_outside_metrics: bool,
     since: str | None,
     until: str | None,
     last: str | None,
@@ -217,25 +344,64 @@ def evaluate_command(
     rescore: bool,
     settle: str,
     workers: int,
+    engine: str,
+    ray_address: str | None,
     batch_size: int,
     fail_under: tuple[str, ...],
+    min_conversations: int | None,
+    strict: bool | None,
     junit: str | None,
+    fmt: str,
+    judge_model: str | None,
+    judge_base_url: str | None,
+    judge_concurrency: int | None,
+    judge_timeout: float | None,
+    max_judge_calls: int | None,
+    max_judge_cost: float | None,
+    no_judge_cache: bool,
+    judge_batch: bool,
+    report_path: str | None = None,
 ) -> None:
     """Score the conversations of a time window with a suite; store the scores in the lake.
 
-    Exit status: 0 every gate passed, 1 a gate failed, 2 usage or suite error,
-    130 interrupted (committed batches are kept; run again to resume).
+    Exit status: 0 every gate passed, 1 a gate failed (or too few conversations, or a warning
+    with --strict), 2 usage or suite error (a judge that cannot be used included), 3 the lake
+    cannot be opened, 130 interrupted (committed batches are kept; run again to resume; judge
+    answers already received are kept in the lake's judge_cache).
+
+    Judged metrics use the suite's `judge:` block, these options, and OPENAI_API_KEY /
+    OPENAI_BASE_URL (Azure: AZURE_OPENAI_API_KEY, AZURE_OPENAI_ENDPOINT, OPENAI_API_VERSION).
 
     \b
     $ spanscore evaluate --lake ./lake --suite suite.yaml --last 24h --sample 0.1
     """
     from spanscore.evaluation import SuiteError, load_suite
-    from spanscore.evaluation.run import RunInterrupted, RunOptions, evaluate, junit_xml, parse_gate
+    from spanscore.evaluation.judge import JudgeUnavailable
+    from spanscore.evaluation.ray_engine import EngineUnavailable
+    from spanscore.evaluation.run import (
+        RunInterrupted,
+        RunOptions,
+        WindowError,
+        evaluate,
+        judge_settings,
+        junit_xml,
+        parse_gate,
+    )
     from spanscore.lake import LakeError, connect
 
     now = dt.datetime.now(dt.UTC)
+    if ray_address and engine != "ray":
+        raise click.UsageError("--ray-address is for --engine ray")
+    if engine == "ray":
+        from spanscore.evaluation.ray_engine import check_available
+
+        try:
+            check_available()
+        except EngineUnavailable as exc:
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(2)
     try:
-        suite = load_suite(suite_path)
+        suite = load_suite(suite_path, allow_outside_metrics=allow_outside_metrics)
     except SuiteError as exc:
         click.echo(f"Error: the suite cannot be used:\n{exc}", err=True)
         sys.exit(2)
@@ -245,7 +411,25 @@ def evaluate_command(
         gates = [parse_gate(g) for g in fail_under]
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--fail-under") from None
+    for text, gate in zip(fail_under, gates, strict=True):
+        problem = suite.suite.gate_problem(gate)
+        if problem is not None:
+            raise click.BadParameter(f"{text!r}: {problem[1]}", param_hint="--fail-under")
     start = last or since
+    judge: dict[str, Any] = {
+        key: value
+        for key, value in {
+            "model": judge_model,
+            "base_url": judge_base_url,
+            "concurrency": judge_concurrency,
+            "timeout_s": judge_timeout,
+            "max_calls": max_judge_calls,
+            "max_cost_usd": max_judge_cost,
+            "cache": False if no_judge_cache else None,
+            "batch": True if judge_batch else None,
+        }.items()
+        if value is not None
+    }
     options = RunOptions(
         since=parse_when(start, now) if start else None,
         until=parse_when(until, now) if until else None,
@@ -259,12 +443,24 @@ def evaluate_command(
         rescore=rescore,
         settle_s=parse_duration(settle),
         workers=workers,
+        engine=engine,
+        ray_address=ray_address,
         batch_size=batch_size,
         gates=gates,
+        min_conversations=min_conversations,
+        strict=strict,
         now=now,
+        judge=judge,
     )
     try:
-        result = evaluate(lake, suite, options, progress=_Bar())
+        judge_settings(suite, options)
+    except ValueError as exc:  # pydantic's ValidationError is one
+        raise click.UsageError(f"judge settings: {exc}") from None
+    try:
+        result = evaluate(lake, suite, options, progress=_Bar() if fmt == "text" else None)
+    except (JudgeUnavailable, WindowError, EngineUnavailable) as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
     except RunInterrupted as exc:
         click.echo(
             f"\ninterrupted: run {exc.result.run_id} scored {exc.result.scored} conversations "
@@ -273,16 +469,24 @@ def evaluate_command(
         )
         sys.exit(130)
     except LakeError as exc:
-        raise click.ClickException(str(exc)) from exc
-    print_summary(result)
+        raise LakeUnavailable(str(exc)) from exc
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        print_summary(result)
     if junit:
         con = connect(lake, read_only=True)
         try:
-            junit_xml(con, suite, result.run_id, junit)
+            junit_xml(con, suite, result.run_id, junit, result)
         finally:
             con.close()
-        click.echo(f"JUnit XML written to {junit}")
-    sys.exit(0 if result.gates_passed else 1)
+        click.echo(f"JUnit XML written to {junit}", err=fmt == "json")
+    if report_path:
+        from .report import write_report_file
+
+        trace_url = os.environ.get("SPANSCORE_TRACE_URL")
+        write_report_file(lake, report_path, result.run_id, trace_url=trace_url)
+    sys.exit(0 if result.passed else 1)
 
 
 @click.command("compare")
@@ -297,30 +501,77 @@ def evaluate_command(
     help="Conversations to list.",
 )
 @click.option("--all-metrics", is_flag=True, help="List unchanged metrics too.")
-def compare_command(lake: str, run_a: str, run_b: str, limit: int, all_metrics: bool) -> None:
+@click.option(
+    "--fail-on-regression",
+    is_flag=True,
+    envvar="SPANSCORE_FAIL_ON_REGRESSION",
+    help="Exit 1 when a conversation went from pass to fail, or a metric's mean dropped "
+    "significantly.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one document with every metric and changed conversation.",
+)
+def compare_command(
+    lake: str,
+    run_a: str,
+    run_b: str,
+    limit: int,
+    all_metrics: bool,
+    fail_on_regression: bool,
+    fmt: str,
+) -> None:
     """Show the metrics and conversations whose scores changed from RUN_A to RUN_B.
 
-    A metric's change comes with a 95 % bootstrap interval over the conversations both runs
-    scored; `*` marks a change whose interval excludes 0.
+    A run is its id, a unique prefix of it, `latest` or `previous`. A metric's change comes
+    with a 95 % bootstrap interval over the conversations both runs scored (from 10 of them);
+    `*` marks a change whose interval excludes 0. Exit status: 0, 1 a regression with
+    --fail-on-regression, 2 usage error or unknown run, 3 the lake cannot be opened.
 
     \b
-    $ spanscore compare --lake ./lake 3f2a9c0d1e2b4a6f 9e8d7c6b5a4f3e2d
+    $ spanscore compare --lake ./lake previous latest --fail-on-regression
+    $ spanscore compare --lake ./lake 3f2a9c0d 9e8d7c6b --format json
     """
+    from dataclasses import asdict
+
     from spanscore.evaluation.compare import compare_runs
+    from spanscore.evaluation.run_ids import resolve_run
 
     from .options import open_lake_or_fail
     from .query import write_rows
 
-    con = open_lake_or_fail(lake)
+    con = open_lake_or_fail(lake, read_only=True)
     try:
+        run_a, run_b = resolve_run(con, run_a), resolve_run(con, run_b)
         comparison = compare_runs(con, run_a, run_b)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         con.close()
+    failed = fail_on_regression and comparison.regressed
+    if fmt == "json":
+        document = {
+            "run_a": run_a,
+            "run_b": run_b,
+            "regressed": comparison.regressed,
+            "notes": comparison.notes,
+            "metrics": [
+                {**asdict(m), "significant": m.significant, "changed": m.changed}
+                for m in comparison.metrics
+            ],
+            "conversations": [{**asdict(c), "kind": c.kind} for c in comparison.conversations],
+        }
+        click.echo(json.dumps(document, indent=2, default=str))
+        sys.exit(1 if failed else 0)
     shown = [m for m in comparison.metrics if all_metrics or m.changed]
     changed = sum(1 for m in comparison.metrics if m.changed)
     click.echo(f"{changed} of {len(comparison.metrics)} metrics changed from {run_a} to {run_b}")
+    for note in comparison.notes:
+        click.echo(f"note: {note}")
     if shown:
         rows = (
             {
@@ -362,3 +613,6 @@ def compare_command(lake: str, run_a: str, run_b: str, limit: int, all_metrics: 
                 f"  {c.kind:<9} {c.conversation_id}  {c.scenario_id or '(all)'}/{c.metric}  "
                 f"{_fmt(c.value_a)} -> {_fmt(c.value_b)}"
             )
+    if failed:
+        click.echo(f"regression from {run_a} to {run_b} (--fail-on-regression)", err=True)
+        sys.exit(1)

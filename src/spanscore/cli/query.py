@@ -7,6 +7,7 @@ import datetime as dt
 import decimal
 import json
 import sys
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -37,19 +38,39 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def write_rows(rows: Iterator[dict[str, Any]], names: list[str], fmt: str, out: Any) -> None:
-    """Print rows as an aligned table, CSV or one JSON array of objects."""
+def _json_columns(description: Any) -> set[str]:
+    """The result columns of DuckDB's JSON type (their values arrive as JSON text)."""
+    return {d[0] for d in description or () if str(d[1]) == "JSON"}
+
+
+def _json_value(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def write_rows(
+    rows: Iterator[dict[str, Any]],
+    names: list[str],
+    fmt: str,
+    out: Any,
+    json_columns: set[str] | frozenset[str] = frozenset(),
+) -> None:
+    """Print rows as an aligned table, CSV (LF line ends) or one JSON array of objects, where
+    the values of `json_columns` are JSON, not strings of JSON."""
     if fmt == "json":
         out.write("[")
         for i, row in enumerate(rows):
-            out.write(
-                ("," if i else "")
-                + "\n  "
-                + json.dumps({k: _plain(v) for k, v in row.items()}, default=str)
-            )
+            document = {
+                k: _json_value(v) if k in json_columns else _plain(v) for k, v in row.items()
+            }
+            out.write(("," if i else "") + "\n  " + json.dumps(document, default=str))
         out.write("\n]\n" if names else "]\n")
     elif fmt == "csv":
-        writer = csv.writer(out)
+        writer = csv.writer(out, lineterminator="\n")
         writer.writerow(names)
         for row in rows:
             writer.writerow([_cell(v) for v in row.values()])
@@ -80,25 +101,47 @@ def _print_table(names: list[str], table: Iterable[list[str]], out: Any, width: 
     show_default=True,
     help="Output format; json is one array of row objects.",
 )
-@click.argument("query")
-def sql_command(lake: str, fmt: str, query: str) -> None:
-    """Run one SQL statement against the lake, also while the collector is writing.
+@click.option(
+    "-f",
+    "--file",
+    "query_file",
+    type=click.File("r", encoding="utf-8"),
+    help="Read the SQL from this file (- for stdin).",
+)
+@click.option(
+    "--write",
+    is_flag=True,
+    help="Open the lake read-write (default: read-only, so a query cannot change the lake).",
+)
+@click.argument("query", required=False)
+def sql_command(lake: str, fmt: str, query_file: Any, write: bool, query: str | None) -> None:
+    """Run SQL against the lake, also while the collector is writing. Read-only unless
+    --write; the SQL comes from QUERY, from --file, or from stdin (QUERY `-`).
 
     \b
     $ spanscore sql --lake ./lake "SELECT tool_name, count(*) AS calls FROM tool_calls GROUP BY ALL"
     $ spanscore sql --lake ./lake --format json "SELECT * FROM conversations LIMIT 5"
+    $ spanscore sql --lake ./lake --format csv -f nightly.sql > nightly.csv
     """
     import duckdb
 
     from spanscore.lake import query as run_query
 
-    con = open_lake_or_fail(lake)
+    if query_file is not None and query is not None:
+        raise click.UsageError("give the SQL as QUERY or with --file, not both")
+    if query == "-":
+        query = sys.stdin.read()
+    elif query_file is not None:
+        query = query_file.read()
+    if not query or not query.strip():
+        raise click.UsageError("no SQL: give QUERY, --file FILE, or - to read stdin")
+    con = open_lake_or_fail(lake, read_only=not write)
     try:
         cursor_rows = run_query(con, query)
         try:
             first = next(cursor_rows, None)
         except duckdb.Error as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(_sql_error(exc, write)) from exc
         if first is None:
             description = con.description or []
             names = [d[0] for d in description]
@@ -111,11 +154,17 @@ def sql_command(lake: str, fmt: str, query: str) -> None:
             yield from cursor_rows
 
         try:
-            write_rows(all_rows(), names, fmt, sys.stdout)
+            write_rows(all_rows(), names, fmt, sys.stdout, _json_columns(con.description))
         except duckdb.Error as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(_sql_error(exc, write)) from exc
     finally:
         con.close()
+
+
+def _sql_error(exc: Exception, write: bool) -> str:
+    if not write and "read-only mode" in str(exc):
+        return f"{exc}\nThe lake is opened read-only: add --write to change it."
+    return str(exc)
 
 
 @click.command("status")
@@ -128,24 +177,38 @@ def sql_command(lake: str, fmt: str, query: str) -> None:
 )
 @click.option("--token", envvar="SPANSCORE_TOKEN", help="Bearer token.  [env: SPANSCORE_TOKEN]")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON document.")
-def status_command(endpoint: str, token: str | None, as_json: bool) -> None:
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=0,
+    metavar="SECONDS",
+    help="Wait up to this long for a collector that is starting (for scripts).",
+)
+def status_command(endpoint: str, token: str | None, as_json: bool, wait: float) -> None:
     """Show a running collector's health and counters (received, stored, refused by reason).
 
     \b
     $ spanscore status --endpoint http://127.0.0.1:4318
+    $ spanscore serve --lake my-lake & spanscore status --wait 30   # in a script
     """
     request = urllib.request.Request(endpoint.rstrip("/") + "/status")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            doc = json.load(response)
-    except urllib.error.HTTPError as exc:
-        raise click.ClickException(
-            f"{endpoint} answered {exc.code}: {exc.read().decode(errors='replace')}"
-        ) from exc
-    except (urllib.error.URLError, OSError) as exc:
-        raise click.ClickException(f"no collector at {endpoint}: {exc}") from exc
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                doc = json.load(response)
+            break
+        except urllib.error.HTTPError as exc:
+            raise click.ClickException(
+                f"{endpoint} answered {exc.code}: {exc.read().decode(errors='replace')}"
+            ) from exc
+        except (urllib.error.URLError, OSError) as exc:
+            if time.monotonic() >= deadline:
+                waited = f" (waited {wait:g}s)" if wait else ""
+                raise click.ClickException(f"no collector at {endpoint}{waited}: {exc}") from exc
+            time.sleep(0.2)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
@@ -158,3 +221,13 @@ def status_command(endpoint: str, token: str | None, as_json: bool) -> None:
             click.echo(f"{section}:")
             for key, value in values.items():
                 click.echo(f"  {key:<36} {value}")
+    counters = doc.get("counters") or {}
+    without = counters.get("spans_without_conversation_id", 0)
+    if without:
+        received = counters.get("spans_received", 0)
+        click.echo(
+            f"{without} of {received} spans carried no conversation id: the trace id stands in "
+            "(one conversation per trace) unless another span of the trace carries one. Set it "
+            "with spanscore.instrumentation.conversation(...) or the collector's "
+            "conversation_attribute."
+        )

@@ -1,8 +1,9 @@
-"""The README's reference sections, generated from the code so that they cannot drift.
+"""The reference pages (`docs/reference.md`: settings, tables, every `--help`), generated from
+the code so that they cannot drift.
 
-`python -m spanscore.cli.reference README.md` rewrites every block between
-``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``; the tests fail when the README
-differs from what this module generates.
+`python -m spanscore.cli.reference [FILE]` rewrites every block of FILE (default
+`docs/reference.md`) between ``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``; the
+tests fail when the page differs from what this module generates.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def render(text: str) -> str:
             rf"(<!-- reference:{name} -->\n).*?(<!-- /reference:{name} -->)", re.DOTALL
         )
         if not pattern.search(text):
-            raise ValueError(f"the README has no <!-- reference:{name} --> block")
+            raise ValueError(f"no <!-- reference:{name} --> block to regenerate")
         start, end = pattern.search(text).span()  # type: ignore[union-attr]
         opening = f"<!-- reference:{name} -->\n"
         closing = f"<!-- /reference:{name} -->"
@@ -106,5 +107,5 @@ def render(text: str) -> str:
 
 
 if __name__ == "__main__":
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/reference.md")
     path.write_text(render(path.read_text()))

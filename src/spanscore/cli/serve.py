@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
+import socket
 import threading
 import types
 from pathlib import Path
@@ -14,6 +17,8 @@ from pydantic.fields import FieldInfo
 from spanscore.collector import Collector, CollectorConfig, ConfigError, load_config
 from spanscore.collector.config import env_name
 from spanscore.collector.logsetup import configure_logging
+
+from .options import MISSING_LAKE, InputError, LakeUnavailable
 
 
 def _option_for(name: str, info: FieldInfo) -> Any:
@@ -74,6 +79,29 @@ def serve_command(config_file: Path | None, **settings: Any) -> None:
         settings["redact"] = None
     try:
         config = load_config(config_file, settings)
+    except ConfigError as exc:
+        if "lake: Field required" in str(exc):
+            raise click.UsageError(MISSING_LAKE) from exc
+        raise click.ClickException(str(exc)) from exc
+    from spanscore.lake import LakeLocation
+
+    location = LakeLocation.parse(config.lake, config.data_path)  # a LakeError exits 3
+    for what, port, option in (
+        ("OTLP/gRPC", config.grpc_port, "--grpc-port"),
+        ("OTLP/HTTP", config.http_port, "--http-port"),
+    ):
+        _check_port(config.host, port, what, option)
+    lock = _lock_embedded_lake(location.directory) if location.directory else None
+    # Installed before the collector answers /health: a SIGTERM that follows readiness at once
+    # (a supervisor, a test) must still shut down gracefully, not kill the process.
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: types.FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
         configure_logging(config.log_format, config.log_level)
         collector = Collector(config)
         collector.start()
@@ -85,17 +113,55 @@ def serve_command(config_file: Path | None, **settings: Any) -> None:
         from spanscore.lake import LakeError
 
         if isinstance(exc, LakeError):
-            raise click.ClickException(str(exc)) from exc
+            raise LakeUnavailable(str(exc)) from exc
         raise
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: types.FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     while not stop.wait(1.0):
         pass
     drained = collector.stop(timeout=config.commit_deadline_s)
+    if lock is not None:
+        lock.close()
     if not drained:
-        raise SystemExit(1)
+        raise LakeUnavailable("stopped before every export received could be committed")
+
+
+def _check_port(host: str, port: int, what: str, option: str) -> None:
+    """Refuse a port another process listens on before anything (the lake) is created."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            reason = "in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+            raise InputError(
+                f"cannot listen for {what} on {host}:{port}: the port is {reason} (another "
+                f"collector? `spanscore status --endpoint http://{host}:{port}` tells). Stop "
+                f"it, or choose another port with {option} (0: any free port)"
+            ) from None
+
+
+def _lock_embedded_lake(directory: Path) -> Any:
+    """One collector per embedded lake: a second one would fight the first for the catalog.
+    The lock lives as long as this process (the kernel drops it if the process dies)."""
+    import fcntl
+
+    directory.mkdir(parents=True, exist_ok=True)
+    handle = (directory / ".collector.lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise LakeUnavailable(
+            f"another collector ({holder}) is serving the lake {directory}: one collector per "
+            "embedded lake. Send to that one, or stop it first (several collectors can share "
+            "a lake with a PostgreSQL catalog)"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle

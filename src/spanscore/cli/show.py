@@ -57,7 +57,9 @@ def render_trajectory(trajectory: Any, width: int = 100) -> list[str]:
                 lines.append(f"  {branch} tool {step.name}{ident}  {_ms(step.latency_ms)}{group}")
                 lines.append(f"  {cont}    args   {_short(step.arguments, width)}")
                 if step.error:
-                    lines.append(f"  {cont}    ERROR  {_short(step.error, width)}")
+                    said = step.error_message
+                    detail = f": {said}" if said and said != step.error else ""
+                    lines.append(f"  {cont}    ERROR  {_short(step.error + detail, width)}")
                 if step.result is not None:
                     lines.append(f"  {cont}    result {_short(step.result, width)}")
             elif isinstance(step, Handoff):

@@ -10,8 +10,9 @@ import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 
 class ConfigError(Exception):
@@ -28,7 +29,11 @@ class CollectorConfig(BaseModel):
     host: str = Field("127.0.0.1", description="address both servers bind")
     grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC port (0: any free)")
     http_port: int = Field(4318, ge=0, le=65535, description="OTLP/HTTP port (0: any free)")
-    token: str | None = Field(None, description="bearer token clients must send")
+    token: str | None = Field(
+        None,
+        description="bearer token clients must send (on the command line other users see it "
+        "in ps: prefer token_file or the environment variable)",
+    )
     token_file: Path | None = Field(None, description="file holding the bearer token")
     tls_cert: Path | None = Field(None, description="TLS certificate chain (PEM)")
     tls_key: Path | None = Field(None, description="TLS private key (PEM)")
@@ -36,9 +41,18 @@ class CollectorConfig(BaseModel):
     max_request_bytes: int = Field(
         8 * 1024 * 1024, gt=0, description="largest request body, after decompression"
     )
+    max_items_per_request: int = Field(
+        100_000,
+        gt=0,
+        description="spans or log records in one request (more: refused whole, before they "
+        "are built: a small body can hold millions of empty spans)",
+    )
     max_attributes: int = Field(512, gt=0, description="attributes kept per span/record")
     max_attribute_length: int = Field(
         256 * 1024, gt=0, description="longest string value kept (longer: truncated)"
+    )
+    max_attribute_key_length: int = Field(
+        1024, gt=0, description="longest attribute key kept (longer: the attribute is dropped)"
     )
     redact: list[str] = Field(
         default_factory=list,
@@ -48,6 +62,17 @@ class CollectorConfig(BaseModel):
         None, description="attribute holding the conversation id when no convention's does"
     )
     queue_rows: int = Field(100_000, gt=0, description="rows queued before exports are refused")
+    queue_bytes: int = Field(
+        256 * 1024 * 1024,
+        gt=0,
+        description="bytes of rows queued or committing before exports are refused",
+    )
+    max_receiving_bytes: int = Field(
+        128 * 1024 * 1024,
+        gt=0,
+        description="bytes of HTTP bodies held while they arrive and wait to be decoded "
+        "(beyond: 503, retry)",
+    )
     batch_rows: int = Field(20_000, gt=0, description="most rows in one commit")
     batch_delay_ms: int = Field(
         20, ge=0, description="how long the oldest queued export waits for its commit to grow"
@@ -58,6 +83,12 @@ class CollectorConfig(BaseModel):
         ge=0,
         description="processes decoding requests (default: one per CPU; 0: in the server)",
     )
+    client_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="longest a client may take for its TLS handshake or to send a request "
+        "body (slower: the connection is closed)",
+    )
     max_concurrent_requests: int = Field(
         32, gt=0, description="requests decoded at once (bounds memory)"
     )
@@ -67,9 +98,15 @@ class CollectorConfig(BaseModel):
     snapshot_retention_s: float = Field(
         3600.0, ge=0, description="how long old snapshots stay readable (time travel)"
     )
-    dedup_keys: int = Field(1_000_000, ge=0, description="recent span ids checked for retries")
+    dedup_keys: int = Field(
+        1_000_000,
+        ge=0,
+        description="identities of recent spans, and of recent log records, remembered so "
+        "that a retried export is not stored twice (0: off)",
+    )
     log_format: Literal["text", "json"] = Field("text", description="log line format")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)  # setting -> where it came from
 
     @model_validator(mode="after")
     def _check(self) -> CollectorConfig:
@@ -79,6 +116,8 @@ class CollectorConfig(BaseModel):
             raise ValueError("give token or token_file, not both")
         if self.batch_rows > self.queue_rows:
             raise ValueError("batch_rows must not exceed queue_rows")
+        if self.max_receiving_bytes < self.max_request_bytes:
+            raise ValueError("max_receiving_bytes must be at least max_request_bytes")
         if (
             not self.insecure
             and not is_loopback(self.host)
@@ -89,6 +128,30 @@ class CollectorConfig(BaseModel):
                 "nor TLS: set token/token_file or tls_cert/tls_key, or pass --insecure"
             )
         return self
+
+    def warnings(self) -> list[str]:
+        """Settings that work but put the collector or its secrets at risk (logged at start)."""
+        out = []
+        if self._sources.get("token") == "command line":
+            out.append(
+                "the bearer token is on the command line, where any user of this machine can "
+                f"read it (ps): use token_file or {env_name('token')} instead"
+            )
+        if self._sources.get("lake") == "command line" and _has_password(self.lake):
+            out.append(
+                "the lake's password is on the command line, where any user of this machine "
+                f"can read it (ps): use {env_name('lake')}, PGPASSWORD or a .pgpass file instead"
+            )
+        if (
+            self.tls_cert is not None
+            and not (self.token or self.token_file)
+            and not is_loopback(self.host)
+        ):
+            out.append(
+                f"TLS without a token on {self.host}: TLS encrypts, it does not authenticate; "
+                "anyone who can reach this address can write to the lake (set token_file)"
+            )
+        return out
 
     def bearer_token(self) -> str | None:
         if self.token_file is not None:
@@ -109,6 +172,12 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _has_password(spec: str) -> bool:
+    if "://" in spec:
+        return bool(urlsplit(spec.removeprefix("postgres:")).password) or "password=" in spec
+    return "password=" in spec
 
 
 def env_name(field: str) -> str:
@@ -174,7 +243,9 @@ def load_config(
             merged[key] = value
             sources[key] = "command line"
     try:
-        return CollectorConfig.model_validate(merged)
+        config = CollectorConfig.model_validate(merged)
+        config._sources = sources
+        return config
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

@@ -89,6 +89,33 @@ def _loads(value: Any) -> Any:
     return value
 
 
+# How some agents frame the user's message to the model; the user's words follow it
+# (smolagents: "New task:\n" + the task).
+USER_MESSAGE_FRAMES = ("New task:\n",)
+
+# Tools whose call is the agent's answer to the user, not an action: name -> the argument
+# holding the answer (smolagents ends every run with `final_answer`). A requested call of one
+# is the model call's response text; the tool's own span is no tool call.
+ANSWER_TOOLS = {"final_answer": "answer"}
+
+
+def unwrap_arguments(value: Any) -> Any:
+    """A tool's arguments without a `{"args": [...], "kwargs": {...}}` wrapper: the bound
+    parameters of a Python call, as OpenInference's smolagents instrumentation and
+    Traceloop's decorators record a tool's input (other keys beside them are the wrapper's
+    own flags). Keyword arguments when there are no positional ones, and the reverse; with
+    both, the wrapper is kept (there is no single arguments value)."""
+    parsed = _loads(value)
+    if not (isinstance(parsed, dict) and "args" in parsed and "kwargs" in parsed):
+        return value
+    args, kwargs = parsed["args"], parsed["kwargs"]
+    if not args and isinstance(kwargs, dict):
+        return kwargs
+    if not kwargs and isinstance(args, list):
+        return args
+    return value
+
+
 def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
     return {
         "id": call_id if isinstance(call_id, str) and call_id else None,
@@ -165,9 +192,13 @@ def deprecated_event_message(name: str, payload: Mapping[str, Any]) -> tuple[str
         "text": content if isinstance(content, str) else None,
         "tool_calls": [],
     }
-    for call in _loads(source.get("tool_calls")) or []:
+    # OpenLLMetry's gen_ai.choice events carry `tool_calls` beside `message`, not inside it
+    calls = _loads(source.get("tool_calls", payload.get("tool_calls")))
+    for call in calls if isinstance(calls, list) else []:
         if isinstance(call, dict):
-            function = call.get("function") or {}
+            function = call.get("function")
+            if not isinstance(function, dict):
+                function = {}
             out["tool_calls"].append(
                 _call(call.get("id"), function.get("name"), function.get("arguments"))
             )
@@ -232,7 +263,7 @@ def _indexed(attrs: Mapping[str, Any], prefix: str) -> dict[int, dict[str, Any]]
         if not key.startswith(prefix):
             continue
         index, _, rest = key[size:].partition(".")
-        if index.isdigit() and rest:
+        if index.isascii() and index.isdigit() and rest:  # "²".isdigit(), but int("²") fails
             out.setdefault(int(index), {})[rest] = value
     return out
 
@@ -357,10 +388,11 @@ TRACELOOP = Convention(
     keys={
         "agent_name": ("gen_ai.agent.name", "traceloop.entity.name"),
         "operation": ("gen_ai.operation.name", "llm.request.type"),
-        "tool_name": ("gen_ai.tool.name",),
+        # traceloop-sdk's @tool spans: the function's name, bound call (unwrapped) and return
+        "tool_name": ("gen_ai.tool.name", "traceloop.entity.name"),
         "tool_call_id": ("gen_ai.tool.call.id",),
-        "tool_arguments": ("gen_ai.tool.call.arguments",),
-        "tool_result": ("gen_ai.tool.call.result",),
+        "tool_arguments": ("gen_ai.tool.call.arguments", "traceloop.entity.input"),
+        "tool_result": ("gen_ai.tool.call.result", "traceloop.entity.output"),
         "error_type": ("error.type",),
     },
     operations=(
@@ -386,8 +418,9 @@ GENAI = Convention(
         "operation": ("gen_ai.operation.name", "llm.request.type"),
         "tool_name": ("gen_ai.tool.name",),
         "tool_call_id": ("gen_ai.tool.call.id",),
-        "tool_arguments": ("gen_ai.tool.call.arguments",),
-        "tool_result": ("gen_ai.tool.call.result",),
+        # pydantic-ai's deprecated instrumentation versions write `tool_arguments` / `tool_response`
+        "tool_arguments": ("gen_ai.tool.call.arguments", "tool_arguments"),
+        "tool_result": ("gen_ai.tool.call.result", "tool_response"),
         "error_type": ("error.type",),
     },
     messages=genai_messages,
@@ -425,9 +458,23 @@ def summarize_messages(
 ) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]], str | None]:
     """(latest user message, tool calls requested, tool results received, response text)."""
     user = next((m.get("text") for m in reversed(inputs) if m.get("role") == "user"), None)
-    requested = [call for m in outputs for call in m.get("tool_calls", [])]
-    results = [r for m in inputs for r in m.get("tool_results", [])]
+    if user is not None:
+        for frame in USER_MESSAGE_FRAMES:
+            if user.startswith(frame):
+                user = user[len(frame) :]
+                break
+    requested = []
     texts = [m["text"] for m in outputs if isinstance(m.get("text"), str)]
+    for m in outputs:
+        for call in m.get("tool_calls", []):
+            answer_key = ANSWER_TOOLS.get(call.get("name"))
+            arguments = call.get("arguments")
+            if answer_key is not None and isinstance(arguments, dict) and answer_key in arguments:
+                answer = arguments[answer_key]
+                texts.append(answer if isinstance(answer, str) else _as_text(answer) or "")
+            else:
+                requested.append(call)
+    results = [r for m in inputs for r in m.get("tool_results", [])]
     return user, requested, results, ("\n".join(texts) if texts else None)
 
 
@@ -500,10 +547,12 @@ class Extractor:
                     out[10] = text
             out[12] = convention.name
             break
+        if out[2] == "execute_tool" and out[3] in ANSWER_TOOLS:
+            out[2] = None  # the answer, read from the model call that asked for it
         if out[2] != "execute_tool":
             out[3] = out[4] = out[5] = out[6] = None  # tool fields only describe tool spans
         if out[5] is not None:  # tool arguments: JSON text, or a non-JSON value as a string
-            out[5] = _json_text(out[5])
+            out[5] = _json_text(unwrap_arguments(out[5]))
         if out[11] is None and is_error:
             out[11] = exception_type
         return out

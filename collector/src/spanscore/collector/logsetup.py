@@ -1,4 +1,8 @@
-"""Structured logs: `key=value` text or one JSON object per line, with the `extra` fields."""
+"""Structured logs: `key=value` text or one JSON object per line, with the `extra` fields.
+
+Every line is scrubbed of credentials (`secrets.scrub`) after it is formatted, so that nothing
+a log call or a traceback quotes can leak one.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import json
 import logging
 import sys
 import time
+
+from .secrets import scrub
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
@@ -31,7 +37,7 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str)
+        return scrub(json.dumps(doc, default=str))
 
 
 class TextFormatter(logging.Formatter):
@@ -41,7 +47,7 @@ class TextFormatter(logging.Formatter):
         line = f"{line} {fields}" if fields else line
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
-        return line
+        return scrub(line)
 
 
 def configure_logging(fmt: str = "text", level: str = "info") -> None:

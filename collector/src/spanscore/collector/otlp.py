@@ -9,14 +9,13 @@ success.
 from __future__ import annotations
 
 import base64
-import binascii
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from google.protobuf import json_format
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
@@ -92,18 +91,45 @@ LOGS = _Shape(
 )
 
 
+GZIP_MEMBERS = 64  # members one body may hold (producers send one)
+_GZIP_PIECE = 64 * 1024
+
+
 def gunzip(body: bytes, limit: int) -> bytes:
-    """Decompress a gzip body, refusing to inflate past `limit` bytes (no zip bombs)."""
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise BadRequest(f"body is not valid gzip: {exc}") from exc
-    if len(out) > limit:
-        raise TooLarge(f"decompressed body is over the limit of {limit} bytes")
-    if not inflater.eof:
-        raise BadRequest("gzip body is truncated")
-    return out
+    """Decompress a gzip body, refusing to inflate past `limit` bytes (no zip bombs).
+
+    A gzip stream may hold several members, one after the other (RFC 1952 2.2): they are one
+    body, and every member counts against the limit. Zero bytes after the last member are
+    padding (as gzip(1) reads them); anything else there is an error, never ignored. The input
+    is fed a piece at a time and the members are counted: zlib copies what follows a member,
+    and 400,000 empty members in 8 MiB would otherwise take minutes (quadratic).
+    """
+    view = memoryview(body)
+    parts: list[bytes] = []
+    total = pos = 0
+    for _ in range(GZIP_MEMBERS):
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        while not inflater.eof:
+            if pos >= len(view):
+                raise BadRequest("gzip body is truncated")
+            piece = view[pos : pos + _GZIP_PIECE]
+            pos += len(piece)
+            try:
+                part = inflater.decompress(piece, limit + 1 - total)  # never 0: "no limit"
+            except zlib.error as exc:
+                raise BadRequest(f"body is not valid gzip: {exc}") from exc
+            total += len(part)
+            if total > limit:
+                raise TooLarge(f"decompressed body is over the limit of {limit} bytes")
+            parts.append(part)
+        pos -= len(inflater.unused_data)  # the start of the next member
+        if pos == len(view):
+            return b"".join(parts)
+        if view[pos] == 0:  # padding: zeros to the end, or an error
+            if view[pos:].tobytes().strip(b"\0"):
+                raise BadRequest("body is not valid gzip: bytes after the zero padding")
+            return b"".join(parts)
+    raise BadRequest(f"gzip body has more than {GZIP_MEMBERS} members")
 
 
 # --- protobuf -------------------------------------------------------------------------------
@@ -158,12 +184,90 @@ def _fields(buf: bytes) -> list[tuple[int, bytes | None]]:
     return out
 
 
+ECHO_CHARS = 120
+MESSAGE_BYTES = 1024
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """`text` cut to `limit` characters, saying how long it was. Every piece of a request echoed
+    in a message goes through here: a 5 MiB span name must not make a 5 MiB answer."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} chars)"
+
+
+def client_message(text: str) -> str:
+    """A message for a client, at most MESSAGE_BYTES of UTF-8. gRPC sends error messages in
+    trailers, percent-encoded and again in the status details, and clients refuse trailers
+    over 8 KiB: past that the client would see a transport error instead of our reason."""
+    data = text.encode()
+    if len(data) <= MESSAGE_BYTES:
+        return text
+    return data[: MESSAGE_BYTES - 40].decode("utf-8", "ignore") + f"... ({len(data)} bytes)"
+
+
 def _why(exc: Exception) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) < 200 else text[:200] + "..."
+    return clip(str(exc) or type(exc).__name__, 200)
 
 
-def decode_protobuf(body: bytes, shape: _Shape) -> Decoded:
+def _lazy_request_type() -> type[Message]:
+    """A request whose items stay bytes: request(1) -> group(2) -> scope group(2) -> items.
+
+    Both signals nest with these field numbers. Parsing it counts a request's items without
+    building them: 4 million empty spans fit in 8 MiB, and building them took 700 MiB and
+    seconds of CPU (then Python objects for every one while flattening).
+    """
+    fdp = descriptor_pb2.FileDescriptorProto(name="spanscore_lazy_otlp.proto", package="lazy")
+    scope = fdp.message_type.add(name="ScopeGroup")
+    scope.field.add(name="items", number=2, type=_BYTES, label=_REPEATED)
+    group = fdp.message_type.add(name="Group")
+    group.field.add(
+        name="scopes", number=2, type=_MESSAGE, label=_REPEATED, type_name=".lazy.ScopeGroup"
+    )
+    request = fdp.message_type.add(name="Request")
+    request.field.add(
+        name="groups", number=1, type=_MESSAGE, label=_REPEATED, type_name=".lazy.Group"
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    lazy: type[Message] = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("lazy.Request")
+    )
+    return lazy
+
+
+_BYTES = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+_MESSAGE = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
+_REPEATED = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
+_LazyRequest = _lazy_request_type()
+
+
+class TooManyItems(BadRequest):
+    """More spans or log records in one request than `max_items` (not worth a retry)."""
+
+    def __init__(self, shape: _Shape, count: int | str, max_items: int) -> None:
+        super().__init__(
+            f"the request has {count} {shape.noun}s, over the limit of {max_items} per "
+            "request: send smaller batches"
+        )
+
+
+def _check_item_count(body: bytes, shape: _Shape, max_items: int | None) -> None:
+    if max_items is None:
+        return
+    lazy = _LazyRequest()
+    try:
+        lazy.ParseFromString(body)
+    except DecodeError:
+        return  # broken framing: the item-by-item path below counts as it goes
+    count = sum(len(s.items) for g in lazy.groups for s in g.scopes)
+    if count > max_items:
+        raise TooManyItems(shape, count, max_items)
+
+
+def decode_protobuf(body: bytes, shape: _Shape, max_items: int | None = None) -> Decoded:
+    """Decode a protobuf request; `max_items` bounds the spans or log records it may hold."""
+    _check_item_count(body, shape, max_items)
     request = shape.request()
     try:
         request.ParseFromString(body)
@@ -186,6 +290,8 @@ def decode_protobuf(body: bytes, shape: _Shape) -> Decoded:
             index += sum(
                 len(getattr(s, shape.items_field)) for s in getattr(group, shape.scopes_field)
             )
+            if max_items is not None and index > max_items:
+                raise TooManyItems(shape, f"over {index}", max_items)
             continue
         except DecodeError:
             group = shape.group()
@@ -222,6 +328,8 @@ def decode_protobuf(body: bytes, shape: _Shape) -> Decoded:
                                 f"{shape.noun} {index}: not valid protobuf ({_why(exc)})"
                             )
                         index += 1
+                        if max_items is not None and index > max_items:
+                            raise TooManyItems(shape, f"over {index}", max_items)
                     elif s_number == 3:
                         scope_group.schema_url = s_payload.decode("utf-8", "replace")
             elif g_number == 3:
@@ -277,7 +385,18 @@ def _or_empty(value: Any) -> Any:
     return [] if value is None else value
 
 
-def decode_json(body: bytes, shape: _Shape) -> Decoded:
+def _json_item_count(groups: list[Any], shape: _Shape) -> int:
+    count = 0
+    for g in groups:
+        scopes = _get(g, shape.json_scopes, shape.scopes_field) if isinstance(g, dict) else None
+        for s in scopes if isinstance(scopes, list) else ():
+            items = _get(s, shape.json_items, shape.items_field) if isinstance(s, dict) else None
+            count += len(items) if isinstance(items, list) else 0
+    return count
+
+
+def decode_json(body: bytes, shape: _Shape, max_items: int | None = None) -> Decoded:
+    """Decode an OTLP/JSON request; `max_items` bounds the spans or log records it may hold."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -288,6 +407,8 @@ def decode_json(body: bytes, shape: _Shape) -> Decoded:
     groups = _or_empty(_get(doc, shape.json_groups, shape.groups_field))
     if not isinstance(groups, list):
         raise BadRequest(f"{shape.json_groups!r} must be an array")
+    if max_items is not None and (count := _json_item_count(groups, shape)) > max_items:
+        raise TooManyItems(shape, count, max_items)  # before any item is built
     index = 0
     for g_i, g in enumerate(groups):
         if not isinstance(g, dict):
@@ -296,7 +417,7 @@ def decode_json(body: bytes, shape: _Shape) -> Decoded:
         try:
             if g.get("resource") is not None:
                 json_format.ParseDict(g["resource"], group.resource, ignore_unknown_fields=True)
-        except (json_format.ParseError, ValueError, TypeError) as exc:
+        except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
             raise BadRequest(f"{shape.json_groups}[{g_i}].resource: {_why(exc)}") from exc
         if isinstance(g.get("schemaUrl"), str):
             group.schema_url = g["schemaUrl"]
@@ -311,7 +432,7 @@ def decode_json(body: bytes, shape: _Shape) -> Decoded:
             try:
                 if s.get("scope") is not None:
                     json_format.ParseDict(s["scope"], scope_group.scope, ignore_unknown_fields=True)
-            except (json_format.ParseError, ValueError, TypeError) as exc:
+            except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
                 raise BadRequest(f"{where}.scope: {_why(exc)}") from exc
             if isinstance(s.get("schemaUrl"), str):
                 scope_group.schema_url = s["schemaUrl"]
@@ -324,7 +445,7 @@ def decode_json(body: bytes, shape: _Shape) -> Decoded:
                 try:
                     _parse_json_item(item, message, shape)
                     container.append(message)
-                except (json_format.ParseError, ValueError, TypeError, binascii.Error) as exc:
+                except Exception as exc:  # whatever one item does, it rejects only itself
                     decoded.rejected += 1
                     decoded.skipped.append(index)
                     decoded.problems.append(
@@ -352,4 +473,4 @@ def response_bytes(shape: _Shape, rejected: int, message: str, as_json: bool) ->
     return bytes(response.SerializeToString())
 
 
-Decoder = Callable[[bytes, _Shape], Decoded]
+Decoder = Callable[[bytes, _Shape, int | None], Decoded]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.connection
+import os
 import threading
 from concurrent.futures import BrokenExecutor, ProcessPoolExecutor
 
@@ -24,12 +26,35 @@ _flattener: Flattener | None = None
 def _init_worker(limits: Limits, conversation_attribute: str | None) -> None:
     global _flattener
     _flattener = Flattener(limits, conversation_attribute)
+    _exit_with_parent()
+
+
+def _exit_with_parent() -> None:
+    """End this worker when the collector dies, however it dies.
+
+    A worker waits on a queue whose writing end it holds itself, so a `kill -9` of the
+    collector never wakes it: workers (and multiprocessing's resource tracker, which waits for
+    them) would run on, orphaned, holding memory. The parent's sentinel, a pipe the parent
+    holds open, becomes readable when it dies.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        multiprocessing.connection.wait([sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="spanscore-parent-watch", daemon=True).start()
 
 
 def flatten_request(flattener: Flattener, signal: str, body: bytes, as_json: bool) -> Flattened:
     """Decode one OTLP request body and flatten it; raises otlp.BadRequest."""
     shape = otlp.TRACES if signal == "spans" else otlp.LOGS
-    decoded = (otlp.decode_json if as_json else otlp.decode_protobuf)(body, shape)
+    decoded = (otlp.decode_json if as_json else otlp.decode_protobuf)(
+        body, shape, flattener.limits.max_items_per_request
+    )
     if signal == "spans":
         flat = flattener.spans(decoded.groups, decoded.skipped)
     else:

@@ -6,12 +6,15 @@ commit; they differ only in how a request arrives and how an outcome is answered
 
 from __future__ import annotations
 
+import contextlib
+import heapq
 import hmac
 import http.server
 import json
 import logging
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import pyarrow as pa
+import pyarrow.compute as pc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from spanscore import lake
 
-from . import otlp
+from . import otlp, secrets
 from .config import CollectorConfig
 from .flatten import Limits, summarize
 from .pool import FlattenPool
@@ -45,6 +50,143 @@ class Outcome:
     retry_after_s: float | None = None
     body: bytes | None = None  # the success response, encoded for the request's format
 
+    def __post_init__(self) -> None:
+        self.message = otlp.client_message(self.message)
+
+
+class ByteBudget:
+    """Bytes the collector may hold for one purpose at once; `take` refuses past the limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self.used + n > self.limit:
+                return False
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
+
+
+class Body:
+    """A request body that is let go as soon as it is decoded.
+
+    Handlers wait for the commit after decoding; a waiting handler that kept its body made
+    memory grow with the number of waiting requests (1.4 GiB for 148 queued rows), whatever
+    the write queue's limits. `take()` hands the bytes over once; `close()` gives back the
+    receive budget they held (idempotent).
+    """
+
+    def __init__(self, data: bytes = b"", budget: ByteBudget | None = None) -> None:
+        self.parts: list[bytes] = [data] if data else []
+        self.size = len(data)
+        self._budget = budget
+        self._held = 0
+
+    def reserve(self, n: int) -> bool:
+        if self._budget is not None:
+            if not self._budget.take(n):
+                return False
+            self._held += n
+        return True
+
+    def append(self, chunk: bytes, reserved: int) -> None:
+        """Keep `chunk`, read into `reserved` bytes of budget (the rest is given back)."""
+        if self._budget is not None and reserved > len(chunk):
+            self._budget.give(reserved - len(chunk))
+            self._held -= reserved - len(chunk)
+        if chunk:
+            self.parts.append(chunk)
+            self.size += len(chunk)
+
+    def take(self) -> bytes:
+        data = self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+        self.parts = []
+        return data
+
+    def close(self) -> None:
+        self.parts = []
+        if self._budget is not None and self._held:
+            self._budget.give(self._held)
+            self._held = 0
+
+
+class Deadlines:
+    """Cuts the connections of clients that are too slow: one thread watches them all.
+
+    A client sending its body at 1 byte per 10 s, or opening a TLS connection and saying
+    nothing, passes every per-read timeout and would hold its thread and its bytes as long as
+    it liked. At the deadline the read side of its socket is shut down: the blocked read
+    returns, and the handler can still answer.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Deadlines.Watch]] = []
+        self._cond = threading.Condition()
+        self._seq = 0
+        self._closed = False
+        self._compact_at = 4096
+
+    class Watch:
+        __slots__ = ("expired", "finished", "sock")
+
+        def __init__(self, sock: socket.socket) -> None:
+            self.sock = sock
+            self.finished = False
+            self.expired = False
+
+        def finish(self) -> bool:
+            """Stop watching; whether the deadline had passed (then the read side is shut)."""
+            self.finished = True
+            return self.expired
+
+    def watch(self, sock: socket.socket, seconds: float) -> Deadlines.Watch:
+        watch = Deadlines.Watch(sock)
+        deadline = time.monotonic() + seconds
+        with self._cond:
+            if len(self._heap) >= self._compact_at:
+                # Most watches finish long before their deadline; drop them in one pass now
+                # and then, or the heap would hold every request of the last client_timeout_s.
+                self._heap = [entry for entry in self._heap if not entry[2].finished]
+                heapq.heapify(self._heap)
+                self._compact_at = max(4096, 2 * len(self._heap))
+            self._seq += 1
+            # The thread sleeps until the earliest deadline: wake it only for an earlier one.
+            wake = not self._heap or deadline < self._heap[0][0]
+            heapq.heappush(self._heap, (deadline, self._seq, watch))
+            if wake:
+                self._cond.notify()
+        return watch
+
+    def run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                now = time.monotonic()
+                while self._heap and (self._heap[0][0] <= now or self._heap[0][2].finished):
+                    _, _, watch = heapq.heappop(self._heap)
+                    if not watch.finished:
+                        watch.expired = True
+                        with contextlib.suppress(OSError):
+                            # The plain socket's method: SSLSocket.shutdown would also drop
+                            # TLS, and the answer would go out unencrypted.
+                            socket.socket.shutdown(watch.sock, socket.SHUT_RD)
+                self._cond.wait(self._heap[0][0] - now if self._heap else None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+
+# Longest a maintenance step retries while it holds the writer (see `_maintenance_loop`).
+MAINTENANCE_STEP_DEADLINE_S = 5.0
+
 
 class Collector:
     """Run with `start()` / `stop()` or as a context manager. Ports 0 pick free ports."""
@@ -55,17 +197,26 @@ class Collector:
         self.limits = Limits(
             max_attributes=config.max_attributes,
             max_value_length=config.max_attribute_length,
+            max_key_length=config.max_attribute_key_length,
+            max_items_per_request=config.max_items_per_request,
             redact_patterns=tuple(config.redact),
         )
         self.pool: FlattenPool | None = None
         self._token = config.bearer_token()
+        secrets.register(self._token)
+        for spec in (config.lake, config.data_path):
+            if spec:
+                secrets.register_connection_string(spec)
         self._admission = threading.BoundedSemaphore(config.max_concurrent_requests)
+        self.receiving = ByteBudget(config.max_receiving_bytes)
+        self.deadlines = Deadlines()
         self._closing = False
         self._stopped = False
         self._maintenance_stop = threading.Event()
         self.grpc_port = 0
         self.http_port = 0
         self._con: Any = None
+        self._single: contextlib.ExitStack | None = None
         self.writer: GroupCommitWriter | None = None
         self._grpc: grpc.Server | None = None
         self._http: _HTTPServer | None = None
@@ -75,22 +226,35 @@ class Collector:
 
     def start(self) -> Collector:
         cfg = self.config
-        self._con = lake.connect(cfg.lake, create=True, data_path=cfg.data_path)
         self.location = lake.LakeLocation.parse(cfg.lake, cfg.data_path)
+        self._single = contextlib.ExitStack()
+        self._single.enter_context(lake.single_writer(self.location))
+        try:
+            self._con = lake.connect(self.location, create=True)
+        except Exception as exc:
+            self._single.close()
+            # The error quotes the connection string; the chain would too: neither is kept.
+            raise lake.LakeError(secrets.scrub(str(exc))) from None
+        except BaseException:
+            self._single.close()
+            raise
         self.writer = GroupCommitWriter(
             self._con.cursor(),
             self.stats,
             batch_rows=cfg.batch_rows,
             batch_delay_s=cfg.batch_delay_ms / 1000,
             queue_rows=cfg.queue_rows,
+            queue_bytes=cfg.queue_bytes,
             commit_deadline_s=cfg.commit_deadline_s,
             dedup_keys=cfg.dedup_keys,
+            shared=self.location.is_postgres,
         )
         self.writer.start()
         try:
             self.pool = FlattenPool(
                 self.limits, self.config.conversation_attribute, self.config.workers
             )
+            self._spawn(self.deadlines.run, "spanscore-deadlines")
             self._start_grpc()
             self._start_http()
         except Exception:
@@ -98,6 +262,8 @@ class Collector:
             raise
         if cfg.maintenance_interval_s > 0:
             self._spawn(self._maintenance_loop, "spanscore-maintenance")
+        for warning in cfg.warnings():
+            log.warning(warning)
         log.info(
             "listening",
             extra={
@@ -135,12 +301,15 @@ class Collector:
             self._http.requests.wait_idle(max(0.1, deadline - time.monotonic()))
             self._http.server_close()
         self._maintenance_stop.set()
+        self.deadlines.close()
         if self.pool is not None:
             self.pool.close()
         for thread in self._threads:
             thread.join(max(0.1, deadline - time.monotonic()))
         if self._con is not None:
             self._con.close()
+        if self._single is not None:
+            self._single.close()
         log.info("stopped", extra={"drained": drained, **self.stats.snapshot()["counters"]})  # type: ignore[dict-item]
         return drained
 
@@ -154,11 +323,21 @@ class Collector:
         while not self._maintenance_stop.wait(self.config.maintenance_interval_s):
             try:
                 started = time.monotonic()
-                done = lake.maintain(
-                    con,
-                    expire_older_than_s=self.config.snapshot_retention_s,
-                    delete_older_than_s=self.config.snapshot_retention_s,
-                )
+                # Several collectors on one lake: one of them at a time compacts and expires.
+                with lake.elected(self.location, "maintenance") as leader:
+                    if not leader:
+                        self.stats.add("maintenance_skipped")
+                        log.debug("maintenance: another process is running it")
+                        continue
+                    done = lake.maintain(
+                        con,
+                        expire_older_than_s=self.config.snapshot_retention_s,
+                        delete_older_than_s=self.config.snapshot_retention_s,
+                        exclusive=self.writer.paused if self.writer is not None else None,
+                        # Exports wait while a step holds the writer: a step that another
+                        # process keeps failing gives up soon and runs again next time.
+                        step_deadline_s=MAINTENANCE_STEP_DEADLINE_S,
+                    )
                 self.stats.add("maintenance_runs")
                 log.info(
                     "maintenance",
@@ -166,19 +345,29 @@ class Collector:
                 )
             except Exception as exc:  # maintenance must never stop ingestion
                 self.stats.add("maintenance_failed")
-                log.warning("maintenance failed: %s", exc)
+                log.warning("maintenance failed: %s", secrets.describe_error(exc))
 
     # --- the shared export path ---------------------------------------------------------------
 
-    def health(self) -> dict[str, Any]:
+    def health(self, detailed: bool = False) -> dict[str, Any]:
+        """Up or down; `detailed` adds the last lake error (scrubbed of credentials), which
+        only authenticated callers see: even scrubbed, it names hosts and databases."""
         ok = not self._closing and self.writer is not None and self.writer.healthy
-        return {
-            "status": "ok" if ok else ("stopping" if self._closing else "degraded"),
-            "last_error": self.writer.last_error if self.writer else None,
+        doc: dict[str, Any] = {
+            "status": "ok" if ok else ("stopping" if self._closing else "degraded")
         }
+        if detailed:
+            doc["last_error"] = self.writer.last_error if self.writer else None
+        return doc
 
     def status(self) -> dict[str, Any]:
-        return {**self.health(), **self.stats.snapshot()}
+        snapshot = self.stats.snapshot()
+        snapshot["gauges"]["receiving_bytes"] = self.receiving.used  # type: ignore[index]
+        return {**self.health(detailed=True), **snapshot}
+
+    def authenticated(self, header: str | None) -> bool:
+        """A token is configured and `header` carries it (stricter than `authorized`)."""
+        return self._token is not None and self.authorized(header)
 
     def authorized(self, header: str | None) -> bool:
         if self._token is None:
@@ -190,8 +379,9 @@ class Collector:
     def admit(self) -> Outcome | None:
         """Take one of the `max_concurrent_requests` decoding slots, or say why not.
 
-        Bodies are read (HTTP) and decoded only inside a slot, so the memory they take is
-        bounded whatever the number of connections. Release with `release()`.
+        A slot is taken once the body has arrived (HTTP bodies are received under
+        `max_receiving_bytes` and `client_timeout_s` instead), so a slow client never holds
+        one. Release with `release()`.
         """
         if self._closing or self.writer is None or self.pool is None:
             self.stats.add("refused_shutting_down")
@@ -207,12 +397,12 @@ class Collector:
         self._admission.release()
 
     def ingest(
-        self, shape: otlp._Shape, body: bytes, as_json: bool, admitted: bool = False
+        self, shape: otlp._Shape, body: Body, as_json: bool, admitted: bool = False
     ) -> Outcome:
         """Decode, flatten, queue and wait for the commit. Never raises.
 
         With `admitted`, the caller already holds a slot from `admit()`; it is released here
-        once the body is decoded.
+        once the body is decoded. The body is let go then too, before the wait for the commit.
         """
         signal = "spans" if shape is otlp.TRACES else "logs"
         if not admitted:
@@ -221,9 +411,10 @@ class Collector:
                 return refusal
         assert self.pool is not None
         assert self.writer is not None
+        data = body.take()
         try:
             try:
-                flat = self.pool.run(signal, body, as_json)
+                flat = self.pool.run(signal, data, as_json)
             except otlp.BadRequest as exc:
                 self.stats.add("refused_bad_request")
                 return Outcome(code_pb2.INVALID_ARGUMENT, str(exc))
@@ -232,12 +423,25 @@ class Collector:
                 self.stats.add("refused_internal")
                 return Outcome(code_pb2.INTERNAL, f"could not read the request: {exc}")
         finally:
+            del data
+            body.close()
             self.release()
         rejected = flat.rejected
         problems = flat.problems
+        if flat.unexpected:
+            # A shape no rule foresaw: the item is rejected, and the operator hears of it.
+            self.stats.add(f"{signal}_unreadable", len(flat.unexpected))
+            log.warning(
+                "rejected %d %s that could not be read, first: %s",
+                len(flat.unexpected),
+                signal,
+                flat.unexpected[0],
+            )
         self.stats.add(f"{signal}_received", flat.rows + rejected)
         self.stats.add(f"{signal}_rejected", rejected)
         self.stats.add(f"{signal}_truncated", flat.truncated)
+        if signal == "spans" and flat.rows:
+            self.stats.add("spans_without_conversation_id", _trace_stood_in(flat.batch))
         pending = Pending(**{signal: flat.batch})
         message = summarize(problems)
         if flat.rows:
@@ -257,9 +461,11 @@ class Collector:
                     code_pb2.UNAVAILABLE, "the commit is taking too long; retry", retry_after_s=5
                 )
             if pending.error is not None:
+                # The lake's own error names hosts and databases: it goes to the log and
+                # /status, not to clients.
                 return Outcome(
                     code_pb2.UNAVAILABLE,
-                    f"the lake did not accept the commit: {pending.error}",
+                    "the lake did not accept the commit; retry (the collector's log says why)",
                     retry_after_s=5,
                 )
         return Outcome(
@@ -311,7 +517,7 @@ class Collector:
         self.grpc_port = port
 
     def _grpc_method(self, shape: otlp._Shape) -> grpc.RpcMethodHandler:
-        def export(request: bytes, context: grpc.ServicerContext) -> bytes:
+        def export(request: Body, context: grpc.ServicerContext) -> bytes:
             metadata = dict(context.invocation_metadata())
             if not self.authorized(_text(metadata.get("authorization"))):
                 self.stats.add("refused_unauthenticated")
@@ -323,20 +529,54 @@ class Collector:
             context.abort_with_status(_grpc_status(outcome))
             raise AssertionError("unreachable")  # abort_with_status raises
 
-        return grpc.unary_unary_rpc_method_handler(export)
+        # Wrapped, so that the bytes can be let go once decoded (see Body).
+        return grpc.unary_unary_rpc_method_handler(export, request_deserializer=Body)
 
     # --- HTTP ---------------------------------------------------------------------------------
 
     def _start_http(self) -> None:
         cfg = self.config
         server = _HTTPServer((cfg.host, cfg.http_port), _make_handler(self))
+        server.client_timeout_s = cfg.client_timeout_s
+        server.deadlines = self.deadlines
         if cfg.tls_cert is not None and cfg.tls_key is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(str(cfg.tls_cert), str(cfg.tls_key))
-            server.socket = context.wrap_socket(server.socket, server_side=True)
+            server.tls = context
         self._http = server
         self.http_port = server.server_address[1]
         self._spawn(server.serve_forever, "spanscore-http")
+
+
+_MISTAKES_LOGGED: set[str] = set()
+
+
+def _trace_stood_in(batch: pa.RecordBatch) -> int:
+    """Spans that carried no conversation id of their own (the trace id stood in): an agent
+    that never sets one is stored as one conversation per trace."""
+    same = pc.equal(batch.column("conversation_id"), batch.column("trace_id"))
+    return int(pc.sum(same).as_py() or 0)
+
+
+def _endpoint_mistake(key: str, message: str) -> None:
+    """Log an exporter's endpoint mistake with its fix, once per kind (it repeats with every
+    export)."""
+    if key in _MISTAKES_LOGGED or len(_MISTAKES_LOGGED) > 100:
+        return
+    _MISTAKES_LOGGED.add(key)
+    log.warning(message)
+
+
+def _endpoint_fix(path: str, port: int) -> str:
+    for signal in ("traces", "logs"):
+        if path.endswith(f"/v1/{signal}") and path != f"/v1/{signal}":
+            return (
+                f"POST {path}: no OTLP endpoint here, the exporter's URL has the path twice: "
+                f"set OTEL_EXPORTER_OTLP_ENDPOINT to the base URL (http://HOST:{port}, the "
+                f"exporter adds /v1/{signal}), or OTEL_EXPORTER_OTLP_"
+                f"{signal.upper()}_ENDPOINT to the full URL (http://HOST:{port}/v1/{signal})"
+            )
+    return f"POST {path}: no OTLP endpoint here; OTLP/HTTP is POST /v1/traces and /v1/logs"
 
 
 def _bracket(host: str) -> str:
@@ -386,7 +626,43 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.requests = _InFlight()
+        self.tls: ssl.SSLContext | None = None
+        self.client_timeout_s = 30.0
+        self.deadlines: Deadlines | None = None  # the collector's; needed for TLS
         super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that resets or times out is no server error (socketserver would print a
+        traceback on stderr for each)."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError | ssl.SSLError):
+            log.debug("connection from %s ended: %s", client_address[0], exc)
+        else:
+            log.error("error handling a request from %s", client_address[0], exc_info=True)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Runs in the connection's own thread. The TLS handshake happens here, with a
+        deadline: on the accept loop (a wrapped listening socket), one silent client stopped
+        every HTTPS client, for as long as it liked."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        assert self.deadlines is not None
+        connection = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        watch = self.deadlines.watch(connection, self.client_timeout_s)
+        try:
+            connection.do_handshake()
+        except OSError:  # ssl.SSLError, and a handshake cut at the deadline: this client only
+            connection.close()
+            return
+        finally:
+            watch.finish()
+        try:
+            super().finish_request(connection, client_address)
+        finally:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_WR)
+            connection.close()
 
 
 class _InFlight:
@@ -413,6 +689,7 @@ class _InFlight:
 _HTTP_STATUS = {
     code_pb2.OK: 200,
     code_pb2.INVALID_ARGUMENT: 400,
+    code_pb2.DEADLINE_EXCEEDED: 408,
     code_pb2.UNAUTHENTICATED: 401,
     code_pb2.RESOURCE_EXHAUSTED: 429,
     code_pb2.UNAVAILABLE: 503,
@@ -420,22 +697,35 @@ _HTTP_STATUS = {
 }
 _PROTOBUF = "application/x-protobuf"
 _DISCARD_CAP = 64 * 1024 * 1024
+_PIECE = 256 * 1024  # bytes of a body read (and reserved) at a time
 _JSON = "application/json"
 
 
 def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandler]:
     limit = collector.config.max_request_bytes
+    client_timeout_s = collector.config.client_timeout_s
     routes = {"/v1/traces": otlp.TRACES, "/v1/logs": otlp.LOGS}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "spanscore"
         sys_version = ""
-        timeout = 60  # seconds a connection may sit idle or stall mid-body
+        timeout = 60  # seconds a connection may sit idle between requests
         body_read = False
+        watch: Deadlines.Watch | None = None
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             log.debug("http %s", format % args)
+
+        def parse_request(self) -> bool:
+            if getattr(self, "raw_requestline", b"").startswith(b"PRI * HTTP/2"):
+                _endpoint_mistake(
+                    "grpc-to-http-port",
+                    f"an OTLP/gRPC exporter is sending to the OTLP/HTTP port "
+                    f"{collector.http_port}: point it at the gRPC port {collector.grpc_port}, "
+                    "or switch it to OTLP/HTTP (OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf)",
+                )
+            return bool(super().parse_request())
 
         def _send(
             self,
@@ -464,6 +754,7 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
             as_json: bool,
             retry: float | None = None,
         ) -> None:
+            message = otlp.client_message(message)
             status = status_pb2.Status(code=code, message=message)
             if as_json:
                 body = json.dumps({"code": code, "message": message}).encode()
@@ -480,7 +771,9 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path in ("/health", "/healthz"):
-                health = collector.health()
+                health = collector.health(
+                    detailed=collector.authenticated(self.headers.get("Authorization"))
+                )
                 self._json_doc(200 if health["status"] == "ok" else 503, health)
             elif path == "/status":
                 if not collector.authorized(self.headers.get("Authorization")):
@@ -501,11 +794,8 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
             """
             self.body_read = True
             self.close_connection = True
-            try:
-                remaining = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                return
-            if remaining > _DISCARD_CAP:
+            remaining = self._content_length()
+            if remaining is None or remaining > _DISCARD_CAP:
                 return
             while remaining > 0:
                 chunk = self.rfile.read(min(remaining, 1 << 20))
@@ -513,19 +803,35 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
                     return
                 remaining -= len(chunk)
 
-        def _read_body(self, as_json: bool) -> bytes | None:
+        def _content_length(self) -> int | None:
+            """The body's length, or None when the header is missing, repeated with different
+            values, or anything but digits (RFC 9110 8.6). int() alone would take "-1" (read to
+            the end of the stream, past every limit), "+5" and "1_0"."""
+            values = {v.strip() for v in self.headers.get_all("Content-Length") or ()}
+            if len(values) != 1:
+                return None
+            (value,) = values
+            if not (value.isascii() and value.isdigit()):
+                return None
+            return int(value)
+
+        def _receive(self, as_json: bool) -> Body | None:
+            """The request body, read under the receive budget; None once answered."""
             if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                return self._read_chunked(as_json)
-            length_header = self.headers.get("Content-Length")
-            if length_header is None:
+                return self._receive_chunked(as_json)
+            if self.headers.get("Content-Length") is None:
                 self.close_connection = True
                 self._error(411, code_pb2.INVALID_ARGUMENT, "Content-Length is required", as_json)
                 return None
-            try:
-                length = int(length_header)
-            except ValueError:
+            length = self._content_length()
+            if length is None:
                 self.close_connection = True
-                self._error(400, code_pb2.INVALID_ARGUMENT, "bad Content-Length", as_json)
+                self._error(
+                    400,
+                    code_pb2.INVALID_ARGUMENT,
+                    "bad Content-Length: send one length, in decimal digits",
+                    as_json,
+                )
                 return None
             if length > limit:
                 collector.stats.add("refused_too_large")
@@ -537,26 +843,71 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
                 )
                 return None
             self.body_read = True
-            return self.rfile.read(length)
+            body = Body(budget=collector.receiving)
+            if not self._read_into(body, length, as_json):
+                body.close()
+                return None
+            return body
 
-        def _read_chunked(self, as_json: bool) -> bytes | None:
+        def _read_into(self, body: Body, size: int, as_json: bool) -> bool:
+            """Append `size` bytes to `body`, a piece at a time, each piece first reserved in
+            the receive budget (a slow client holds only what it has sent). False once
+            answered: the budget is spent, or the client stopped or was too slow."""
+            while size > 0:
+                want = min(size, _PIECE)
+                if not body.reserve(want):
+                    self.close_connection = True
+                    collector.stats.add("refused_receive_budget")
+                    self._error(
+                        503,
+                        code_pb2.UNAVAILABLE,
+                        "the collector is receiving too much at once; retry",
+                        as_json,
+                        retry=1,
+                    )
+                    return False
+                chunk = self.rfile.read(want)
+                body.append(chunk, want)
+                if len(chunk) < want:  # end of stream: the client left, or was cut
+                    self.close_connection = True
+                    if self.watch is not None and self.watch.expired:
+                        collector.stats.add("refused_client_too_slow")
+                        self._error(
+                            408,
+                            code_pb2.DEADLINE_EXCEEDED,
+                            f"the body did not arrive within {client_timeout_s:g}s",
+                            as_json,
+                        )
+                    return False
+                size -= len(chunk)
+            return True
+
+        def _receive_chunked(self, as_json: bool) -> Body | None:
             self.body_read = True  # a partly read chunked body cannot be drained: we close
-            parts: list[bytes] = []
-            total = 0
+            body = Body(budget=collector.receiving)
             while True:
                 line = self.rfile.readline(1024)
                 try:
                     size = int(line.split(b";", 1)[0].strip(), 16)
                 except ValueError:
                     self.close_connection = True
-                    self._error(400, code_pb2.INVALID_ARGUMENT, "bad chunked encoding", as_json)
+                    if self.watch is not None and self.watch.expired:
+                        collector.stats.add("refused_client_too_slow")
+                        self._error(
+                            408,
+                            code_pb2.DEADLINE_EXCEEDED,
+                            f"the body did not arrive within {client_timeout_s:g}s",
+                            as_json,
+                        )
+                    else:
+                        self._error(400, code_pb2.INVALID_ARGUMENT, "bad chunked encoding", as_json)
+                    body.close()
                     return None
                 if size == 0:
                     while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                         pass
-                    return b"".join(parts)
-                total += size
-                if total > limit:
+                    return body
+                if body.size + size > limit:
                     self.close_connection = True
                     collector.stats.add("refused_too_large")
                     self._error(
@@ -565,14 +916,25 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
                         f"request body is over the limit of {limit} bytes",
                         as_json,
                     )
+                    body.close()
                     return None
-                parts.append(self.rfile.read(size))
+                if not self._read_into(body, size, as_json):
+                    body.close()
+                    return None
                 self.rfile.readline(1024)
 
         def do_POST(self) -> None:
             self.body_read = False
-            with self.server.requests:  # type: ignore[attr-defined]
-                self._post()
+            # The client has until the deadline to send its body (see Deadlines).
+            self.watch: Deadlines.Watch | None = collector.deadlines.watch(
+                self.connection, client_timeout_s
+            )
+            try:
+                with self.server.requests:  # type: ignore[attr-defined]
+                    self._post()
+            finally:
+                if self.watch.finish():
+                    self.close_connection = True  # its read side is shut
 
         def _post(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -581,7 +943,10 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
             shape = routes.get(path)
             if shape is None:
                 self.close_connection = True
-                self._error(404, code_pb2.NOT_FOUND, f"no OTLP endpoint at {path}", as_json)
+                _endpoint_mistake(path, _endpoint_fix(path, collector.http_port))
+                self._error(
+                    404, code_pb2.NOT_FOUND, f"no OTLP endpoint at {otlp.clip(path)}", as_json
+                )
                 return
             if not collector.authorized(self.headers.get("Authorization")):
                 self.close_connection = True
@@ -594,11 +959,35 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
                 self._error(
                     415,
                     code_pb2.INVALID_ARGUMENT,
-                    f"unsupported Content-Type {content_type or '(none)'!r}: "
+                    f"unsupported Content-Type {otlp.clip(content_type or '(none)')!r}: "
                     f"send {_PROTOBUF} or {_JSON}",
                     as_json,
                 )
                 return
+            encoding = self.headers.get("Content-Encoding", "").strip().lower()
+            if encoding not in ("", "identity", "gzip"):
+                collector.stats.add("refused_bad_request")
+                self._error(
+                    415,
+                    code_pb2.INVALID_ARGUMENT,
+                    f"unsupported Content-Encoding {otlp.clip(encoding)!r}",
+                    as_json,
+                )
+                return
+            # The body first, without a decoding slot: a slow client must not hold one.
+            body = self._receive(as_json)
+            if body is None:
+                return
+            assert self.watch is not None
+            self.watch.finish()  # the body is in; answering may take a commit's time
+            try:
+                self._decode_and_answer(shape, body, as_json, encoding == "gzip")
+            finally:
+                body.close()
+
+        def _decode_and_answer(
+            self, shape: otlp._Shape, body: Body, as_json: bool, gzipped: bool
+        ) -> None:
             refusal = collector.admit()
             if refusal is not None:
                 self._error(
@@ -609,32 +998,20 @@ def _make_handler(collector: Collector) -> type[http.server.BaseHTTPRequestHandl
                     refusal.retry_after_s,
                 )
                 return
-            try:
-                body = self._read_body(as_json)
-            except BaseException:
-                collector.release()
-                raise
-            if body is None:
-                collector.release()
-                return
-            encoding = self.headers.get("Content-Encoding", "").strip().lower()
-            failure: tuple[int, str] | None = None
-            if encoding == "gzip":
+            if gzipped:  # inside the slot: inflating takes up to `limit` bytes more
+                compressed = body.take()
+                body.close()  # its receive budget: the compressed bytes go with this frame
                 try:
-                    body = otlp.gunzip(body, limit)
-                except otlp.TooLarge as exc:
-                    collector.stats.add("refused_too_large")
-                    failure = (413, str(exc))
+                    body = Body(otlp.gunzip(compressed, limit))
                 except otlp.BadRequest as exc:
-                    collector.stats.add("refused_bad_request")
-                    failure = (400, str(exc))
-            elif encoding not in ("", "identity"):
-                collector.stats.add("refused_bad_request")
-                failure = (415, f"unsupported Content-Encoding {encoding!r}")
-            if failure is not None:
-                collector.release()
-                self._error(failure[0], code_pb2.INVALID_ARGUMENT, failure[1], as_json)
-                return
+                    collector.release()
+                    too_large = isinstance(exc, otlp.TooLarge)
+                    collector.stats.add("refused_too_large" if too_large else "refused_bad_request")
+                    self._error(
+                        413 if too_large else 400, code_pb2.INVALID_ARGUMENT, str(exc), as_json
+                    )
+                    return
+                del compressed  # a request waiting for its commit holds rows, not bytes
             outcome = collector.ingest(shape, body, as_json, admitted=True)
             if outcome.code == code_pb2.OK:
                 assert outcome.body is not None

@@ -3,10 +3,18 @@
 Handlers flatten their request into Arrow batches and `submit` them; one writer thread takes
 everything queued (up to `batch_rows`, or whatever arrived within `batch_delay_s` of the oldest
 item), appends it to `spans` and `logs` in one DuckLake transaction, then wakes every handler in
-the group with the outcome. Submitting never blocks: over `queue_rows` queued (plus the group
-being committed) it raises `QueueFull` and the handler answers with OTLP's retryable throttling
-code. Span ids committed recently are remembered, so an export retried after a lost
-acknowledgement (a timeout, a crash between commit and answer) is not stored twice.
+the group with the outcome. Submitting never blocks: over `queue_rows` rows or `queue_bytes`
+bytes queued (plus the group being committed) it raises `QueueFull` and the handler answers
+with OTLP's retryable throttling code. The identities of recently committed spans (trace and
+span id) and log records (trace, span, times, event name and body) are remembered, so an
+export retried after a lost acknowledgement (a timeout, a crash between commit and answer) is
+not stored twice.
+
+Lake maintenance (flushing inlined rows, compaction, snapshot expiry, file cleanup) runs
+through `paused()`: the writer finishes its commit in progress and waits while such a step runs.
+Under steady ingest a maintenance transaction that raced the writer conflicted with a commit
+every few milliseconds and, retried from the start each time, never completed; files,
+snapshots and the collector's memory then grew without bound.
 
 Acknowledged means committed: DuckLake has written the Parquet files and the catalog transaction
 that references them, so a killed collector loses nothing it has answered with success.
@@ -15,10 +23,12 @@ that references them, so a killed collector loses nothing it has answered with s
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import duckdb
@@ -26,7 +36,9 @@ import pyarrow as pa
 
 from spanscore.lake import retrying, schema
 
+from .conversations import Resolution, TraceConversations, resolve_in_lake
 from .flatten import LOGS_SCHEMA, SPANS_SCHEMA
+from .secrets import describe_error
 from .stats import Stats
 
 log = logging.getLogger("spanscore.collector.writer")
@@ -61,6 +73,12 @@ class Pending:
             self.logs.num_rows if self.logs is not None else 0
         )
 
+    @property
+    def nbytes(self) -> int:
+        return (self.spans.nbytes if self.spans is not None else 0) + (
+            self.logs.nbytes if self.logs is not None else 0
+        )
+
 
 def _insert_sql(table: str, columns: tuple[schema.Column, ...], source: str) -> str:
     names = ", ".join(schema.quote_identifier(c.name) for c in columns)
@@ -70,8 +88,49 @@ def _insert_sql(table: str, columns: tuple[schema.Column, ...], source: str) -> 
     return f"INSERT INTO lake.{table} ({names}) SELECT {select} FROM {source}"
 
 
+# Recent traces whose conversation the writer remembers (docs/conversations.md, rule 2).
+CONVERSATION_TRACES = 200_000
+
 INSERT_SPANS = _insert_sql("spans", schema.SPANS, "incoming_spans")
 INSERT_LOGS = _insert_sql("logs", schema.LOGS, "incoming_logs")
+
+# What makes a row the same row when an export is retried, as a DuckDB hash: the same SQL
+# reads the incoming batch and, at start-up, the newest committed rows. A log record with no
+# time at all has no identity (two such records may well be two events): NULL, never dropped.
+SPAN_IDENTITY = "hash(trace_id, span_id)"
+LOG_IDENTITY = (
+    "CASE WHEN time_unix_nano = 0 AND observed_time_unix_nano = 0 THEN NULL ELSE "
+    "hash(trace_id, span_id, time_unix_nano, observed_time_unix_nano, event_name, "
+    "body::VARCHAR) END"
+)
+
+
+class RecentKeys:
+    """The identity hashes of the newest committed rows, at most `capacity`, oldest forgotten
+    first (a commit's keys are forgotten together)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._keys: set[int] = set()
+        self._order: deque[list[int]] = deque()
+        self._total = 0
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._keys
+
+    def isdisjoint(self, keys: list[int]) -> bool:
+        return self._keys.isdisjoint(keys)
+
+    def remember(self, keys: list[int]) -> None:
+        if not keys or self.capacity <= 0:
+            return
+        self._keys.update(keys)
+        self._order.append(keys)
+        self._total += len(keys)
+        while self._total > self.capacity and len(self._order) > 1:
+            oldest = self._order.popleft()
+            self._total -= len(oldest)
+            self._keys.difference_update(oldest)
 
 
 class GroupCommitWriter:
@@ -85,8 +144,11 @@ class GroupCommitWriter:
         batch_rows: int = 20_000,
         batch_delay_s: float = 0.02,
         queue_rows: int = 100_000,
+        queue_bytes: int = 256 * 1024 * 1024,
         commit_deadline_s: float = 30.0,
         dedup_keys: int = 1_000_000,
+        shared: bool = False,
+        conversation_traces: int = CONVERSATION_TRACES,
     ) -> None:
         if batch_rows <= 0 or queue_rows <= 0 or batch_delay_s < 0:
             raise ValueError("batch_rows and queue_rows must be positive, batch_delay_s >= 0")
@@ -95,22 +157,30 @@ class GroupCommitWriter:
         self.batch_rows = batch_rows
         self.batch_delay_s = batch_delay_s
         self.queue_rows = queue_rows
+        self.queue_bytes = queue_bytes
         self.commit_deadline_s = commit_deadline_s
         self.dedup_keys = dedup_keys
+        # Other collectors write the same lake: a retry may reach us after another collector
+        # committed the export and died before answering. Each commit then also looks up its
+        # span ids among the lake's recent spans.
+        self.shared = shared
         self._queue: deque[Pending] = deque()
         self._queued_rows = 0
         self._inflight_rows = 0
+        self._queued_bytes = 0
+        self._inflight_bytes = 0
         self._cond = threading.Condition()
         self._closing = False
         self._submitted_seq = 0
         self._finished_seq = 0
-        # Span-id hashes of recent commits (a set for lookups, a deque of lists for eviction).
-        self._recent: set[int] = set()
-        self._recent_order: deque[list[int]] = deque()
-        self._recent_total = 0
+        self._recent = {"spans": RecentKeys(dedup_keys), "logs": RecentKeys(dedup_keys)}
+        self._conversations = TraceConversations(conversation_traces)
         self._last_commit_s = 0.1
+        self._pause_requests = 0
+        self._paused = False
+        self._exited = False
         self.healthy = True
-        self.last_error: str | None = None
+        self.last_error: str | None = None  # scrubbed of credentials
         self._thread = threading.Thread(target=self._run, name="spanscore-writer", daemon=True)
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -120,32 +190,64 @@ class GroupCommitWriter:
         self._thread.start()
 
     def _seed_recent_keys(self) -> None:
-        """Remember the span ids of the newest commits, so a retry after a crash is no duplicate."""
+        """Remember the newest committed rows, so a retry after a crash is no duplicate."""
         if self.dedup_keys <= 0:
             return
+        seeded = {}
+        for table, identity in (("spans", SPAN_IDENTITY), ("logs", LOG_IDENTITY)):
+            rows = self._con.execute(
+                f"""SELECT key FROM (
+                    SELECT {identity} AS key, ingest_time FROM lake.{table}
+                    WHERE ingest_time >= (SELECT max(ingest_time) FROM lake.{table})
+                        - INTERVAL 10 MINUTE
+                ) WHERE key IS NOT NULL
+                ORDER BY ingest_time DESC LIMIT {int(self.dedup_keys)}"""
+            ).fetchall()
+            self._recent[table].remember([r[0] for r in reversed(rows)])
+            seeded[f"seeded_{table}_keys"] = len(rows)
+        self._seed_conversations()
+        seeded["seeded_traces"] = len(self._conversations)
+        log.info("writer ready", extra=seeded)
+
+    def _seed_conversations(self) -> None:
+        """Remember the conversations of the newest traces, so that a root exported after a
+        restart still resolves the children stored before it."""
+        if self._conversations.capacity <= 0:
+            return
         rows = self._con.execute(
-            f"""SELECT hash(trace_id, span_id) FROM lake.spans
+            f"""SELECT trace_id,
+                max(conversation_id) FILTER (WHERE conversation_id <> trace_id),
+                min(ingest_time) FILTER (WHERE conversation_id = trace_id)
+            FROM lake.spans
             WHERE ingest_time >= (SELECT max(ingest_time) FROM lake.spans) - INTERVAL 10 MINUTE
-            ORDER BY ingest_time DESC LIMIT {int(self.dedup_keys)}"""
+            GROUP BY trace_id ORDER BY max(ingest_time)
+            LIMIT {int(self._conversations.capacity)}"""
         ).fetchall()
-        self._remember([r[0] for r in reversed(rows)])
-        log.info("writer ready", extra={"seeded_span_keys": len(rows)})
+        self._conversations.seed(rows)
 
     def submit(self, pending: Pending) -> Pending:
         """Queue an export's rows; never blocks. Raises QueueFull or WriterClosed."""
         rows = pending.rows
+        nbytes = pending.nbytes
         with self._cond:
             if self._closing:
                 raise WriterClosed("the collector is shutting down")
+            # Rows and bytes both: 148 rows of large attributes once took 1.4 GiB.
             in_memory = self._queued_rows + self._inflight_rows
-            if in_memory and in_memory + rows > self.queue_rows + self.batch_rows:
+            in_memory_bytes = self._queued_bytes + self._inflight_bytes
+            if in_memory and (
+                in_memory + rows > self.queue_rows + self.batch_rows
+                or in_memory_bytes + nbytes > self.queue_bytes
+            ):
                 raise QueueFull(max(1.0, round(self._last_commit_s * 2)))
             self._submitted_seq += 1
             pending.seq = self._submitted_seq
             pending.enqueued = time.monotonic()
             self._queue.append(pending)
             self._queued_rows += rows
+            self._queued_bytes += nbytes
             self.stats.gauge("queue_rows", self._queued_rows)
+            self.stats.gauge("queue_bytes", self._queued_bytes)
             self._cond.notify_all()
         return pending
 
@@ -174,14 +276,53 @@ class GroupCommitWriter:
             log.error("writer did not drain its queue within %.1fs", timeout)
         return drained
 
+    @contextlib.contextmanager
+    def paused(self, timeout: float = 60.0) -> Iterator[None]:
+        """Hold the writer between two commits for the block (maintenance needs the catalog to
+        itself). Exports go on queueing meanwhile, within the queue's bounds. Raises
+        TimeoutError when the commit in progress does not end within `timeout`."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._pause_requests += 1
+            self._cond.notify_all()
+            try:
+                while not self._paused and not self._exited:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError(f"the writer did not pause within {timeout:.0f}s")
+                    self._cond.wait(remaining)
+            except BaseException:
+                self._pause_requests -= 1
+                self._cond.notify_all()
+                raise
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._pause_requests -= 1
+                self._cond.notify_all()
+
     # --- the writer thread --------------------------------------------------------------------
+
+    def _wait_while_paused(self) -> None:
+        """Between commits: stand still while someone holds `paused()`. Called with the
+        condition held."""
+        if not self._pause_requests:
+            return
+        self._paused = True
+        self._cond.notify_all()
+        while self._pause_requests:
+            self._cond.wait()
+        self._paused = False
 
     def _take_group(self) -> list[Pending] | None:
         with self._cond:
+            self._wait_while_paused()
             while not self._queue:
                 if self._closing:
                     return None
                 self._cond.wait()
+                self._wait_while_paused()
             oldest = self._queue[0].enqueued
             # Group commit: let the group grow until its oldest member has waited
             # `batch_delay_s` (time spent waiting for the previous commit counts), or it is full.
@@ -191,34 +332,42 @@ class GroupCommitWriter:
                     break
                 self._cond.wait(remaining)
             group: list[Pending] = []
-            rows = 0
+            rows = nbytes = 0
             while self._queue and (not group or rows + self._queue[0].rows <= self.batch_rows):
                 item = self._queue.popleft()
                 group.append(item)
                 rows += item.rows
+                nbytes += item.nbytes
             self._queued_rows -= rows
             self._inflight_rows = rows
+            self._queued_bytes -= nbytes
+            self._inflight_bytes = nbytes
             self.stats.gauge("queue_rows", self._queued_rows)
+            self.stats.gauge("queue_bytes", self._queued_bytes)
             return group
 
     def _run(self) -> None:
         while True:
             group = self._take_group()
             if group is None:
+                with self._cond:  # a `paused()` waiting for us need not wait any longer
+                    self._exited = True
+                    self._cond.notify_all()
                 return
             try:
                 self._commit(group)
             except BaseException as exc:  # the thread must survive anything a commit raises
                 self.healthy = False
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                self.last_error = describe_error(exc)
                 self.stats.add("commits_failed")
                 self.stats.add("rows_failed", sum(p.rows for p in group))
-                log.error("commit failed, exports answered as retryable: %s", exc)
+                log.error("commit failed, exports answered as retryable: %s", self.last_error)
                 for p in group:
                     p.error = exc
             finally:
                 with self._cond:
                     self._inflight_rows = 0
+                    self._inflight_bytes = 0
                     self._finished_seq = max(self._finished_seq, group[-1].seq)
                     self._cond.notify_all()
                 for p in group:
@@ -232,16 +381,28 @@ class GroupCommitWriter:
         log_table = pa.Table.from_batches(logs, schema=LOGS_SCHEMA) if logs else None
         started = time.monotonic()
         received_spans = span_table.num_rows if span_table is not None else 0
-        keys: list[int] = []
+        received_logs = log_table.num_rows if log_table is not None else 0
+        span_keys: list[int] = []
+        log_keys: list[int] = []
         if span_table is not None:
-            span_table, keys = self._drop_duplicates(span_table)
+            span_table, span_keys = self._drop_duplicates(span_table, "spans", SPAN_IDENTITY)
+        if log_table is not None:
+            log_table, log_keys = self._drop_duplicates(log_table, "logs", LOG_IDENTITY)
+        resolution: Resolution | None = None
+        if span_table is not None and span_table.num_rows and self._conversations.capacity:
+            # Ingest times of this commit are later than this (the margin covers retries).
+            floor = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+            resolution = self._conversations.resolve(con, span_table, floor)
+            span_table = resolution.spans
 
         def transaction() -> None:
             con.execute("BEGIN")
             if span_table is not None and span_table.num_rows:
                 con.register("incoming_spans", span_table)
                 con.execute(INSERT_SPANS)
-            if log_table is not None:
+            if resolution is not None and resolution.resolving is not None:
+                resolve_in_lake(con, resolution.resolving, resolution.since)
+            if log_table is not None and log_table.num_rows:
                 con.register("incoming_logs", log_table)
                 con.execute(INSERT_LOGS)
             con.execute("COMMIT")
@@ -254,7 +415,12 @@ class GroupCommitWriter:
                     con.unregister(name)
         # Committed: from here on nothing may fail the group, or its exporters would retry and
         # store the spans twice.
-        self._remember(keys)
+        self._recent["spans"].remember(span_keys)
+        if resolution is not None:
+            self._conversations.committed(resolution)
+            if resolution.resolving is not None:
+                self.stats.add("traces_resolved", resolution.resolving.num_rows)
+        self._recent["logs"].remember(log_keys)
         elapsed = time.monotonic() - started
         self._last_commit_s = elapsed
         self.healthy = True
@@ -262,43 +428,54 @@ class GroupCommitWriter:
         self.stats.add("commits")
         self.stats.add("spans_stored", stored_spans)
         self.stats.add("spans_duplicate", received_spans - stored_spans)
-        self.stats.add("logs_stored", log_table.num_rows if log_table is not None else 0)
+        stored_logs = log_table.num_rows if log_table is not None else 0
+        self.stats.add("logs_stored", stored_logs)
+        self.stats.add("logs_duplicate", received_logs - stored_logs)
         self.stats.gauge("last_commit_s", round(elapsed, 4))
         self.stats.gauge("last_commit_rows", sum(p.rows for p in group))
         self.stats.gauge("last_commit_exports", len(group))
 
-    def _drop_duplicates(self, table: pa.Table) -> tuple[pa.Table, list[int]]:
-        """Remove spans committed recently or repeated within the group; their hash keys."""
+    def _drop_duplicates(
+        self, table: pa.Table, name: str, identity: str
+    ) -> tuple[pa.Table, list[int]]:
+        """Remove rows committed recently or repeated within the group; the kept rows' keys."""
         if self.dedup_keys <= 0:
             return table, []
-        self._con.register("incoming_keys", table.select(["trace_id", "span_id"]))
+        self._con.register("incoming_keys", table)
         try:
-            hashes: list[int] = (
-                self._con.execute("SELECT hash(trace_id, span_id) FROM incoming_keys")
+            hashes: list[int | None] = (
+                self._con.execute(f"SELECT {identity} FROM incoming_keys")
                 .to_arrow_table()
                 .column(0)
                 .to_pylist()
             )
         finally:
             self._con.unregister("incoming_keys")
-        recent = self._recent
-        if recent.isdisjoint(hashes) and len(set(hashes)) == len(hashes):
-            return table, hashes  # the usual case: nothing to drop
+        recent = self._recent[name]
+        present = [h for h in hashes if h is not None]
+        # On a shared lake another collector may have committed a retried export already.
+        elsewhere = self._committed_elsewhere(table) if self.shared and name == "spans" else set()
+        if not elsewhere and recent.isdisjoint(present) and len(set(present)) == len(present):
+            return table, present  # the usual case: nothing to drop
         seen: set[int] = set()
         keep: list[bool] = []
         for h in hashes:
-            keep.append(h not in recent and h not in seen)
-            seen.add(h)
-        kept = [h for h, k in zip(hashes, keep, strict=True) if k]
+            keep.append(h is None or (h not in recent and h not in elsewhere and h not in seen))
+            if h is not None:
+                seen.add(h)
+        kept = [h for h, k in zip(hashes, keep, strict=True) if k and h is not None]
         return table.filter(pa.array(keep)), kept
 
-    def _remember(self, keys: list[int]) -> None:
-        if not keys or self.dedup_keys <= 0:
-            return
-        self._recent.update(keys)
-        self._recent_order.append(keys)
-        self._recent_total += len(keys)
-        while self._recent_total > self.dedup_keys and len(self._recent_order) > 1:
-            oldest = self._recent_order.popleft()
-            self._recent_total -= len(oldest)
-            self._recent.difference_update(oldest)
+    def _committed_elsewhere(self, table: pa.Table) -> set[int]:
+        """Hashes of the incoming span ids already in the lake's spans of the last 10 minutes
+        (the window a restarted collector seeds its own memory with)."""
+        self._con.register("incoming_keys", table.select(["trace_id", "span_id"]))
+        try:
+            rows = self._con.execute(
+                """SELECT DISTINCT hash(s.trace_id, s.span_id) FROM lake.spans s
+                SEMI JOIN incoming_keys k ON s.trace_id = k.trace_id AND s.span_id = k.span_id
+                WHERE s.ingest_time >= now() - INTERVAL 10 MINUTE"""
+            ).fetchall()
+        finally:
+            self._con.unregister("incoming_keys")
+        return {r[0] for r in rows}

@@ -11,7 +11,7 @@ The key sets of two objects compare by mode: `exact` (same keys), `partial` (exp
 present, extra keys allowed), `superset` (actual keys all expected, omissions allowed), `ignore`
 (not compared). Per-argument rules, by dot path, replace that comparison for one argument:
 ignore, exact, optional (checked only when present), regex, numeric tolerance, datetime window,
-text similarity, and `judged` (needs the LLM judge).
+text similarity, and `judged` (the LLM judge, then embeddings, then token similarity).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 ArgMode = Literal["exact", "partial", "superset", "ignore"]
 Strategy = Literal[
@@ -48,11 +48,19 @@ class ArgumentRule(BaseModel):
     (`order_id: ignore`); otherwise a mapping (`{strategy: regex, pattern: "ORD-\\d+"}`; the
     strategy may be left out when a field names it: `{pattern: ...}`, `{tolerance: 0.5}`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    string_shorthand: ClassVar[dict[str, Any]] = {
+        "enum": list(get_args(Strategy)),
+        "description": "a strategy with no settings",
+    }
 
     strategy: Strategy = "exact"
     value: Any = Field(None, description="expected value (default: the one in `arguments`)")
-    pattern: str | None = Field(None, description="regex: the whole value must match")
+    pattern: str | None = Field(
+        None,
+        validation_alias=AliasChoices("pattern", "regex"),
+        description="regex: the whole value must match",
+    )
     tolerance: float | None = Field(None, ge=0, description="tolerance: absolute difference")
     relative_tolerance: float | None = Field(
         None, ge=0, description="tolerance: difference relative to the expected value"
@@ -71,13 +79,9 @@ class ArgumentRule(BaseModel):
         if isinstance(data, str):
             return {"strategy": data}
         if isinstance(data, Mapping) and "strategy" not in data:
-            data = dict(data)
-            if "regex" in data:
-                data["pattern"] = data.pop("regex")
             for key, strategy in _INFERRED:
-                if key in data or (key == "regex" and "pattern" in data):
-                    data["strategy"] = strategy
-                    break
+                if key in data:
+                    return {**data, "strategy": strategy}
         return data
 
     @model_validator(mode="after")
@@ -85,10 +89,9 @@ class ArgumentRule(BaseModel):
         if self.strategy == "regex":
             if self.pattern is None:
                 raise ValueError("a regex rule needs `pattern`")
-            try:
-                re.compile(self.pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regular expression {self.pattern!r}: {exc}") from None
+            from .limits import check_pattern  # limits imports nothing of this package
+
+            check_pattern(self.pattern)
         if self.strategy == "tolerance" and self.tolerance is self.relative_tolerance is None:
             raise ValueError("a tolerance rule needs `tolerance` or `relative_tolerance`")
         if self.strategy == "datetime" and self.window_seconds is None:
@@ -311,7 +314,9 @@ def _lookup(value: Any, path: str) -> Any:
     return value
 
 
-def apply_rule(rule: ArgumentRule, expected: Any, actual: Any) -> tuple[bool, float, str | None]:
+def apply_rule(
+    rule: ArgumentRule, expected: Any, actual: Any, path: str = ""
+) -> tuple[bool, float, str | None]:
     """(passed, score, why not) for one argument under its rule; `actual` may be absent."""
     if rule.has_value:
         expected = rule.value
@@ -361,7 +366,9 @@ def apply_rule(rule: ArgumentRule, expected: Any, actual: Any) -> tuple[bool, fl
         ok = similarity >= rule.threshold
         why = None if ok else f"similarity {similarity:.2f} below {rule.threshold:g}"
         return ok, similarity, why
-    return False, 0.0, "judged arguments need the LLM judge"
+    from .judged_arguments import judged_match  # the judge's modules import this one
+
+    return judged_match(_as_text(expected), _as_text(actual), rule.threshold, rule.rubric, path)
 
 
 def _show(value: Any) -> str:
@@ -394,7 +401,7 @@ def match_arguments(
     for path, rule in rules.items():
         if _lookup(expected, path) is _ABSENT and not _under_checked(path, expected):
             value = _lookup(actual, path)
-            ok, score, why = apply_rule(rule, None, value)
+            ok, score, why = apply_rule(rule, None, value, path)
             result.checks.append(ArgumentCheck(path, ok, score, rule.weight, why))
     return result
 
@@ -418,7 +425,7 @@ def _compare_object(
         got = actual.get(key, _ABSENT) if isinstance(key, str) else _ABSENT
         rule = rules.get(path)
         if rule is not None:
-            ok, score, why = apply_rule(rule, want, got)
+            ok, score, why = apply_rule(rule, want, got, path)
             result.checks.append(ArgumentCheck(path, ok, score, rule.weight, why))
         elif mode == "ignore":
             continue

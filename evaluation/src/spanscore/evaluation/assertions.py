@@ -14,14 +14,17 @@ mode; docs/assertions.md has every rule and formula. Pairing of repeated calls i
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import orjson
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -37,7 +40,8 @@ from .arguments import (
     match_arguments,
     text_similarity,
 )
-from .pairing import max_weight_matching
+from .limits import check_pattern
+from .pairing import EXACT_WORK_LIMIT, fits_exactly, max_weight_matching
 from .scoring import AssertionBase, EvalContext, MetricRegistry, Score
 from .trajectory import ToolCall, Trajectory
 
@@ -67,8 +71,12 @@ class ExpectedCall(BaseModel):
     only, arguments not compared)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    string_shorthand: ClassVar[dict[str, Any]] = {
+        "type": "string",
+        "description": "a tool name: the call, arguments not compared",
+    }
 
-    name: str = Field(alias="tool", description="tool name")
+    name: str = Field(validation_alias=AliasChoices("name", "tool"), description="tool name")
     arguments: dict[str, Any] | None = Field(
         None, description="expected arguments; absent: arguments are not compared"
     )
@@ -229,8 +237,8 @@ class ToolCallsAssertion(AssertionBase):
     def _none_is_empty(cls, value: Any) -> Any:
         return [] if value is None else value
 
-    def check(self, registry: MetricRegistry) -> list[str]:
-        return _judged_rules(self._items(), self.tools)
+    def may_judge(self, registry: MetricRegistry) -> bool:
+        return _has_judged_rules(self._items(), self.tools)
 
     def _items(self) -> list[_Item]:
         items: list[_Item] = []
@@ -247,36 +255,16 @@ class ToolCallsAssertion(AssertionBase):
         matcher = _CallMatcher(self.arguments, self.tools, self.normalize_names)
         actual = trajectory.tool_calls
         if self._prepared is None:  # the expectation does not change: prepare it once
-            items = self._items()
-            if self.mode in ("strict", "in_order"):
-                items = _canonical_parallel_steps(items, matcher)
-            self._prepared = items
+            self._prepared = self._items()
         if self.mode in ("strict", "in_order"):
             actual = _canonical_parallel_blocks(actual, matcher)
         return _score_calls(self, self._prepared, actual, matcher)
 
 
-def _canonical_parallel_steps(items: list[_Item], matcher: _CallMatcher) -> list[_Item]:
-    """Each expected parallel step sorted by (name, arguments), like the calls made."""
-    result: list[_Item] = []
-    i = 0
-    while i < len(items):
-        j = i + 1
-        while items[i].group is not None and j < len(items) and items[j].group == items[i].group:
-            j += 1
-        result += sorted(
-            items[i:j], key=lambda it: _canonical_key(it.call.name, it.call.arguments, matcher)
-        )
-        i = j
-    return result
-
-
-def _judged_rules(items: Sequence[_Item], overrides: Mapping[str, ArgumentOverride]) -> list[str]:
+def _has_judged_rules(items: Sequence[_Item], overrides: Mapping[str, ArgumentOverride]) -> bool:
     rules = [r for item in items for r in item.call.rules.values()]
     rules += [r for o in overrides.values() for r in o.rules.values()]
-    if any(r.strategy == "judged" for r in rules):
-        return ["argument strategy 'judged' needs the LLM judge, which this version lacks"]
-    return []
+    return any(r.strategy == "judged" for r in rules)
 
 
 # --- pairing expected with actual --------------------------------------------------------------
@@ -289,12 +277,21 @@ _PAIR = 1_000.0  # one more pair beats better argument scores
 class _Slot:
     item: _Item
     required: bool
+    repeats: bool = False  # stands for all of an unbounded item's optional slots (in order)
 
 
-def _slots(items: Sequence[_Item], actual_count: int) -> list[_Slot]:
+def _slots(items: Sequence[_Item], table: WeightTable, *, ordered: bool) -> list[_Slot]:
     slots = []
     for item in items:
-        high = item.high if item.high is not None else max(item.low, actual_count)
+        if item.high is None and ordered and item.group is None:
+            # In order, an unbounded item's optional slots are one layer that pairs again and
+            # again: linear in the calls, where one layer per possible call was quadratic.
+            slots += [_Slot(item, True) for _ in range(item.low)]
+            slots.append(_Slot(item, False, repeats=True))
+            continue
+        # Unbounded: as many slots as calls it could pair with (no more can pair).
+        could = sum(1 for w in table[item.index] if w is not None)
+        high = item.high if item.high is not None else max(item.low, could)
         slots += [_Slot(item, i < item.low) for i in range(max(high, item.low))]
     return slots
 
@@ -304,6 +301,7 @@ class _Pairing:
     pairs: list[tuple[_Slot, int, float]]  # (slot, actual index, argument score)
     required: int
     actual: int
+    notes: list[str] = field(default_factory=list)  # where the pairing is not exact, and why
 
     @property
     def matched(self) -> int:
@@ -355,8 +353,16 @@ def _unordered_pairing(
         if group is not None:
             group[1].append(c)
     pairs: list[tuple[_Slot, int, float]] = []
-    for rows, cols in groups.values():
+    notes: list[str] = []
+    for name, (rows, cols) in groups.items():
         if not cols:
+            continue
+        if not fits_exactly(len(rows), len(cols)):
+            notes.append(
+                f"{len(rows)} expected against {len(cols)} {name} calls: paired greedily, "
+                f"not optimally (over {EXACT_WORK_LIMIT:,} steps)"
+            )
+            pairs += _greedy_pairs([slots[r] for r in rows], cols, table)
             continue
         weights: list[list[float | None]] = []
         for r in rows:
@@ -367,40 +373,173 @@ def _unordered_pairing(
         for i, j in max_weight_matching(weights):
             pairs.append((slots[rows[i]], cols[j], (weights[i][j] or 0.0) % _PAIR))
     pairs.sort(key=lambda p: p[1])
-    return _Pairing(pairs, sum(1 for s in slots if s.required), len(actual))
+    return _Pairing(pairs, sum(1 for s in slots if s.required), len(actual), notes)
+
+
+def _greedy_pairs(
+    slots: Sequence[_Slot], cols: Sequence[int], table: WeightTable
+) -> list[tuple[_Slot, int, float]]:
+    """Required slots first, then the optional ones; each takes the free call of highest
+    weight its item can pair with. The slots of one item share its calls ranked once:
+    O(c log c) per expected item, however many slots an unbounded item has."""
+    ranked: dict[int, list[int]] = {}
+    position: dict[int, int] = {}
+    taken: set[int] = set()
+    pairs = []
+    for slot in sorted(slots, key=lambda s: not s.required):
+        index = slot.item.index
+        row = table[index]
+        if index not in ranked:
+            ranked[index] = sorted(
+                (c for c in cols if row[c] is not None), key=lambda c: -(row[c] or 0.0)
+            )
+            position[index] = 0
+        calls, k = ranked[index], position[index]
+        while k < len(calls) and calls[k] in taken:
+            k += 1
+        position[index] = k
+        if k < len(calls):
+            taken.add(calls[k])
+            pairs.append((slot, calls[k], row[calls[k]] or 0.0))
+    return pairs
 
 
 def _ordered_pairing(
     slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: _CallMatcher, table: WeightTable
 ) -> _Pairing:
     """The best in-order alignment (a weighted longest common subsequence): slots and actual
-    calls may be skipped, pairs keep both orders."""
-    n, m = len(slots), len(actual)
-    best = [[0.0] * (m + 1) for _ in range(n + 1)]
-    for i in range(1, n + 1):
-        slot = slots[i - 1]
-        bonus = _PAIR + (_REQUIRED if slot.required else 0)
-        row, previous = best[i], best[i - 1]
-        weights = table[slot.item.index]
-        for j in range(1, m + 1):
-            value = previous[j] if previous[j] > row[j - 1] else row[j - 1]
-            w = weights[j - 1]
-            if w is not None and previous[j - 1] + bonus + w > value:
-                value = previous[j - 1] + bonus + w
-            row[j] = value
+    calls may be skipped, pairs keep both orders, except that the slots of one expected
+    parallel step pair with their calls in any order among themselves (however the calls
+    were made: `check_parallel` judges that separately)."""
+    m = len(actual)
+    previous = [0.0] * (m + 1)
+    layers: list[tuple[list[Any], list[_Slot]]] = []  # per layer: decisions, its slots
+    notes: list[str] = []
+    for group in _step_units(slots):
+        if len(group) > 1:
+            candidates = _step_candidates(group, m, table)
+            if len(candidates) <= _STEP_CANDIDATE_LIMIT:
+                row, decisions = _step_layer(group, previous, table, candidates)
+                layers.append((decisions, group))
+                previous = row
+                continue
+            names = ", ".join(s.item.call.name for s in group)
+            notes.append(
+                f"the parallel step {names} could pair with {len(candidates)} calls (over "
+                f"{_STEP_CANDIDATE_LIMIT}): aligned in the order listed, not in any order"
+            )
+        for slot in group:
+            row, decisions = _slot_layer(slot, previous, table)
+            layers.append((decisions, [slot]))
+            previous = row
     pairs: list[tuple[_Slot, int, float]] = []
-    i, j = n, m
-    while i and j:
-        if best[i][j] == best[i - 1][j]:
-            i -= 1
-        elif best[i][j] == best[i][j - 1]:
-            j -= 1
+    k = m
+    for decisions, group in reversed(layers):
+        while True:
+            decision = decisions[k]
+            if decision == "left":
+                k -= 1
+                continue
+            if decision == "again":  # a repeating slot pairs once more, and stays
+                slot = group[0]
+                pairs.append((_Slot(slot.item, False), k - 1, table[slot.item.index][k - 1] or 0.0))
+                k -= 1
+                continue
+            if decision == "pair":
+                slot = group[0]
+                pairs.append((slot, k - 1, table[slot.item.index][k - 1] or 0.0))
+                k -= 1
+            elif decision != "up":  # a window: (start, pairs)
+                start, window_pairs = decision
+                pairs += window_pairs
+                k = start
+            break
+    pairs.sort(key=lambda p: p[1])
+    return _Pairing(pairs, sum(1 for s in slots if s.required), m, notes)
+
+
+def _step_units(slots: Sequence[_Slot]) -> list[list[_Slot]]:
+    """Slots in expected order, one unit per slot, except one unit per parallel step."""
+    units: list[list[_Slot]] = []
+    for slot in slots:
+        group = slot.item.group
+        if group is not None and units and units[-1][0].item.group == group:
+            units[-1].append(slot)
         else:
-            w = table[slots[i - 1].item.index][j - 1] or 0.0
-            pairs.append((slots[i - 1], j - 1, w))
-            i, j = i - 1, j - 1
-    pairs.reverse()
-    return _Pairing(pairs, sum(1 for s in slots if s.required), m)
+            units.append([slot])
+    return units
+
+
+def _bonus(slot: _Slot) -> float:
+    return _PAIR + (_REQUIRED if slot.required else 0)
+
+
+def _slot_layer(
+    slot: _Slot, previous: list[float], table: WeightTable
+) -> tuple[list[float], list[Any]]:
+    """One sequential slot: the classic LCS row over the calls."""
+    m = len(previous) - 1
+    row = [0.0] * (m + 1)
+    decisions: list[Any] = ["up"] * (m + 1)
+    bonus, weights = _bonus(slot), table[slot.item.index]
+    row[0] = previous[0]
+    for j in range(1, m + 1):
+        value, decision = previous[j], "up"
+        if row[j - 1] > value:
+            value, decision = row[j - 1], "left"
+        w = weights[j - 1]
+        if w is not None and previous[j - 1] + bonus + w > value:
+            value, decision = previous[j - 1] + bonus + w, "pair"
+        if slot.repeats and w is not None and row[j - 1] + bonus + w > value:
+            value, decision = row[j - 1] + bonus + w, "again"
+        row[j], decisions[j] = value, decision
+    return row, decisions
+
+
+# Calls a parallel step may pair with, above which its windows (quadratic in this number, each
+# an optimal matching) are not searched: the step's calls are aligned in the order listed.
+_STEP_CANDIDATE_LIMIT = 64
+
+
+def _step_candidates(group: list[_Slot], m: int, table: WeightTable) -> list[int]:
+    return [j for j in range(m) if any(table[s.item.index][j] is not None for s in group)]
+
+
+def _step_layer(
+    group: list[_Slot], previous: list[float], table: WeightTable, candidates: list[int]
+) -> tuple[list[float], list[Any]]:
+    """One parallel step: its slots take calls from one window of the timeline, in any
+    order (an optimal matching inside the window). Only windows that start at a call some
+    slot can take need trying: a later start gives the previous layers more room."""
+    m = len(previous) - 1
+    ending: dict[int, tuple[float, Any]] = {}  # window end (exclusive) -> best (value, choice)
+    for t, first in enumerate(candidates):
+        for last in candidates[t:]:
+            cols = [c for c in candidates if first <= c <= last]
+            weights = [
+                [None if (w := table[s.item.index][c]) is None else _bonus(s) + w for c in cols]
+                for s in group
+            ]
+            matching = max_weight_matching(weights)
+            value = previous[first] + sum(weights[r][c] or 0.0 for r, c in matching)
+            end = last + 1
+            if end not in ending or value > ending[end][0]:
+                window = [
+                    (group[r], cols[c], table[group[r].item.index][cols[c]] or 0.0)
+                    for r, c in matching
+                ]
+                ending[end] = (value, (first, window))
+    row = [0.0] * (m + 1)
+    decisions: list[Any] = ["up"] * (m + 1)
+    row[0] = previous[0]
+    for k in range(1, m + 1):
+        value, decision = previous[k], "up"
+        if row[k - 1] > value:
+            value, decision = row[k - 1], "left"
+        if k in ending and ending[k][0] > value:
+            value, decision = ending[k]
+        row[k], decisions[k] = value, decision
+    return row, decisions
 
 
 def _canonical_key(name: str, arguments: Any, matcher: _CallMatcher) -> tuple[str, bytes]:
@@ -410,7 +549,7 @@ def _canonical_key(name: str, arguments: Any, matcher: _CallMatcher) -> tuple[st
 
 def _canonical_parallel_blocks(actual: list[ToolCall], matcher: _CallMatcher) -> list[ToolCall]:
     """Calls requested by one model response have no order among themselves: ordered modes
-    see each such block sorted by (name, arguments), as they see expected parallel steps."""
+    see each such block sorted by (name, arguments)."""
     ordered: list[ToolCall] = []
     i = 0
     while i < len(actual):
@@ -460,8 +599,8 @@ def _score_calls(
             explanation="every call allowed" if not outside else why,
             details={"mode": mode, "calls": made, "not_allowed": outside},
         )
-    slots = _slots(items, made)
     ordered = mode in ("strict", "in_order")
+    slots = _slots(items, table, ordered=ordered)
     pairing = (_ordered_pairing if ordered else _unordered_pairing)(slots, actual, matcher, table)
     parallel = _parallel_problems(pairing, actual) if assertion.check_parallel else []
     required, matched, missing, extra = (
@@ -531,6 +670,7 @@ def _pairing_details(
         ],
         "missing": missing,
         "extra": [{"index": i, "name": c.name} for i, c in enumerate(actual) if i not in used],
+        **({"notes": pairing.notes} if pairing.notes else {}),
     }
 
 
@@ -563,8 +703,8 @@ class ForbiddenCallsAssertion(AssertionBase):
     calls: list[ExpectedCall] = Field(description="calls that must not be made")
     normalize_names: bool = False
 
-    def check(self, registry: MetricRegistry) -> list[str]:
-        return _judged_rules([_Item(c, i, None, 1, 1) for i, c in enumerate(self.calls)], {})
+    def may_judge(self, registry: MetricRegistry) -> bool:
+        return _has_judged_rules([_Item(c, i, None, 1, 1) for i, c in enumerate(self.calls)], {})
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         matcher = _CallMatcher("partial", {}, self.normalize_names)
@@ -663,6 +803,11 @@ class Goal(BaseModel):
         return rules
 
 
+# Steps the goals search may take per conversation (each a goal tried at one point): far more
+# than any realistic goal graph needs; past it the best placement found so far is kept.
+_SEARCH_LIMIT = 100_000
+
+
 class GoalsAssertion(AssertionBase):
     """A goal dependency graph: `goals` maps a goal to the goals that depend on it. Passes
     (Journey Success) when every goal is met and each after the goals it depends on. Score: the
@@ -712,11 +857,9 @@ class GoalsAssertion(AssertionBase):
             raise ValueError(f"the goal graph has a cycle through {', '.join(cycle)}")
         return order
 
-    def check(self, registry: MetricRegistry) -> list[str]:
+    def may_judge(self, registry: MetricRegistry) -> bool:
         rules = [r for g in self.goal_details for r in g.rules(self.similarity_threshold).values()]
-        if any(r.strategy == "judged" for r in rules):
-            return ["argument strategy 'judged' needs the LLM judge, which this version lacks"]
-        return []
+        return any(r.strategy == "judged" for r in rules)
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         # One timeline of tool calls and answers, in order.
@@ -734,22 +877,23 @@ class GoalsAssertion(AssertionBase):
             by_name = {g.name: g for g in self.goal_details}
             self._plan = [(by_name[n], prerequisites[n]) for n in self._order()]
         matcher = _CallMatcher("exact", {}, self.normalize_names)
-        placed: dict[str, int] = {}
-        used: set[int] = set()
+        placed = self._best_placement(timeline, matcher)
         report: dict[str, dict[str, Any]] = {}
         for goal, needs in self._plan:
             name = goal.name
-            earliest = max((placed[p] for p in needs if p in placed), default=-1)
+            if name in placed:
+                report[name] = {"met": True, "at": placed[name]}
+                continue
             blocked = [p for p in needs if p not in placed]
-            found, why = self._place(goal, timeline, used, earliest, matcher)
-            if found is not None and not blocked:
-                placed[name] = found
-                if goal.type == "tool_call":
-                    used.add(found)
-                report[name] = {"met": True, "at": found}
+            earliest = max((placed[p] for p in needs if p in placed), default=-1)
+            found, why = self._place(goal, timeline, set(), earliest, matcher)
+            if found is None:
+                reason = why
+            elif blocked:
+                reason = f"depends on unmet {', '.join(blocked)}"
             else:
-                reason = why if found is None else f"depends on unmet {', '.join(blocked)}"
-                report[name] = {"met": False, "reason": reason}
+                reason = f"each {goal.tool_name} call that fits it meets another goal"
+            report[name] = {"met": False, "reason": reason}
         tool_goals = [g for g in self.goal_details if g.type == "tool_call"]
         calls = sum(1 for kind, _ in timeline if kind == "call")
         met_calls = sum(1 for g in tool_goals if report[g.name]["met"])
@@ -772,6 +916,88 @@ class GoalsAssertion(AssertionBase):
             },
         )
 
+    def _best_placement(
+        self, timeline: Sequence[tuple[str, Any]], matcher: _CallMatcher
+    ) -> dict[str, int]:
+        """Where each met goal is met, for the most goals met: each tool call meets at most one
+        goal and every goal comes after the goals it depends on. An exact branch and bound
+        over the goals in dependency order, earliest placements first (so the first solution
+        is the greedy one and ties keep it); it stops at a solution meeting every goal, or
+        after `_SEARCH_LIMIT` steps with the best found so far."""
+        assert self._plan is not None
+        plan = self._plan
+        matches = {goal.name: self._matches(goal, timeline, matcher) for goal, _ in plan}
+        total = len(plan)
+        best: list[Any] = [-1, {}]
+        placed: dict[str, int] = {}
+        used: set[int] = set()
+        steps = [0]
+
+        def search(k: int, count: int) -> None:
+            steps[0] += 1
+            if count + (total - k) <= best[0]:
+                return
+            if k == total:
+                best[0], best[1] = count, dict(placed)
+                return
+            goal, needs = plan[k]
+            if all(p in placed for p in needs):
+                earliest = max((placed[p] for p in needs), default=-1)
+                found = matches[goal.name]
+                # Lazily, from the first point after `earliest`: a step costs the goals
+                # skipped over (at most one per goal used), not the conversation's length.
+                options: Iterator[int] = (
+                    found[x]
+                    for x in range(bisect.bisect_right(found, earliest), len(found))
+                    if found[x] not in used
+                )
+                if goal.type == "text":
+                    options = itertools.islice(options, 1)  # not used up: the earliest is best
+                for index in options:
+                    placed[goal.name] = index
+                    if goal.type == "tool_call":
+                        used.add(index)
+                    search(k + 1, count + 1)
+                    del placed[goal.name]
+                    used.discard(index)
+                    if best[0] == total or steps[0] > _SEARCH_LIMIT:
+                        return
+            search(k + 1, count)
+
+        search(0, 0)
+        return dict(best[1])
+
+    def _matches(
+        self, goal: Goal, timeline: Sequence[tuple[str, Any]], matcher: _CallMatcher
+    ) -> list[int]:
+        """Every point of the timeline that meets the goal, ignoring order and use."""
+        if goal.type == "text":
+            return [
+                index
+                for index, (kind, text) in enumerate(timeline)
+                if kind == "text"
+                and all(k.casefold() in str(text).casefold() for k in goal.keywords)
+            ]
+        expected = self._expected_call(goal)
+        found = []
+        for index, (kind, call) in enumerate(timeline):
+            if kind == "call":
+                result = matcher.compare(expected, call)
+                if result is not None and result.passed:
+                    found.append(index)
+        return found
+
+    def _expected_call(self, goal: Goal) -> ExpectedCall:
+        expected = self._expected.get(goal.name)
+        if expected is None:  # built once per goal, not per conversation
+            expected = self._expected[goal.name] = ExpectedCall(
+                name=goal.tool_name or "",
+                arguments=goal.args,
+                match=goal.match,
+                rules=goal.rules(self.similarity_threshold),
+            )
+        return expected
+
     def _place(
         self,
         goal: Goal,
@@ -793,14 +1019,7 @@ class GoalsAssertion(AssertionBase):
                     best = max(best, text_similarity(goal.response, str(text)))
             wanted = ", ".join(goal.keywords) or "an answer"
             return None, f"no answer after its dependencies contains {wanted}"
-        expected = self._expected.get(goal.name)
-        if expected is None:  # built once per goal, not per conversation
-            expected = self._expected[goal.name] = ExpectedCall(
-                name=goal.tool_name or "",
-                arguments=goal.args,
-                match=goal.match,
-                rules=goal.rules(self.similarity_threshold),
-            )
+        expected = self._expected_call(goal)
         problems: list[str] = []
         earlier = False
         for index, (kind, call) in enumerate(timeline):
@@ -842,10 +1061,7 @@ class ResponseAssertion(AssertionBase):
     @classmethod
     def _compiles(cls, pattern: str | None) -> str | None:
         if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+            check_pattern(pattern)
         return pattern
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:

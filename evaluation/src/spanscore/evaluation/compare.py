@@ -4,7 +4,9 @@ noise, and which conversations changed.
 Scores are paired by (conversation, scenario, metric): only conversations both runs scored
 count. The change of a metric's mean comes with a 95 % bootstrap interval over those
 conversations (resampled with a fixed seed, so the same runs always give the same interval);
-a change whose interval excludes 0 is flagged as significant.
+a change whose interval excludes 0 is flagged as significant. Below `MIN_PAIRED` paired
+conversations no interval is given: a bootstrap over a handful of values (two conversations
+that both dropped) excludes 0 without meaning anything.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import random
 from dataclasses import dataclass, field
 
 import duckdb
+
+# Fewest paired conversations a metric needs for an interval (and so for "significant").
+MIN_PAIRED = 10
 
 
 @dataclass
@@ -62,10 +67,19 @@ class Comparison:
     run_b: str
     metrics: list[MetricChange] = field(default_factory=list)
     conversations: list[ConversationChange] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # why there is little or nothing to compare
+
+    @property
+    def regressed(self) -> bool:
+        """A conversation went from passing to failing, or a metric's mean dropped by more
+        than noise (its interval is below 0)."""
+        return any(c.kind == "regressed" for c in self.conversations) or any(
+            m.significant and m.delta is not None and m.delta < 0 for m in self.metrics
+        )
 
 
 def _bootstrap(deltas: list[float], resamples: int, seed: int) -> tuple[float, float] | None:
-    if len(deltas) < 2:
+    if len(deltas) < MIN_PAIRED:
         return None
     rng = random.Random(seed)
     n = len(deltas)
@@ -93,6 +107,7 @@ def compare_runs(
             raise ValueError(
                 f"no evaluation run {run!r} in this lake (see: SELECT * FROM eval_runs)"
             )
+    notes = [n for n in (_no_scores(con, run) for run in dict.fromkeys((run_a, run_b))) if n]
     rows = con.execute(
         """
         SELECT a.conversation_id, a.scenario_id, a.metric, a.value, b.value, a.passed, b.passed
@@ -104,7 +119,9 @@ def compare_runs(
         """,
         [run_a, run_b],
     ).fetchall()
-    result = Comparison(run_a, run_b)
+    result = Comparison(run_a, run_b, notes=notes)
+    if not rows and not notes:
+        result.notes.append("the two runs scored no conversation in common: nothing to compare")
     groups: dict[tuple[str | None, str], list[ConversationChange]] = {}
     for conversation, scenario, metric, value_a, value_b, passed_a, passed_b in rows:
         pair = ConversationChange(
@@ -139,6 +156,42 @@ def compare_runs(
                 high=interval[1] if interval else None,
             )
         )
+    small = [m for m in result.metrics if 0 < m.paired < MIN_PAIRED]
+    if small:
+        which = "1 metric has" if len(small) == 1 else f"{len(small)} metrics have"
+        result.notes.append(
+            f"{which} fewer than {MIN_PAIRED} paired conversations: no interval, never significant"
+        )
     order = {"regressed": 0, "fixed": 1, "changed": 2}
     result.conversations.sort(key=lambda c: (order[c.kind], c.scenario_id or "", c.metric))
     return result
+
+
+def _no_scores(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    """Why a run has no scores (None when it has some)."""
+    import json
+
+    row = con.execute(
+        "SELECT r.status, r.conversation_count, r.details, "
+        "(SELECT count(*) FROM scores s WHERE s.run_id = r.run_id) "
+        "FROM eval_runs r WHERE r.run_id = ?",
+        [run_id],
+    ).fetchone()
+    if row is None or row[3]:
+        return None
+    status, _, details_text, _ = row
+    details = json.loads(details_text or "{}")
+    if status == "running":
+        why = "it is still running"
+    elif details.get("empty_because"):
+        why = f"no conversation was in its window ({details['empty_because']})"
+    elif details.get("skipped"):
+        why = (
+            f"its {details['skipped']} conversations were already scored by the same suite "
+            "version in earlier runs (run with --rescore to score them again)"
+        )
+    elif not details.get("candidates"):
+        why = "no conversation was in its window"
+    else:
+        why = f"it ended {status} before scoring any conversation"
+    return f"run {run_id} has no scores: {why}"

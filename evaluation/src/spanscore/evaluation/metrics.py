@@ -27,12 +27,21 @@ from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from .arguments import ArgMode, match_arguments, values_equal
 from .assertions import ExpectedCall, normalize_name
 from .critics import Critic, argument, critic_weights
-from .pairing import max_weight_matching
+from .limits import check_pattern
+from .pairing import fits_exactly, max_weight_matching
 from .schema_check import check_arguments
 from .scoring import AssertionBase, EvalContext, MetricRegistry, Score, ToolSpec
 from .trajectory import ToolCall, Trajectory
@@ -61,11 +70,15 @@ class MetricAssertion(AssertionBase):
             return [f"metric {self.metric!r} takes no parameter {', '.join(sorted(unknown))}"]
         return []
 
+    def may_judge(self, registry: MetricRegistry) -> bool:
+        spec = registry.get(self.metric)
+        return spec is not None and spec.wants_context
+
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         spec = context.registry.get(self.metric)
         if spec is None:
             return Score.failed_with(f"unknown metric {self.metric!r}")
-        score = spec(trajectory, **self.params)
+        score = spec(trajectory, context, **self.params)
         if self.threshold is not None and score.value is not None and score.error is None:
             return Score(
                 value=score.value,
@@ -257,10 +270,7 @@ class ToolErrors(_Graded):
     @classmethod
     def _compiles(cls, pattern: str | None) -> str | None:
         if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+            check_pattern(pattern)
         return pattern
 
     def check(self, registry: MetricRegistry) -> list[str]:
@@ -361,13 +371,19 @@ class Efficiency(_Graded):
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         calls = trajectory.tool_calls
         distinct: list[ToolCall] = []
+        # Calls bucketed by a key that equal calls always share (numbers as floats: 1 == 1.0),
+        # so each call is compared only with its few look-alikes: linear in the calls.
+        buckets: dict[tuple[str, Any], list[ToolCall]] = {}
         redundant: list[dict[str, Any]] = []
         loops: list[dict[str, Any]] = []
         for index, call in enumerate(calls):
-            if any(self.same(seen, call) for seen in distinct):
+            key = (call.name, None if self.names_only else _bucket(self._comparable(call)))
+            bucket = buckets.setdefault(key, [])
+            if any(self.same(seen, call) for seen in bucket):
                 redundant.append({"index": index, "name": call.name})
             else:
                 distinct.append(call)
+                bucket.append(call)
             if index and self.same(calls[index - 1], call):
                 if loops and loops[-1]["last_index"] == index - 1:
                     loops[-1]["calls"] += 1
@@ -398,6 +414,20 @@ class Efficiency(_Graded):
                 "loops": loops,
             },
         )
+
+
+def _bucket(value: Any) -> Any:
+    """A hashable key that `values_equal` values share (it may also join unequal ones: the
+    bucket is checked with `values_equal`)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value if not isinstance(value, bool) else ("bool", value)
+    if isinstance(value, int | float):
+        return ("number", float(value))
+    if isinstance(value, Mapping):
+        return ("object", frozenset((str(k), _bucket(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return ("array", tuple(_bucket(v) for v in value))
+    return ("other", repr(value))
 
 
 # --- correctness -------------------------------------------------------------------------------
@@ -508,9 +538,16 @@ class Correctness(_Graded):
         )
 
     def _names_and_args(self, actual: list[ToolCall]) -> Score:
-        weights: list[list[float | None]] = [
-            [1.0 if self._matches(e, c) else None for c in actual] for e in self.expected
-        ]
+        keys = [self._key(c.name) for c in actual]
+        weights: list[list[float | None]] = []
+        for e in self.expected:
+            wanted = self._key(e.name)
+            weights.append(
+                [
+                    1.0 if k == wanted and self._matches(e, c) else None
+                    for k, c in zip(keys, actual, strict=True)
+                ]
+            )
         pairs = max_weight_matching(weights) if actual and self.expected else []
         matched = len(pairs)
         paired_actual = {j for _, j in pairs}
@@ -534,6 +571,11 @@ class Correctness(_Graded):
                 "unmatched_actual": [
                     c.name for j, c in enumerate(actual) if j not in paired_actual
                 ],
+                **(
+                    {"notes": ["paired greedily, not optimally (too large to pair exactly)"]}
+                    if not fits_exactly(len(self.expected), len(actual))
+                    else {}
+                ),
             },
         )
 
@@ -866,23 +908,22 @@ class RubricCall(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    name: str = Field(description="tool name (compared ignoring case and - _ .)")
+    string_shorthand: ClassVar[dict[str, Any]] = {"type": "string", "description": "tool name"}
+
+    name: str = Field(
+        validation_alias=AliasChoices("name", "tool_name"),
+        description="tool name (compared ignoring case and - _ .)",
+    )
     arguments: dict[str, Any] = Field(
-        default_factory=dict, description="expected arguments, read by the critics by field"
+        default_factory=dict,
+        validation_alias=AliasChoices("arguments", "args"),
+        description="expected arguments, read by the critics by field",
     )
 
     @model_validator(mode="before")
     @classmethod
-    def _arcade_names(cls, data: Any) -> Any:
-        if isinstance(data, str):  # a bare tool name: no arguments expected
-            return {"name": data}
-        if isinstance(data, Mapping):
-            data = dict(data)
-            if "tool_name" in data and "name" not in data:
-                data["name"] = data.pop("tool_name")
-            if "args" in data and "arguments" not in data:
-                data["arguments"] = data.pop("args")
-        return data
+    def _bare_name(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data  # no arguments expected
 
 
 CriticEntry = Annotated[Critic, Field(discriminator="type")]

@@ -5,6 +5,11 @@ Repeated tool names make first-fit pairing wrong: `get_order(A), get_order(B)` a
 arguments, and reports two errors where there are none. We pair with the assignment that
 maximises the total weight (the Hungarian algorithm, O(n^2 m)); with equal weights that is a
 maximum bipartite matching.
+
+A problem too large to solve exactly within a run's time limits (more than `EXACT_WORK_LIMIT`
+steps: hundreds of expected calls against thousands of calls of the same tool) is paired
+greedily instead, each row in order taking its best free column (O(n m)); callers say so in
+their details (`fits_exactly`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 Weights = Sequence[Sequence[float | None]]
+
+# Steps of the exact algorithm (min(n, m)^2 * max(n, m)) above which the pairing is greedy.
+EXACT_WORK_LIMIT = 20_000_000
+
+
+def fits_exactly(rows: int, cols: int) -> bool:
+    """Whether `max_weight_matching` pairs a rows x cols problem exactly (else greedily)."""
+    small, large = sorted((rows, cols))
+    return small * small * large <= EXACT_WORK_LIMIT
 
 
 def max_weight_matching(weights: Weights) -> list[tuple[int, int]]:
@@ -30,6 +44,8 @@ def max_weight_matching(weights: Weights) -> list[tuple[int, int]]:
                 if w is not None and (best is None or w > best[0]):
                     best = (w, r, c)
         return [] if best is None else [(best[1], best[2])]
+    if not fits_exactly(rows, cols):
+        return _greedy(weights)
     allowed = [w for row in weights for w in row if w is not None]
     if not allowed:
         return []
@@ -100,3 +116,18 @@ def _hungarian(cost: list[list[float]], n: int, m: int) -> list[int]:
         if owner[j]:
             assignment[owner[j] - 1] = j - 1
     return assignment
+
+
+def _greedy(weights: Weights) -> list[tuple[int, int]]:
+    """Each row in order takes the free column of highest weight (the earliest of equals)."""
+    taken: set[int] = set()
+    pairs = []
+    for r, row in enumerate(weights):
+        best: tuple[float, int] | None = None
+        for c, w in enumerate(row):
+            if w is not None and c not in taken and (best is None or w > best[0]):
+                best = (w, c)
+        if best is not None:
+            taken.add(best[1])
+            pairs.append((r, best[1]))
+    return pairs

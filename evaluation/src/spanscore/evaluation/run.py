@@ -8,25 +8,29 @@ One run:
    and `since` defaults to the end of the previous successful run of the same suite;
 3. samples them deterministically (a hash of seed and conversation id: the same ones on every
    re-run), optionally per stratum, and skips those already scored by this suite version;
-4. rebuilds and scores them in batches on all cores; each batch's scores are committed in one
-   transaction, so an interrupted run leaves whole batches and the next run resumes;
+4. rebuilds and scores them in batches on all cores (or, with `engine="ray"`, in shards over a
+   Ray cluster, see `ray_engine`); each batch's scores are committed in one transaction, so an
+   interrupted run leaves whole batches and the next run resumes;
 5. records the run in `eval_runs`, summarises the scores per scenario and metric, and checks
    the gates.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as dt
 import gc
 import hashlib
 import json
+import logging
 import math
 import os
+import re
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
@@ -39,12 +43,15 @@ import orjson
 import pyarrow as pa
 
 from spanscore.lake import arrow_schema, connect, current_snapshot, retrying
-from spanscore.lake.schema import EVAL_RUNS, SCORES
+from spanscore.lake.schema import EVAL_RUNS, SCORES, quote_identifier
 
-from .suite import Gate, LoadedSuite, load_suite
+from .judge import JudgeAnswer, JudgeConfig, JudgeRequest
+from .judge_pool import JudgeRunner
+from .suite import Deferred, Gate, LoadedSuite, Policy, ScoreRow, load_suite
 from .trajectory import Trajectory, span_rows, trajectories_from_rows
 
 UTC = dt.UTC
+log = logging.getLogger("spanscore.evaluate")
 
 
 @dataclass
@@ -63,10 +70,16 @@ class RunOptions:
     rescore: bool = False
     settle_s: float = 600.0
     workers: int = 0  # 0: one per CPU
+    engine: str = "local"  # local (processes of this host) or ray (tasks on a Ray cluster)
+    ray_address: str | None = None  # the Ray cluster to join (None: RAY_ADDRESS, else start one)
     batch_size: int = 500
     query_conversations: int = 20_000  # conversations per sorted query (bounds its memory)
     gates: Sequence[Gate] = ()  # on top of the suite's
+    min_conversations: int | None = None  # over the suite's `min_conversations`
+    strict: bool | None = None  # over the suite's `strict`: warnings fail the run
     now: dt.datetime | None = None  # for tests: the run's notion of now
+    judge: Mapping[str, Any] = field(default_factory=dict)  # JudgeConfig fields over the suite's
+    judge_environ: Mapping[str, str] | None = None  # for tests: the judge's environment
 
 
 @dataclass
@@ -94,6 +107,7 @@ class SummaryRow:
     mean: float | None
     errors: int
     worst: list[str]
+    first_error: str | None = None
 
 
 @dataclass
@@ -108,8 +122,10 @@ class GateResult:
             self.gate.min_pass_rate if self.gate.min_pass_rate is not None else self.gate.min_mean
         )
         scope = "/".join(x for x in (self.gate.scenario, self.gate.metric) if x) or "all scores"
-        shown = "n/a" if self.measured is None else f"{self.measured:.3f}"
-        return f"{scope}: {what} {shown} (needs >= {target})"
+        if self.measured is None:
+            allowed = "allowed by allow_empty" if self.gate.allow_empty else "an empty gate fails"
+            return f"{scope}: no {what} to measure, no score in this run ({allowed})"
+        return f"{scope}: {what} {self.measured:.3f} (needs >= {target})"
 
 
 @dataclass
@@ -128,10 +144,80 @@ class RunResult:
     elapsed_s: float
     summary: list[SummaryRow] = field(default_factory=list)
     gates: list[GateResult] = field(default_factory=list)
+    judge: dict[str, Any] | None = None  # calls, cache hits, skipped, tokens, cost, limits
+    window_from: str = ""  # where the window's start came from
+    empty_because: str | None = None  # why no conversation was in the window
+    warnings: list[str] = field(default_factory=list)  # what measured nothing (see strict)
+    failures: list[str] = field(default_factory=list)  # what fails the run besides gates
+    strict: bool = False  # warnings fail the run
 
     @property
     def gates_passed(self) -> bool:
         return all(g.passed for g in self.gates)
+
+    @property
+    def passed(self) -> bool:
+        """Every gate passed and nothing else failed the run (too few conversations,
+        warnings in strict mode)."""
+        return self.gates_passed and not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run as a JSON-ready document (`spanscore evaluate --format json`)."""
+
+        def when(moment: dt.datetime | None) -> str | None:
+            return moment.astimezone(UTC).isoformat() if moment is not None else None
+
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "passed": self.passed,
+            "window": {
+                "start": when(self.window_start),
+                "end": when(self.window_end),
+                "start_from": self.window_from,
+                "empty_because": self.empty_because,
+            },
+            "snapshot": self.snapshot,
+            "counts": {
+                "candidates": self.candidates,
+                "sampled": self.sampled,
+                "skipped": self.skipped,
+                "scored": self.scored,
+                "scores": self.score_count,
+                "errors": self.error_count,
+            },
+            "summary": [
+                {
+                    "scenario": r.scenario_id,
+                    "metric": r.metric,
+                    "conversations": r.conversations,
+                    "judged": r.judged,
+                    "pass_rate": r.pass_rate,
+                    "mean": r.mean,
+                    "errors": r.errors,
+                    "worst": r.worst,
+                }
+                for r in self.summary
+            ],
+            "gates": [
+                {
+                    **g.gate.model_dump(exclude_none=True),
+                    "measured": g.measured,
+                    "passed": g.passed,
+                    "description": g.describe(),
+                }
+                for g in self.gates
+            ],
+            "warnings": self.warnings,
+            "failures": self.failures,
+            "strict": self.strict,
+            "judge": self.judge,
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+class WindowError(ValueError):
+    """The window cannot be evaluated (its start is after its end); nothing was recorded."""
 
 
 class RunInterrupted(Exception):
@@ -226,14 +312,26 @@ def _run(
     _close_abandoned_runs(con, suite)
     snapshot = current_snapshot(con)
     until = now - dt.timedelta(seconds=options.settle_s)
-    if options.until is not None:
-        until = min(until, options.until)
-    since = options.since
+    until_from = f"now minus --settle {_duration(options.settle_s)}"
+    if options.until is not None and options.until < until:
+        until, until_from = options.until, "--until"
+    since, since_from = options.since, "--since"
     if since is None:
-        since = _previous_window_end(con, suite)
+        since, since_from = _default_since(con, suite)
+    if since is not None and since > until:
+        raise WindowError(
+            f"the window starts at {_shown(since)} ({since_from}) after it ends at "
+            f"{_shown(until)} ({until_from}): nothing can be in it. Give --since (or --last), "
+            "or a shorter --settle"
+        )
     reader = connect(lake, snapshot=snapshot)
     try:
-        candidates = _candidates(reader, options, since, until)
+        candidates, single_traces = _candidates(reader, options, since, until)
+        empty_because = (
+            None
+            if candidates
+            else _why_empty(reader, options, since, until, since_from, until_from)
+        )
     finally:
         reader.close()
     sample = choose(
@@ -255,37 +353,255 @@ def _run(
         score_count=0,
         error_count=0,
         elapsed_s=0.0,
+        window_from=since_from,
+        empty_because=empty_because,
     )
+    judge_config = judge_settings(suite, options) if suite.uses_judge and todo else None
+    runner = (
+        JudgeRunner(judge_config, lake=lake, run_id=run_id, environ=options.judge_environ)
+        if judge_config is not None
+        else None
+    )
+    if runner is not None:
+        runner.start()  # refuses a judge that cannot work before anything is recorded
     _insert_run(con, suite, options, result, now)
     timings: dict[str, float] = {}
-    try:
-        for scores, batch_size in _score_batches(lake, snapshot, suite, todo, options):
+    own_watchdog = suite.watchdog is None
+    suite.start_watchdog()  # for scoring in this process (one worker) and re-scoring
+
+    def commit(scores: pa.Table, batch_size: int, written: bool = False) -> None:
+        if not written:  # a Ray task may have committed its shard itself
             t0 = time.monotonic()
             _write_scores(con, run_id, scores)
             timings["write_s"] = timings.get("write_s", 0.0) + time.monotonic() - t0
-            result.scored += batch_size
-            result.score_count += scores.num_rows
-            result.error_count += scores.num_rows - scores.column("error").null_count
-            if progress is not None:
-                progress(Progress(result.scored, len(todo), time.monotonic() - started))
+        result.scored += batch_size
+        result.score_count += scores.num_rows
+        result.error_count += scores.num_rows - scores.column("error").null_count
+        if progress is not None:
+            progress(Progress(result.scored, len(todo), time.monotonic() - started))
+
+    try:
+        if runner is not None and runner.config.batch:
+            _judge_in_batches(con, lake, snapshot, suite, todo, options, runner, result)
+        batches = _score_batches(lake, snapshot, suite, todo, options, write_as=run_id)
+        if runner is None:
+            for scores, batch_size, _, written in batches:
+                commit(scores, batch_size, written)
+        else:
+            _judged_batches(batches, suite, runner, commit)
     except KeyboardInterrupt:
         result.status = "interrupted"
         result.elapsed_s = time.monotonic() - started
+        if own_watchdog:
+            suite.stop_watchdog()
+        _close_judge(runner, result)
         _finish_run(con, result, timings)
         raise RunInterrupted(result) from None
     except BaseException:
         result.status = "failed"
         result.elapsed_s = time.monotonic() - started
+        if own_watchdog:
+            suite.stop_watchdog()
+        with contextlib.suppress(Exception):
+            _close_judge(runner, result)
         with contextlib.suppress(Exception):
             _finish_run(con, result, timings)
         raise
+    if own_watchdog:
+        suite.stop_watchdog()
+    _close_judge(runner, result)
     result.summary = summarize(con, suite, sample)
     gates = [*suite.suite.gates, *options.gates]
     result.gates = [check_gate(g, result.summary) for g in gates]
-    result.status = "succeeded" if result.gates_passed else "gate_failed"
+    result.warnings = run_warnings(suite, result.summary, len(sample))
+    if single_traces * 2 > len(candidates):
+        result.warnings.append(
+            f"{single_traces} of the {len(candidates)} conversations in the window carried no "
+            "conversation id (each is one trace: conversations.conversation_source = 'trace'); "
+            "set one with spanscore.instrumentation.conversation(...) or the collector's "
+            "conversation_attribute, or multi-turn conversations are scored piece by piece"
+        )
+    least = (
+        options.min_conversations
+        if options.min_conversations is not None
+        else suite.suite.min_conversations
+    )
+    if len(sample) < least:
+        result.failures.append(
+            f"{len(sample)} conversations in the run, fewer than the {least} required "
+            "(min_conversations)"
+        )
+    strict = options.strict if options.strict is not None else suite.suite.strict
+    result.strict = strict
+    if strict and result.warnings:
+        count = len(result.warnings)
+        result.failures.append(
+            f"strict mode: {count} {'warning fails' if count == 1 else 'warnings fail'} the run"
+        )
+    result.status = "succeeded" if result.passed else "gate_failed"
     result.elapsed_s = time.monotonic() - started
     _finish_run(con, result, timings)
     return result
+
+
+def judge_settings(suite: LoadedSuite, options: RunOptions) -> JudgeConfig:
+    """The suite's judge block with the run's options over it."""
+    base = suite.judge_config().model_dump(exclude_unset=True)
+    return JudgeConfig.model_validate({**base, **options.judge})
+
+
+def _close_judge(runner: JudgeRunner | None, result: RunResult) -> None:
+    if runner is None:
+        return
+    try:
+        runner.close()
+    finally:
+        result.judge = {**runner.totals.as_dict(), **runner.limit_info()}
+
+
+@dataclass
+class _Waiting:
+    """A scored batch whose judged metrics wait for the judge's answers."""
+
+    scores: pa.Table
+    size: int
+    deferred: list[Deferred]
+    answers: dict[str, JudgeAnswer]
+    future: concurrent.futures.Future[dict[str, JudgeAnswer]]
+    rows: list[ScoreTuple] = field(default_factory=list)
+
+
+# Batches waiting for the judge at once: enough questions in flight to keep the judge at its
+# limit, few enough that memory stays bounded (each holds its batch's trajectories).
+_MAX_WAITING = 4
+
+
+def _judged_batches(
+    batches: Iterator[Batch],
+    suite: LoadedSuite,
+    runner: JudgeRunner,
+    commit: Callable[[pa.Table, int, bool], None],
+) -> None:
+    """Commit each batch once every judged metric of its conversations is scored: the
+    judge's questions go to the pool as soon as a batch is scored, and batches are committed
+    in the order their answers arrive."""
+    waiting: list[_Waiting] = []
+
+    def advance(item: _Waiting) -> bool:
+        """Score the item's deferred assertions with the answers; True when it is complete."""
+        item.answers.update(item.future.result())
+        still: list[Deferred] = []
+        for deferred in item.deferred:
+            rows, rest = suite.resume(deferred, item.answers)
+            item.rows += [score_tuple(deferred.trajectory.conversation_id, row) for row in rows]
+            if rest.items:
+                still.append(rest)
+        item.deferred = still
+        if still:
+            item.future = runner.submit(_questions(still))
+            return False
+        return True
+
+    def settle(block: bool) -> None:
+        if not waiting:
+            return
+        done, _ = concurrent.futures.wait(
+            [w.future for w in waiting],
+            timeout=None if block else 0,
+            return_when=FIRST_COMPLETED,
+        )
+        for item in [w for w in waiting if w.future in done]:
+            if advance(item):
+                waiting.remove(item)
+                commit(pa.concat_tables([item.scores, score_table(item.rows)]), item.size, False)
+
+    for scores, size, deferred, written in batches:
+        if not deferred:
+            commit(scores, size, written)
+        else:
+            waiting.append(
+                _Waiting(scores, size, deferred, {}, runner.submit(_questions(deferred)))
+            )
+        settle(block=False)
+        while len(waiting) >= _MAX_WAITING:
+            settle(block=True)
+    while waiting:
+        settle(block=True)
+
+
+def _judge_in_batches(
+    con: duckdb.DuckDBPyConnection,
+    lake: str,
+    snapshot: int,
+    suite: LoadedSuite,
+    todo: Sequence[str],
+    options: RunOptions,
+    runner: JudgeRunner,
+    result: RunResult,
+) -> None:
+    """Batch mode, before scoring: a first pass collects every question the run will ask, the
+    ones the cache cannot answer go through the Batch API, and their answers land in the cache,
+    where the scoring pass that follows finds them (questions asked only after an answer, such
+    as an embeddings fallback, are asked directly then). Batch ids are recorded on the run
+    before waiting: a run interrupted while waiting is resumed by collecting the same batches,
+    never by submitting the questions again."""
+    questions: dict[str, JudgeRequest] = {}
+    for _, _, deferred, _ in _score_batches(lake, snapshot, suite, todo, options):
+        questions.update(_questions(deferred))
+    by_key = {runner.client.cache_key(r): r for r in questions.values()}
+    for run_id, batch_ids in _uncollected_batches(con, suite):
+        log.info("collecting judge batches %s of interrupted run %s", batch_ids, run_id)
+        runner.collect_batches(batch_ids, by_key, progress=log.info)
+        _batches_collected(con, run_id, batch_ids)
+    missing = runner.uncached(questions)
+    if not missing:
+        return
+    batch_ids = runner.create_batches(missing)
+    _set_details(con, result.run_id, judge_batches=dict.fromkeys(batch_ids, False))
+    log.info("%d judge questions sent as batches %s", len(missing), ", ".join(batch_ids))
+    runner.collect_batches(batch_ids, missing, progress=log.info)
+    _batches_collected(con, result.run_id, batch_ids)
+
+
+def _uncollected_batches(
+    con: duckdb.DuckDBPyConnection, suite: LoadedSuite
+) -> list[tuple[str, list[str]]]:
+    rows = con.execute(
+        "SELECT run_id, details FROM eval_runs WHERE suite_name = ? AND suite_hash = ? "
+        "AND status <> 'running' ORDER BY started_at",
+        [suite.name, suite.content_hash],
+    ).fetchall()
+    found = []
+    for run_id, details in rows:
+        batches = json.loads(details or "{}").get("judge_batches") or {}
+        waiting = [b for b, collected in batches.items() if not collected]
+        if waiting:
+            found.append((run_id, waiting))
+    return found
+
+
+def _batches_collected(con: duckdb.DuckDBPyConnection, run_id: str, batch_ids: list[str]) -> None:
+    row = con.execute("SELECT details FROM eval_runs WHERE run_id = ?", [run_id]).fetchone()
+    batches = dict(json.loads((row[0] if row else None) or "{}").get("judge_batches") or {})
+    batches.update(dict.fromkeys(batch_ids, True))
+    _set_details(con, run_id, judge_batches=batches)
+
+
+def _set_details(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> None:
+    row = con.execute("SELECT details FROM eval_runs WHERE run_id = ?", [run_id]).fetchone()
+    details = json.loads((row[0] if row else None) or "{}")
+    details.update(fields)
+    retrying(
+        lambda: con.execute(
+            "UPDATE eval_runs SET details = ? WHERE run_id = ?",
+            [json.dumps(details, sort_keys=True), run_id],
+        ),
+        what="record the run's judge batches",
+    )
+
+
+def _questions(deferred: Iterable[Deferred]) -> dict[str, JudgeRequest]:
+    return {digest: r for d in deferred for digest, r in d.requests.items()}
 
 
 def _candidates(
@@ -293,8 +609,9 @@ def _candidates(
     options: RunOptions,
     since: dt.datetime | None,
     until: dt.datetime,
-) -> list[tuple[str, str | None]]:
-    """(conversation id, stratum) of every conversation whose last span ended in the window."""
+) -> tuple[list[tuple[str, str | None]], int]:
+    """(conversation id, stratum) of every conversation whose last span ended in the window,
+    and how many of them are a trace with no conversation id (`conversation_source`)."""
     where = ["end_time < ?"]
     params: list[Any] = [until]
     if since is not None:
@@ -323,21 +640,86 @@ def _candidates(
         )
         params.insert(0, '$."' + options.stratify_by.replace('"', '\\"') + '"')
     sql = (
-        f"SELECT conversation_id, {stratum} FROM conversations c "
+        f"SELECT conversation_id, {stratum}, conversation_source = 'trace' FROM conversations c "
         f"WHERE {' AND '.join(where)} ORDER BY conversation_id"
     )
-    return [
-        (str(cid), None if s is None else str(s)) for cid, s in con.execute(sql, params).fetchall()
-    ]
+    rows = con.execute(sql, params).fetchall()
+    chosen = [(str(cid), None if s is None else str(s)) for cid, s, _ in rows]
+    return chosen, sum(1 for *_, single in rows if single)
 
 
-def _previous_window_end(con: duckdb.DuckDBPyConnection, suite: LoadedSuite) -> dt.datetime | None:
-    row = con.execute(
-        "SELECT max(window_end) FROM eval_runs WHERE suite_name = ? "
-        "AND status IN ('succeeded', 'gate_failed')",
+def _default_since(
+    con: duckdb.DuckDBPyConnection, suite: LoadedSuite
+) -> tuple[dt.datetime | None, str]:
+    """The default window start, and where it comes from.
+
+    The end of the previous finished run of this suite version; for a version that never ran
+    (the suite was edited), the start of the window the suite's previous version last scored,
+    so the edited suite scores that window again (and `compare` can pair the two runs)
+    rather than finding nothing new; for a suite that never ran, the beginning."""
+    rows = con.execute(
+        "SELECT run_id, suite_hash, window_start, window_end FROM eval_runs "
+        "WHERE suite_name = ? AND status IN ('succeeded', 'gate_failed') "
+        "ORDER BY window_end DESC, started_at DESC",
         [suite.name],
+    ).fetchall()
+    for run_id, suite_hash, _, window_end in rows:
+        if suite_hash == suite.content_hash:
+            return window_end, f"the end of run {run_id}, the previous one of this suite version"
+    if rows:
+        run_id, _, window_start, _ = rows[0]
+        if window_start is None:
+            return None, (
+                f"this suite version never ran: from the beginning, as the previous "
+                f"version's last run {run_id}"
+            )
+        return window_start, (
+            f"this suite version never ran: the start of the previous version's last run {run_id}"
+        )
+    return None, "the beginning: the first run of this suite"
+
+
+def _why_empty(
+    con: duckdb.DuckDBPyConnection,
+    options: RunOptions,
+    since: dt.datetime | None,
+    until: dt.datetime,
+    since_from: str,
+    until_from: str,
+) -> str:
+    """Why no conversation is in the window: what the lake holds, and how many conversations
+    each bound and the filters left out."""
+    row = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE end_time >= ?), "
+        "count(*) FILTER (WHERE end_time < ?) FROM conversations",
+        [until, since if since is not None else dt.datetime(1, 1, 1, tzinfo=UTC)],
     ).fetchone()
-    return row[0] if row else None
+    total, after, before = row if row else (0, 0, 0)
+    if not total:
+        return (
+            "the lake holds no conversation yet (are spans arriving? `spanscore status` shows "
+            "what the collector received)"
+        )
+    parts = []
+    if before:
+        parts.append(f"{before} ended before the window start ({since_from})")
+    if after:
+        parts.append(f"{after} ended at or after the window end ({until_from})")
+    filtered = total - before - after
+    if filtered:
+        parts.append(f"{filtered} did not match --service / --agent / --scenario")
+    return f"the lake holds {total} conversations: " + "; ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _shown(moment: dt.datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _already_scored(
@@ -452,12 +834,21 @@ def _finish_run(
                 }
                 for g in result.gates
             ],
+            "window_from": result.window_from,
+            "empty_because": result.empty_because,
+            "warnings": result.warnings,
+            "failures": result.failures,
         }
     )
+    judge = result.judge or {}
+    if result.judge is not None:
+        details["judge"] = result.judge
     retrying(
         lambda: con.execute(
             "UPDATE eval_runs SET status = ?, finished_at = ?, conversation_count = ?, "
-            "score_count = ?, error_count = ?, details = ? WHERE run_id = ?",
+            "score_count = ?, error_count = ?, details = ?, judge_cost_usd = ?, "
+            "judge_calls = ?, judge_cache_hits = ?, judge_prompt_tokens = ?, "
+            "judge_cached_tokens = ?, judge_completion_tokens = ? WHERE run_id = ?",
             [
                 result.status,
                 dt.datetime.now(UTC),
@@ -465,6 +856,12 @@ def _finish_run(
                 result.score_count,
                 result.error_count,
                 json.dumps(details, sort_keys=True),
+                judge.get("cost_usd", 0.0),
+                judge.get("calls", 0),
+                judge.get("cache_hits", 0),
+                judge.get("prompt_tokens", 0),
+                judge.get("cached_tokens", 0),
+                judge.get("completion_tokens", 0),
                 result.run_id,
             ],
         ),
@@ -478,7 +875,12 @@ def _append(con: duckdb.DuckDBPyConnection, table_name: str, table: pa.Table) ->
         try:
             con.execute("BEGIN TRANSACTION")
             try:
-                con.execute(f"INSERT INTO {table_name} SELECT * FROM spanscore_rows")
+                # Named columns: a migration may add columns anywhere.
+                columns = ", ".join(quote_identifier(n) for n in table.column_names)
+                con.execute(
+                    f"INSERT INTO {quote_identifier(table_name)} ({columns}) "
+                    f"SELECT {columns} FROM spanscore_rows"
+                )
                 con.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(duckdb.Error):
@@ -522,39 +924,96 @@ def score_table(rows: Sequence[ScoreTuple]) -> pa.Table:
 def _write_scores(con: duckdb.DuckDBPyConnection, run_id: str, table: pa.Table) -> None:
     if not table.num_rows:
         return
+    _append(con, "scores", _scores_of_run(run_id, table))
+
+
+def _scores_of_run(run_id: str, table: pa.Table) -> pa.Table:
     rows = table.num_rows
     created = pa.array([dt.datetime.now(UTC)] * rows, type=pa.timestamp("us", tz="UTC"))
     full = table.add_column(0, "run_id", pa.array([run_id] * rows, type=pa.string()))
     full = full.append_column("created_at", created)
-    _append(con, "scores", full.cast(arrow_schema(SCORES)))
+    return full.cast(arrow_schema(SCORES))
+
+
+def write_scores_once(
+    con: duckdb.DuckDBPyConnection, run_id: str, conversation_ids: Sequence[str], table: pa.Table
+) -> bool:
+    """Commit the scores of these conversations for the run in one transaction, unless the run
+    already holds a score of any of them (a retried task whose first attempt committed before
+    its worker was lost): True when this call wrote them."""
+    if not table.num_rows:
+        return False
+    full = _scores_of_run(run_id, table)
+    ids = pa.table({"conversation_id": pa.array(list(conversation_ids), type=pa.string())})
+
+    def write() -> bool:
+        con.register("spanscore_rows", full)
+        con.register("spanscore_ids", ids)
+        try:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                found = con.execute(
+                    "SELECT count(*) FROM scores WHERE run_id = ? "
+                    "AND conversation_id IN (SELECT conversation_id FROM spanscore_ids)",
+                    [run_id],
+                ).fetchone()
+                if found and found[0]:
+                    con.execute("ROLLBACK")
+                    return False
+                columns = ", ".join(quote_identifier(n) for n in full.column_names)
+                con.execute(f"INSERT INTO scores ({columns}) SELECT {columns} FROM spanscore_rows")
+                con.execute("COMMIT")
+                return True
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
+                raise
+        finally:
+            con.unregister("spanscore_rows")
+            con.unregister("spanscore_ids")
+
+    return retrying(write, what="write scores")
 
 
 # --- scoring, in this process or in workers --------------------------------------------------
 
 
-def score_trajectories(suite: LoadedSuite, trajectories: Iterable[Trajectory]) -> list[ScoreTuple]:
-    """The `scores` rows (sans run and time) the suite gives each trajectory."""
+def score_trajectories(
+    suite: LoadedSuite, trajectories: Iterable[Trajectory], deferred: list[Deferred] | None = None
+) -> list[ScoreTuple]:
+    """The `scores` rows (sans run and time) the suite gives each trajectory without the
+    judge; what waits for the judge is appended to `deferred` (without it, it is judged now)."""
     rows: list[ScoreTuple] = []
     append = rows.append
     for trajectory in trajectories:
         conversation_id = trajectory.conversation_id
-        for scenario_id, metric_name, s in suite.score(trajectory):
-            details = s.details
-            append(
-                (
-                    conversation_id,
-                    scenario_id,
-                    metric_name,
-                    s.value,
-                    s.label,
-                    s.passed,
-                    s.threshold,
-                    s.explanation,
-                    _json(details) if details else None,
-                    s.error,
-                )
-            )
+        scored, waiting = suite.score_deterministic(trajectory)
+        if waiting is not None:
+            if deferred is not None:
+                deferred.append(waiting)
+            else:
+                with JudgeRunner(suite.judge_config()) as runner:
+                    scored += suite.finish(waiting, runner.answer)
+        for row in scored:
+            append(score_tuple(conversation_id, row))
     return rows
+
+
+def score_tuple(conversation_id: str, row: ScoreRow) -> ScoreTuple:
+    s = row.score
+    details = s.details
+    return (
+        conversation_id,
+        row.scenario_id,
+        row.metric,
+        s.value,
+        s.label,
+        s.passed,
+        s.threshold,
+        s.explanation,
+        _json(details) if details else None,
+        s.error,
+    )
 
 
 def _json(value: Any) -> str:
@@ -581,28 +1040,55 @@ def _missing(conversation_id: str) -> ScoreTuple:
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_start(document: dict[str, Any], base_dir: str) -> None:
-    _WORKER["suite"] = load_suite(document, base_dir=base_dir)
+def _worker_start(document: dict[str, Any], base_dir: str, allow_outside_metrics: bool) -> None:
+    _WORKER["suite"] = suite = load_suite(
+        document, base_dir=base_dir, allow_outside_metrics=allow_outside_metrics
+    )
+    suite.start_watchdog()  # scoring runs in this (main) thread of the worker
     # A worker allocates many short-lived objects (rows, trajectories, scores) that form no
     # cycles: collect less often, and never rescan what was loaded at start.
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
 
 
-def _score_chunk(suite: LoadedSuite, rows: pa.Table) -> tuple[pa.Table, list[str]]:
+def worker_suite(
+    document: dict[str, Any], base_dir: str, allow_outside_metrics: bool = False
+) -> LoadedSuite:
+    """The suite in a long-lived worker process (a Ray worker): loaded and set up as
+    `_worker_start` does, once per suite version."""
+    key = orjson.dumps(
+        [document, base_dir, allow_outside_metrics], option=orjson.OPT_SORT_KEYS
+    ).decode()
+    if _WORKER.get("key") != key:
+        previous = _WORKER.get("suite")
+        if previous is not None:
+            previous.stop_watchdog()
+        _worker_start(document, base_dir, allow_outside_metrics)
+        _WORKER["key"] = key
+    suite: LoadedSuite = _WORKER["suite"]
+    return suite
+
+
+Scored = tuple[pa.Table, list[str], list[Deferred]]
+# (score rows, conversations, what waits for the judge, already committed by the worker)
+Batch = tuple[pa.Table, int, list[Deferred], bool]
+
+
+def _score_chunk(suite: LoadedSuite, rows: pa.Table) -> Scored:
     """Rebuild and score one chunk, one conversation at a time (few objects alive: the
-    garbage collector has little to scan)."""
+    garbage collector has little to scan). Judged metrics come back deferred."""
     ids: list[str] = []
+    deferred: list[Deferred] = []
 
     def rebuilt() -> Iterator[Trajectory]:
         for trajectory in trajectories_from_rows(rows, suite.attribute_keys()):
             ids.append(trajectory.conversation_id)
             yield trajectory
 
-    return score_table(score_trajectories(suite, rebuilt())), ids
+    return score_table(score_trajectories(suite, rebuilt(), deferred)), ids, deferred
 
 
-def _worker_score(rows: pa.Table) -> tuple[pa.Table, list[str]]:
+def _worker_score(rows: pa.Table) -> Scored:
     return _score_chunk(_WORKER["suite"], rows)
 
 
@@ -633,11 +1119,19 @@ def _score_batches(
     suite: LoadedSuite,
     todo: Sequence[str],
     options: RunOptions,
-) -> Iterator[tuple[pa.Table, int]]:
-    """(score rows, conversations) per batch, in completion order. One query at the pinned
-    snapshot streams the span rows of every conversation to score; workers rebuild and score
-    whole conversations, and need no lake connection."""
+    write_as: str | None = None,
+) -> Iterator[Batch]:
+    """(score rows, conversations, what waits for the judge, committed) per batch, in
+    completion order. Locally, one query at the pinned snapshot streams the span rows of every
+    conversation to score; workers rebuild and score whole conversations, and need no lake
+    connection. On Ray, each task reads its own shard at the snapshot and, given `write_as`
+    (the run id), commits the shard's scores itself when nothing in it waits for the judge."""
     if not todo:
+        return
+    if options.engine == "ray":
+        from .ray_engine import ray_batches
+
+        yield from ray_batches(lake, snapshot, suite, todo, options, write_as)
         return
     size = max(1, options.batch_size)
     con = connect(lake, snapshot=snapshot)
@@ -648,18 +1142,18 @@ def _score_batches(
         chunks = _all_chunks(con, suite, todo, size, options.query_conversations)
         if workers <= 1:
             for chunk in chunks:
-                scores, ids = _score_chunk(suite, chunk)
+                scores, ids, deferred = _score_chunk(suite, chunk)
                 seen.update(ids)
-                yield scores, len(ids)
+                yield scores, len(ids), deferred, False
         else:
-            for scores, ids in _in_pool(chunks, suite, workers):
+            for scores, ids, deferred in _in_pool(chunks, suite, workers):
                 seen.update(ids)
-                yield scores, len(ids)
+                yield scores, len(ids), deferred, False
     finally:
         con.close()
     missing = [_missing(c) for c in todo if c not in seen]
     for i in range(0, len(missing), size):
-        yield score_table(missing[i : i + size]), len(missing[i : i + size])
+        yield score_table(missing[i : i + size]), len(missing[i : i + size]), [], False
 
 
 def _all_chunks(
@@ -682,16 +1176,14 @@ def _all_chunks(
         yield from _chunks(reader, size)
 
 
-def _in_pool(
-    chunks: Iterator[pa.Table], suite: LoadedSuite, workers: int
-) -> Iterator[tuple[pa.Table, list[str]]]:
+def _in_pool(chunks: Iterator[pa.Table], suite: LoadedSuite, workers: int) -> Iterator[Scored]:
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=get_context("spawn"),
         initializer=_worker_start,
-        initargs=(suite.document(), str(suite.base_dir)),
+        initargs=(suite.document(), str(suite.base_dir), suite.allow_outside_metrics),
     )
-    pending: set[Future[tuple[pa.Table, list[str]]]] = set()
+    pending: set[Future[Scored]] = set()
     try:
         for chunk in chunks:  # at most two chunks per worker in flight: memory stays bounded
             pending.add(pool.submit(_worker_score, chunk))
@@ -733,7 +1225,8 @@ def summarize(
                    avg(passed::INTEGER), avg(value), count(error),
                    coalesce(list(conversation_id ORDER BY error IS NULL,
                         coalesce(passed::INTEGER, 1), value NULLS LAST, conversation_id)
-                        FILTER (WHERE passed IS NOT TRUE OR error IS NOT NULL), [])[1:3]
+                        FILTER (WHERE passed IS NOT TRUE OR error IS NOT NULL), [])[1:3],
+                   min(error)
             FROM latest GROUP BY ALL
             ORDER BY scenario_id NULLS FIRST, metric
             """,
@@ -751,9 +1244,43 @@ def summarize(
             mean=r[5],
             errors=r[6],
             worst=list(r[7]),
+            first_error=r[8],
         )
         for r in rows
     ]
+
+
+def run_warnings(
+    suite: LoadedSuite, summary: Sequence[SummaryRow], conversations: int
+) -> list[str]:
+    """What a run measured nothing with: scenarios and policies that selected no conversation,
+    metrics that gave an error on every conversation, and what the import of a native file left
+    out. Each is a warning; strict mode (`--strict`, the suite's `strict`) fails the run."""
+    warnings: list[str] = []
+    groups = suite.suite.groups()
+    selected = {r.scenario_id for r in summary}
+    if not conversations:
+        if groups:
+            warnings.append(
+                f"no conversation in the run: none of the {len(groups)} scenarios and policies "
+                "selected any"
+            )
+    else:
+        for group in groups:
+            if group.id not in selected:
+                kind = "policy" if isinstance(group, Policy) else "scenario"
+                warnings.append(
+                    f"{kind} {group.id!r} selected none of the {conversations} conversations"
+                )
+    for r in summary:
+        if r.conversations and r.errors == r.conversations:
+            scope = f"{r.scenario_id}/" if r.scenario_id else ""
+            warnings.append(
+                f"{scope}{r.metric} gave an error on every conversation ({r.conversations}): "
+                f"{r.first_error}"
+            )
+    warnings += [f"not imported from {suite.path}: {text}" for text in suite.dropped]
+    return warnings
 
 
 def check_gate(gate: Gate, summary: Sequence[SummaryRow]) -> GateResult:
@@ -774,8 +1301,11 @@ def check_gate(gate: Gate, summary: Sequence[SummaryRow]) -> GateResult:
         weight = sum(n for _, n in valued)
         measured = sum(m * n for m, n in valued) / weight if weight else None
         target = gate.min_mean if gate.min_mean is not None else 0.0
-    # Nothing to measure is not a failure: a quiet night is not a regression.
-    return GateResult(gate, measured, measured is None or measured >= target)
+    # Nothing to measure fails, unless the gate allows it: a gate that measured nothing
+    # (a quiet night, a scenario that selected nothing) must not look like a passed one.
+    if measured is None:
+        return GateResult(gate, None, gate.allow_empty)
+    return GateResult(gate, measured, measured >= target)
 
 
 def parse_gate(text: str) -> Gate:
@@ -787,20 +1317,29 @@ def parse_gate(text: str) -> Gate:
         threshold = float(value)
     except ValueError:
         raise ValueError(f"{text!r}: {value!r} is not a number") from None
-    scope, _, what = key.strip().rpartition(".")
-    if what not in ("pass_rate", "mean"):
+    found = re.fullmatch(
+        r"(?:(?P<scenario>[^/]+)/)?(?:(?P<metric>.+)\.)?(?P<what>[a-z_]+)", key.strip()
+    )
+    what = found.group("what") if found else ""
+    if found is None or what not in ("pass_rate", "mean"):
         raise ValueError(f"{text!r}: expected pass_rate or mean before '='")
-    scenario, _, metric = scope.rpartition("/")
+    scenario, metric = found.group("scenario"), found.group("metric")
     fields: dict[str, Any] = {"scenario": scenario or None, "metric": metric or None}
     fields["min_pass_rate" if what == "pass_rate" else "min_mean"] = threshold
     return Gate(**fields)
 
 
 def junit_xml(
-    con: duckdb.DuckDBPyConnection, suite: LoadedSuite, run_id: str, path: str | Path
+    con: duckdb.DuckDBPyConnection,
+    suite: LoadedSuite,
+    run_id: str,
+    path: str | Path,
+    result: RunResult | None = None,
 ) -> None:
     """The run's scores as JUnit XML: one testsuite per scenario, one testcase per
-    conversation and metric (failure: not passed; error: no score could be given)."""
+    conversation and metric (failure: not passed; error: no score could be given). With the
+    run's result, a testsuite `(run)` holds its warnings (skipped, or failures in strict
+    mode), what else failed it (too few conversations) and its gates."""
     from xml.etree import ElementTree as ET
 
     rows = con.execute(
@@ -828,6 +1367,8 @@ def junit_xml(
             failure = ET.SubElement(case, "failure", message=f"{metric} = {shown}")
             failure.text = explanation or ""
             counts[scenario][1] += 1
+    if result is not None:
+        _junit_run(root, suites, counts, result)
     for scenario, element in suites.items():
         tests, failures, errors = counts[scenario]
         element.set("tests", str(tests))
@@ -835,3 +1376,33 @@ def junit_xml(
         element.set("errors", str(errors))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _junit_run(
+    root: Any, suites: dict[str, Any], counts: dict[str, list[int]], result: RunResult
+) -> None:
+    from xml.etree import ElementTree as ET
+
+    name = "(run)"
+    element = ET.SubElement(root, "testsuite", name=name)
+    suites[name] = element
+    counts[name] = [0, 0, 0]
+    strict = result.strict
+
+    def case(title: str, failed: bool | None, message: str) -> None:
+        item = ET.SubElement(element, "testcase", classname=name, name=title)
+        counts[name][0] += 1
+        if failed:
+            ET.SubElement(item, "failure", message=message)
+            counts[name][1] += 1
+        elif failed is None:
+            ET.SubElement(item, "skipped", message=message)
+
+    for warning in result.warnings:
+        case(f"warning: {warning}", True if strict else None, warning)
+    for failure in result.failures:
+        case(f"run: {failure}", True, failure)
+    if result.empty_because:
+        case("window", None, f"no conversation in the window: {result.empty_because}")
+    for gate in result.gates:
+        case(f"gate: {gate.describe()}", not gate.passed, gate.describe())

@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from .judge import JudgeAnswer, JudgeRequest
+from .judging import JudgeFailed, JudgePending, current_session
 from .trajectory import Trajectory
 
 ScoreKind = Literal["numeric", "label", "pass_fail"]
@@ -69,11 +71,22 @@ class MetricSpec:
     source: str = ""  # where it was defined (file or module)
     parameters: frozenset[str] = field(default_factory=frozenset)
     accepts_any_parameter: bool = False
+    wants_context: bool = False  # takes `context` (an `EvalContext`: the judge, the tools)
 
-    def __call__(self, trajectory: Trajectory, **params: Any) -> Score:
-        """Run the metric; whatever it raises becomes an `error` score."""
+    def __call__(
+        self, trajectory: Trajectory, context: EvalContext | None = None, **params: Any
+    ) -> Score:
+        """Run the metric; whatever it raises becomes an `error` score (but a question for
+        the judge, which defers it until the answer is known)."""
         try:
-            returned = self.fn(trajectory, **params)
+            if self.wants_context:
+                returned = self.fn(trajectory, context=context or EvalContext(), **params)
+            else:
+                returned = self.fn(trajectory, **params)
+        except JudgePending:
+            raise
+        except JudgeFailed as exc:
+            return judge_failed(exc.answer)
         except Exception as exc:  # a metric's bug must not stop the run
             return Score.failed_with(f"{type(exc).__name__}: {exc}")
         try:
@@ -225,9 +238,13 @@ def metric(
             pass_labels=tuple(pass_labels) if pass_labels else None,
             description=description or inspect.getdoc(fn) or "",
             source=getattr(fn, "__module__", ""),
-            parameters=frozenset(p.name for p in params[1:] if p.kind is p.KEYWORD_ONLY)
-            | frozenset(p.name for p in params[1:] if p.kind is p.POSITIONAL_OR_KEYWORD),
+            parameters=frozenset(
+                p.name
+                for p in params[1:]
+                if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "context"
+            ),
             accepts_any_parameter=any(p.kind is p.VAR_KEYWORD for p in params),
+            wants_context=any(p.name == "context" for p in params[1:]),
         )
         fn.spanscore_metric = spec  # type: ignore[attr-defined]
         if not _LOADING_FILE.get():  # a suite's file registers into the suite's registry
@@ -250,26 +267,74 @@ class ToolSpec(BaseModel):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = Field(
-        None, description="JSON Schema of the arguments", alias="input_schema"
+        None,
+        description="JSON Schema of the arguments",
+        validation_alias=AliasChoices("parameters", "input_schema"),
     )
+
+
+def judge_failed(answer: JudgeAnswer) -> Score:
+    """The score of a judgement the judge could not give, or the budget left unasked."""
+    if answer.skipped is not None:
+        return Score(error=answer.skipped, details={"skipped": answer.skipped})
+    return Score.failed_with(answer.problem)
 
 
 @dataclass
 class EvalContext:
-    """What an assertion may use besides the trajectory: the suite's tools catalog and its
-    metric registry (custom metrics), and later the judge."""
+    """What an assertion may use besides the trajectory: the suite's tools catalog, its
+    metric registry (custom metrics) and the judge (`judge()`)."""
 
     tools: dict[str, ToolSpec] = field(default_factory=dict)
     registry: MetricRegistry = field(default_factory=lambda: REGISTRY)
 
-    _last: tuple[int, dict[str, ToolSpec]] | None = field(default=None, repr=False)
+    # The last trajectory itself, not its id(): an id is reused once its object is freed, and
+    # scoring one trajectory at a time frees each before the next is made.
+    _last: tuple[Trajectory, dict[str, ToolSpec]] | None = field(default=None, repr=False)
     _by_definitions: dict[bytes, dict[str, ToolSpec]] = field(default_factory=dict, repr=False)
+
+    def judge(
+        self,
+        instructions: str,
+        content: str,
+        *,
+        schema: type[BaseModel] | Mapping[str, Any] | None = None,
+        name: str = "verdict",
+        version: str = "1",
+    ) -> Any:
+        """Ask the run's LLM judge: `instructions` (the same for every conversation: put the
+        rubric there) and `content` (this conversation). Returns the answer as an instance of
+        `schema` (a pydantic model), a dict (a JSON Schema) or `{"text": ...}` (no schema).
+
+        A metric calling this is scored again once the answer is known, so it must be a pure
+        function of the trajectory and the answers; a judge that failed raises `JudgeFailed`
+        (uncaught, the score records the judge's error)."""
+        session = current_session()
+        if session is None:
+            raise RuntimeError("context.judge() is only available while a suite scores")
+        json_schema: Mapping[str, Any] | None
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            json_schema = schema.model_json_schema()
+        else:
+            json_schema = schema
+        request = JudgeRequest(
+            kind="chat",
+            purpose=name,
+            messages=(("system", instructions), ("user", content)),
+            schema_name=name,
+            schema=json_schema,
+            prompt_version=version,
+        )
+        value = session.require(request).value
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            return schema.model_validate(value)
+        return value
 
     def tool_specs(self, trajectory: Trajectory) -> dict[str, ToolSpec]:
         """The suite's catalog, completed by the definitions the agent recorded. Read once per
         trajectory however many assertions ask, and the same dict (read-only, please) for
         conversations that recorded the same definitions, so that results can be reused."""
-        if self._last is not None and self._last[0] == id(trajectory):
+        if self._last is not None and self._last[0] is trajectory:
             return self._last[1]
         raw = trajectory.attributes.get("gen_ai.tool.definitions")
         key = orjson.dumps(raw, option=orjson.OPT_SORT_KEYS, default=str) if raw else b""
@@ -278,7 +343,7 @@ class EvalContext:
             if len(self._by_definitions) >= 256:  # agents rarely have more tool sets than this
                 self._by_definitions.clear()
             specs = self._by_definitions[key] = {**recorded_tool_specs(trajectory), **self.tools}
-        self._last = (id(trajectory), specs)
+        self._last = (trajectory, specs)
         return specs
 
 
@@ -331,6 +396,10 @@ class AssertionBase(BaseModel):
 
     def check(self, registry: MetricRegistry) -> list[str]:
         return []
+
+    def may_judge(self, registry: MetricRegistry) -> bool:
+        """Whether scoring may ask the LLM judge (it then runs in a judge session)."""
+        return False
 
     def graded(self, value: float, passed: bool, **fields: Any) -> Score:
         """A graded score; `threshold`, when set, decides pass/fail instead of the rule."""

@@ -36,7 +36,7 @@ import orjson
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
-from spanscore.lake.schema import SPANS_WITH_EVENTS
+from spanscore.lake.schema import ERROR_MESSAGE_SQL, SPAN_ORDER, SPANS_WITH_EVENTS
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -46,7 +46,8 @@ class ToolCall(BaseModel):
     name: str
     arguments: Any = None
     result: Any = None
-    error: str | None = None
+    error: str | None = None  # the error's type, else its message
+    error_message: str | None = None  # what the failure said (status description, exception)
     call_id: str | None = None
     span_id: str | None = None
     trace_id: str | None = None
@@ -111,6 +112,12 @@ class Trajectory(BaseModel):
         """Every tool call in order (computed once: a trajectory is read, not edited)."""
         return [c for t in self.turns for c in t.tool_calls]
 
+    @cached_property
+    def memo(self) -> dict[Any, Any]:
+        """Text derived from the trajectory once and reused (the judge's transcript); it
+        travels with the trajectory to the process that scores it again."""
+        return {}
+
     @property
     def model_calls(self) -> list[ModelCall]:
         return [s for t in self.turns for s in t.steps if isinstance(s, ModelCall)]
@@ -151,6 +158,7 @@ COLUMNS = (
     "tool_calls_requested",
     "tool_results",
     "response_text",
+    "error_message",  # computed: ERROR_MESSAGE_SQL
 )
 
 # Read from every span's attributes (first value per conversation wins), besides the columns.
@@ -162,21 +170,14 @@ _TOKEN_ATTRIBUTES = (
     "llm.token_count.completion",
 )
 
-# Conversation per trace: the id any span of the trace carries beats the trace-id fallback.
+# `spans.conversation_id` is stored resolved (`spanscore.lake.schema.RESOLVE_CONVERSATIONS`):
+# a conversation's spans are the rows that carry its id, as in the views.
 _QUERY = """
-WITH {targets}picked AS (
-    SELECT {columns}, conversation_id AS own_conversation_id
-    FROM {spans}
-    WHERE operation IS NOT NULL {restrict}
-), resolved AS (
-    SELECT *, coalesce(
-        max(own_conversation_id) FILTER (WHERE own_conversation_id <> trace_id)
-            OVER (PARTITION BY trace_id),
-        own_conversation_id) AS conversation_id
-    FROM picked
+WITH {chosen}picked AS (
+    SELECT {columns} FROM {spans} s {where}
 )
-SELECT {selected} FROM resolved {final}
-ORDER BY conversation_id, start_time_unix_nano, end_time_unix_nano DESC, span_id
+SELECT {selected} FROM picked
+ORDER BY conversation_id, {order}
 """
 
 
@@ -205,6 +206,7 @@ class SpanRow:
     tool_calls_requested: str | None
     tool_results: str | None
     response_text: str | None
+    error_message: str | None
     attribute_values: Sequence[str | None] = ()  # _TOKEN_ATTRIBUTES + attribute keys
 
 
@@ -282,41 +284,46 @@ def span_rows(
     (columns `COLUMNS`): for building trajectories elsewhere (`trajectories_from_rows`)."""
     keys = attribute_keys(attributes)
     params: list[Any] = []
-    targets = restrict = final = ""
-    if conversation_ids is not None or since is not None or until is not None:
-        if conversation_ids is not None:
-            # A registered Arrow table: a list of any length, joined rather than inlined.
-            con.register("spanscore_chosen", pa.table({"conversation_id": list(conversation_ids)}))
-            chosen = "SELECT conversation_id FROM spanscore_chosen"
-        else:
-            window = []
-            if since is not None:
-                window.append("start_time >= ?")
-                params.append(since)
-            if until is not None:
-                window.append("start_time < ?")
-                params.append(until)
-            chosen = "SELECT DISTINCT conversation_id FROM spans WHERE " + " AND ".join(window)
-        # Whole conversations, and whole traces: a child span may carry only its trace id.
-        targets = (
-            f"chosen AS ({chosen}), traces AS (SELECT DISTINCT trace_id FROM spans "
-            "WHERE conversation_id IN (SELECT conversation_id FROM chosen)), "
+    chosen = where = ""
+    if conversation_ids is not None:
+        # A registered Arrow table: a list of any length, joined rather than inlined.
+        con.register("spanscore_chosen", pa.table({"conversation_id": list(conversation_ids)}))
+        chosen = "chosen AS (SELECT conversation_id FROM spanscore_chosen), "
+    elif since is not None or until is not None:
+        window = []
+        if since is not None:
+            window.append("start_time >= ?")
+            params.append(since)
+        if until is not None:
+            window.append("start_time < ?")
+            params.append(until)
+        # Whole conversations: every span of one that started in the window.
+        chosen = (
+            "chosen AS (SELECT DISTINCT conversation_id FROM spans WHERE "
+            + " AND ".join(window)
+            + "), "
         )
-        restrict = "AND trace_id IN (SELECT trace_id FROM traces)"
-        final = "WHERE conversation_id IN (SELECT conversation_id FROM chosen)"
+    if chosen:
+        where = "WHERE conversation_id IN (SELECT conversation_id FROM chosen)"
     paths = [_json_path(k) for k in (*_TOKEN_ATTRIBUTES, *keys)]
     # One JSON parse per span for every key, then one flat column per key: Arrow converts
     # flat columns far faster than a list column.
     extracted = f"json_extract_string(attributes, [{', '.join(paths)}]) AS attribute_list"
     sql = _QUERY.format(
         spans=SPANS_WITH_EVENTS,
-        targets=targets,
-        columns=", ".join([*(c for c in COLUMNS if c != "conversation_id"), extracted]),
-        restrict=restrict,
+        chosen=chosen,
+        columns=", ".join(
+            [
+                *(c for c in COLUMNS if c != "error_message"),
+                f"{ERROR_MESSAGE_SQL} AS error_message",
+                extracted,
+            ]
+        ),
+        where=where,
         selected=", ".join(
             [*COLUMNS, *(f"attribute_list[{i + 1}] AS a{i}" for i in range(len(paths)))]
         ),
-        final=final,
+        order=SPAN_ORDER,
     )
     return con.execute(sql, params).to_arrow_reader(batch_rows)
 
@@ -450,7 +457,7 @@ def build_trajectory(
             for key, value in zip(attribute_keys, r.attribute_values[n_tokens:], strict=False):
                 if value is not None and key not in attributes:
                     attributes[key] = parse_value(value)
-        if r.operation == "chat" or r.tool_calls_requested:
+        if r.operation == "chat" or r.tool_calls_requested or r.response_text:
             has_model_calls = True
         if r.tool_results:
             for item in _json_list(r.tool_results, warnings, f"tool results of span {r.span_id}"):
@@ -487,19 +494,19 @@ def build_trajectory(
         return turn
 
     current: Turn | None = None
+    last_user: str | None = None  # the latest user message a model call carried
+    answered = False  # the previous model call answered (text, no tool calls requested)
     # Requested calls not yet joined to a tool span, per turn: [(ToolCall, name)].
     open_requests: dict[int, list[ToolCall]] = {}
     group = 0
     for r in rows:
         if r.operation == "chat" or r.tool_calls_requested or r.response_text:
-            if has_model_calls and (
-                current is None
-                or (r.user_message is not None and r.user_message != current.user_message)
-                or (current.final_response is not None and r.user_message is not None)
+            if current is None or (
+                r.user_message is not None and (r.user_message != last_user or answered)
             ):
                 current = new_turn(r.user_message)
-            elif current is None:
-                current = new_turn(None)
+            if r.user_message is not None:
+                last_user = r.user_message
             requested = _json_list(
                 r.tool_calls_requested, warnings, f"requested tool calls of span {r.span_id}"
             )
@@ -522,6 +529,7 @@ def build_trajectory(
                 output_tokens=tokens[1],
             )
             current.steps.append(model_call)
+            answered = not r.tool_calls_requested and r.response_text is not None
             if requested:
                 group += 1
                 for call in requested:
@@ -597,6 +605,7 @@ def _add_tool_span(
         fields["start_time"] = _time(r.start_time_unix_nano)
         fields["latency_ms"] = _latency(r)
         fields["error"] = error
+        fields["error_message"] = r.error_message
         if r.tool_arguments is not None:
             fields["arguments"] = arguments
         if r.tool_result is not None or match.result is None:
@@ -611,6 +620,7 @@ def _add_tool_span(
             arguments=arguments,
             result=result,
             error=error,
+            error_message=r.error_message,
             call_id=r.tool_call_id,
             span_id=r.span_id,
             trace_id=r.trace_id,

@@ -15,6 +15,10 @@ work. DuckDB extensions load with signature checks on, from the pinned PyPI whee
 Environment:
     SPANSCORE_LAKE       the lake, where a command takes ``--lake``
     SPANSCORE_DATA_PATH  data files of a new PostgreSQL-catalog lake (local dir or s3:// URL)
+    SPANSCORE_S3_ENDPOINT, SPANSCORE_S3_REGION, SPANSCORE_S3_URL_STYLE, SPANSCORE_S3_USE_SSL
+                         an S3-compatible store for the data (else AWS_ENDPOINT_URL[_S3],
+                         AWS_REGION / AWS_DEFAULT_REGION); credentials from AWS_ACCESS_KEY_ID,
+                         AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or a DuckDB secret
 """
 
 from .connection import (
@@ -22,8 +26,10 @@ from .connection import (
     LakeError,
     LakeLocation,
     LakeVersionError,
+    S3Settings,
     connect,
     current_snapshot,
+    elected,
     ensure_schema,
     is_transient,
     load_extension,
@@ -31,6 +37,7 @@ from .connection import (
     query,
     retrying,
     schema_version,
+    single_writer,
 )
 from .schema import SCHEMA_VERSION, TABLES, VIEWS, Column, arrow_schema, quote_identifier
 
@@ -43,9 +50,11 @@ __all__ = [
     "LakeError",
     "LakeLocation",
     "LakeVersionError",
+    "S3Settings",
     "arrow_schema",
     "connect",
     "current_snapshot",
+    "elected",
     "ensure_schema",
     "is_transient",
     "load_extension",
@@ -54,4 +63,5 @@ __all__ = [
     "quote_identifier",
     "retrying",
     "schema_version",
+    "single_writer",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import logging
 import os
@@ -10,7 +11,7 @@ import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -39,15 +40,17 @@ class LakeLocation:
 
     `spec` is a directory (embedded: `<dir>/catalog.sqlite` + `<dir>/data/`) or a PostgreSQL
     connection string (`postgresql://user@host:5432/db` or `postgres:dbname=db host=...`).
-    A PostgreSQL URI may carry two parameters of ours: `data_path` (where new data files go;
-    required when the lake is created) and `lake_schema` (the PostgreSQL schema holding the
-    catalog, so that one database can hold several lakes).
+    A PostgreSQL URI may carry parameters of ours: `data_path` (where new data files go;
+    required when the lake is created), `lake_schema` (the PostgreSQL schema holding the
+    catalog, so that one database can hold several lakes) and the object-store settings
+    `s3_endpoint`, `s3_region`, `s3_url_style`, `s3_use_ssl` (see `S3Settings`).
     """
 
     catalog: str  # the part after "ducklake:"
     data_path: str | None
     metadata_schema: str | None = None
     directory: Path | None = None
+    s3: S3Settings | None = None
 
     @property
     def is_postgres(self) -> bool:
@@ -61,7 +64,7 @@ class LakeLocation:
         if text.startswith(("postgresql://", "postgres://")):
             parts = urlsplit(text)
             params = parse_qsl(parts.query, keep_blank_values=True)
-            ours = {k: v for k, v in params if k in ("data_path", "lake_schema")}
+            ours = {k: v for k, v in params if k in _OUR_PARAMETERS}
             rest = [(k, v) for k, v in params if k not in ours]
             dsn = urlunsplit(parts._replace(query=urlencode(rest)))
             return cls(
@@ -70,13 +73,22 @@ class LakeLocation:
                 or ours.get("data_path")
                 or os.environ.get("SPANSCORE_DATA_PATH"),
                 metadata_schema=ours.get("lake_schema"),
+                s3=S3Settings.from_environment(ours),
             )
         if text.startswith("postgres:"):
             return cls(
                 catalog=text,
                 data_path=data_path or os.environ.get("SPANSCORE_DATA_PATH"),
+                s3=S3Settings.from_environment({}),
             )
         directory = Path(text).expanduser().resolve()
+        if directory.is_file():
+            hint = (
+                f"use --lake {directory.parent}"
+                if directory.name == "catalog.sqlite"
+                else "give the lake's directory (it holds catalog.sqlite and data/)"
+            )
+            raise LakeError(f"--lake {text} is a file, not a lake directory: {hint}")
         return cls(
             catalog=f"sqlite:{directory / 'catalog.sqlite'}",
             data_path=data_path or str(directory / "data") + os.sep,
@@ -94,11 +106,121 @@ class LakeLocation:
         return self.catalog
 
 
+_OUR_PARAMETERS = (
+    "data_path",
+    "lake_schema",
+    "s3_endpoint",
+    "s3_region",
+    "s3_url_style",
+    "s3_use_ssl",
+)
+
+# Where object-store data paths start; a lake whose data is there needs httpfs.
+REMOTE_SCHEMES = ("s3://", "s3a://", "s3n://", "r2://", "gcs://", "gs://", "https://", "http://")
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How DuckDB reaches S3-compatible object storage for a lake's data files.
+
+    Each setting comes from the lake URI's parameter (`s3_endpoint=...`), else the environment
+    variable `SPANSCORE_S3_<NAME>`, else the usual AWS variable:
+
+    - `endpoint`: `host:port` or a URL of an S3-compatible server (`AWS_ENDPOINT_URL_S3`,
+      `AWS_ENDPOINT_URL`); a URL's scheme sets `use_ssl`. Unset: AWS S3.
+    - `region`: `AWS_REGION`, `AWS_DEFAULT_REGION`.
+    - `url_style`: `vhost` (AWS's default) or `path` (most self-hosted servers).
+    - `use_ssl`: `true` unless the endpoint URL is `http://` or this says `false`.
+
+    Credentials come only from the environment, never from the URI: `AWS_ACCESS_KEY_ID`,
+    `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`). Without them spanscore creates no secret
+    of its own, and DuckDB uses a persistent secret of yours (`CREATE PERSISTENT SECRET ...
+    (TYPE s3, ...)`) or, with settings given, the AWS credential chain (profiles, instance
+    roles).
+    """
+
+    endpoint: str | None = None
+    region: str | None = None
+    url_style: str | None = None
+    use_ssl: bool | None = None
+    key_id: str | None = field(default=None, repr=False)
+    secret: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_environment(
+        cls, parameters: dict[str, str], environ: dict[str, str] | None = None
+    ) -> S3Settings:
+        env = os.environ if environ is None else environ
+
+        def pick(name: str, *aws: str) -> str | None:
+            for value in (
+                parameters.get(f"s3_{name}"),
+                env.get(f"SPANSCORE_S3_{name.upper()}"),
+                *(env.get(a) for a in aws),
+            ):
+                if value:
+                    return value.strip()
+            return None
+
+        endpoint = pick("endpoint", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+        use_ssl_text = pick("use_ssl")
+        use_ssl: bool | None = None
+        if endpoint and "://" in endpoint:
+            scheme, _, rest = endpoint.partition("://")
+            use_ssl = scheme.lower() == "https"
+            endpoint = rest.rstrip("/")
+        if use_ssl_text is not None:
+            use_ssl = use_ssl_text.lower() in ("1", "true", "yes", "on")
+        url_style = pick("url_style")
+        if url_style is not None and url_style not in ("path", "vhost"):
+            raise LakeError(f"s3_url_style must be 'path' or 'vhost', not {url_style!r}")
+        return cls(
+            endpoint=endpoint,
+            region=pick("region", "AWS_REGION", "AWS_DEFAULT_REGION"),
+            url_style=url_style,
+            use_ssl=use_ssl,
+            key_id=env.get("AWS_ACCESS_KEY_ID") or None,
+            secret=env.get("AWS_SECRET_ACCESS_KEY") or None,
+            session_token=env.get("AWS_SESSION_TOKEN") or None,
+        )
+
+    @property
+    def configured(self) -> bool:
+        return any(
+            v is not None for v in (self.endpoint, self.region, self.url_style, self.use_ssl)
+        ) or bool(self.key_id)
+
+    def secret_sql(self) -> str | None:
+        """The `CREATE SECRET` statement for these settings (holds credentials: never log it)."""
+        if not self.configured:
+            return None
+        options = ["TYPE s3"]
+        if self.key_id:
+            options += ["PROVIDER config", f"KEY_ID {_sql_string(self.key_id)}"]
+            options.append(f"SECRET {_sql_string(self.secret or '')}")
+            if self.session_token:
+                options.append(f"SESSION_TOKEN {_sql_string(self.session_token)}")
+        else:
+            options.append("PROVIDER credential_chain")
+        if self.endpoint:
+            options.append(f"ENDPOINT {_sql_string(self.endpoint)}")
+        if self.region:
+            options.append(f"REGION {_sql_string(self.region)}")
+        if self.url_style:
+            options.append(f"URL_STYLE {_sql_string(self.url_style)}")
+        if self.use_ssl is not None:
+            options.append(f"USE_SSL {'true' if self.use_ssl else 'false'}")
+        return f"CREATE OR REPLACE SECRET spanscore_s3 ({', '.join(options)})"
+
+
 # Extension name -> the PyPI wheel's import name that carries the signed binary.
 _EXTENSION_WHEELS = {
     "ducklake": "duckdb_extension_ducklake",
     "sqlite_scanner": "duckdb_extension_sqlite_scanner",
     "postgres_scanner": "duckdb_extension_postgres_scanner",
+    "httpfs": "duckdb_extension_httpfs",
+    "aws": "duckdb_extension_aws",
 }
 
 
@@ -180,6 +302,7 @@ def retrying(
     con: duckdb.DuckDBPyConnection | None = None,
     deadline_s: float = 60.0,
     what: str = "lake transaction",
+    transient: Callable[[BaseException], bool] = is_transient,
 ) -> T:
     """Run `fn` (one whole transaction) again with jittered backoff while it fails transiently.
 
@@ -198,7 +321,7 @@ def retrying(
             if con is not None:
                 with contextlib.suppress(duckdb.Error):
                     con.execute("ROLLBACK")
-            if not is_transient(exc) or time.monotonic() - start > deadline_s:
+            if not transient(exc) or time.monotonic() - start > deadline_s:
                 raise
             if attempt in (1, 10, 100):
                 log.debug("%s: transient failure, retrying (attempt %d): %s", what, attempt, exc)
@@ -237,6 +360,8 @@ def connect(
         con.execute("SET enable_progress_bar = false")  # it would print into query output
         load_extension(con, "postgres_scanner" if location.is_postgres else "sqlite_scanner")
         load_extension(con, "ducklake")
+        if location.is_postgres or _is_remote(location.data_path):
+            _configure_object_store(con, location)
         con.execute("SET ducklake_max_retry_count = 100")
         con.execute("SET ducklake_retry_wait_ms = 20")
         con.execute("SET ducklake_retry_backoff = 1.5")
@@ -251,6 +376,41 @@ def connect(
         con.close()
         raise
     return con
+
+
+def _created_meanwhile(exc: BaseException) -> bool:
+    """Transient, or lost the race to create a new PostgreSQL catalog: processes started
+    together on a fresh shared lake all create its tables, and PostgreSQL refuses all but one
+    (a duplicate type or table). Attaching again opens the catalog the winner created."""
+    text = str(exc)
+    return is_transient(exc) or (
+        "duplicate key value violates unique constraint" in text or "already exists" in text
+    )
+
+
+def _is_remote(path: str | None) -> bool:
+    return bool(path) and str(path).lower().startswith(REMOTE_SCHEMES)
+
+
+def _configure_object_store(con: duckdb.DuckDBPyConnection, location: LakeLocation) -> None:
+    """Load httpfs (a shared lake's data may be on object storage; readers learn the data path
+    only from the catalog) and create the S3 secret from the settings, if any."""
+    load_extension(con, "httpfs")
+    settings = location.s3 or S3Settings()
+    sql = settings.secret_sql()
+    if sql is None:
+        return
+    if not settings.key_id:
+        load_extension(con, "aws")  # the credential chain lives in the aws extension
+    try:
+        con.execute(sql)
+    except duckdb.Error as exc:
+        # The statement holds credentials: name the settings, not the SQL.
+        raise LakeError(
+            f"cannot configure object storage for {location.describe()} "
+            f"(endpoint {settings.endpoint or 'AWS'}, region {settings.region or 'default'}, "
+            f"url_style {settings.url_style or 'vhost'}): {type(exc).__name__}"
+        ) from None
 
 
 def _attach(
@@ -274,7 +434,12 @@ def _attach(
     clause = f" ({', '.join(options)})" if options else ""
     sql = f"ATTACH {_sql_string('ducklake:' + location.catalog)} AS {ALIAS}{clause}"
     try:
-        retrying(lambda: con.execute(sql), deadline_s=30, what="attach")
+        retrying(
+            lambda: con.execute(sql),
+            deadline_s=30,
+            what="attach",
+            transient=_created_meanwhile if create and location.is_postgres else is_transient,
+        )
     except duckdb.Error as exc:
         if location.is_postgres and not location.data_path:
             raise LakeError(
@@ -332,6 +497,7 @@ def ensure_schema(
             f"reads up to version {schema.SCHEMA_VERSION}. Upgrade spanscore."
         )
     if version == schema.SCHEMA_VERSION:
+        _ensure_views(con, writable=migrate)
         return version
     if version is None and not create:
         raise LakeError(f"{where} is empty: start `spanscore serve` on it first")
@@ -339,7 +505,7 @@ def ensure_schema(
         raise LakeError(
             f"{where} has schema version {version} and this spanscore needs "
             f"{schema.SCHEMA_VERSION}: open it once read-write (for example `spanscore sql "
-            "--lake ... 'SELECT 1'`) to migrate it"
+            "--write --lake ... 'SELECT 1'`) to migrate it"
         )
 
     def apply() -> int:
@@ -351,8 +517,7 @@ def ensure_schema(
         for target in range(current + 1, schema.SCHEMA_VERSION + 1):
             for statement in schema.MIGRATIONS[target]:
                 con.execute(statement)
-        for name, body in schema.VIEWS.items():
-            con.execute(f"CREATE OR REPLACE VIEW {schema.quote_identifier(name)} AS {body}")
+        _create_views(con, schema.VIEWS)
         con.execute(
             "INSERT INTO spanscore_schema VALUES (?, now(), ?)",
             [schema.SCHEMA_VERSION, _package_version()],
@@ -362,6 +527,53 @@ def ensure_schema(
         return schema.SCHEMA_VERSION
 
     return retrying(apply, con=con, what="schema migration")
+
+
+def _view_mark(body: str) -> str:
+    """The comment a view carries: which definition it was created from."""
+    return "spanscore:" + hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _create_views(
+    con: duckdb.DuckDBPyConnection, views: dict[str, str], *, temporary: bool = False
+) -> None:
+    for name, body in views.items():
+        quoted = schema.quote_identifier(name)
+        if temporary:
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {quoted} AS {body}")
+        else:
+            con.execute(f"CREATE OR REPLACE VIEW {quoted} AS {body}")
+            con.execute(f"COMMENT ON VIEW {quoted} IS {_sql_string(_view_mark(body))}")
+
+
+def _ensure_views(con: duckdb.DuckDBPyConnection, *, writable: bool) -> None:
+    """Views that are missing (someone dropped one) or stale (replaced, or made by another
+    spanscore version) are created again from `schema.VIEWS`: in the lake when the connection
+    may write, else as temporary views of this connection, which take precedence over the
+    lake's (the next read-write open repairs the lake itself)."""
+    marks = dict(
+        con.execute(
+            "SELECT view_name, comment FROM duckdb_views() "
+            "WHERE database_name = ? AND schema_name = 'main'",
+            [ALIAS],
+        ).fetchall()
+    )
+    stale = {
+        name: body for name, body in schema.VIEWS.items() if marks.get(name) != _view_mark(body)
+    }
+    if not stale:
+        return
+    if not writable:
+        _create_views(con, stale, temporary=True)
+        return
+
+    def repair() -> None:
+        con.execute("BEGIN")
+        _create_views(con, stale)
+        con.execute("COMMIT")
+        log.info("lake views recreated: %s", ", ".join(stale))
+
+    retrying(repair, con=con, what="recreate views")
 
 
 def _package_version() -> str:
@@ -378,25 +590,52 @@ def maintain(
     *,
     expire_older_than_s: float = 3600.0,
     delete_older_than_s: float = 3600.0,
+    exclusive: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+    step_deadline_s: float = 60.0,
 ) -> dict[str, int]:
     """Compact small data files, expire old snapshots and delete files nobody can read any more.
 
     Safe while others write: each step is its own DuckLake transaction and is retried on
-    conflict. Returns what each step did: `rows_flushed` (inlined rows written to files),
+    conflict. Each step conflicts with commits made while it runs, though, and a writer that
+    commits every few milliseconds made them fail again and again (compaction included: run
+    beside such a writer, files and snapshots still grew): `exclusive`, when given, is entered
+    around each step to hold such a writer off (the collector passes its writer's `paused`),
+    so that the step completes and the writer resumes between steps. A step still
+    failing after `step_deadline_s` (another process holds the catalog) raises: the caller
+    tries again later rather than hold its writer any longer.
+
+    Snapshots a running evaluation pinned (and newer ones) are not expired, however old: the
+    run reads its window at that snapshot, in every worker, for as long as it runs.
+
+    Returns what each step did: `spans_resolved` (spans given the conversation of their
+    trace, `schema.RESOLVE_CONVERSATIONS`), `rows_flushed` (inlined rows written to files),
     `files_merged` and `files_created` (compaction), `snapshots_expired`, `files_deleted`
     (of expired snapshots) and `orphans_deleted` (files of transactions that never committed).
     """
     done: dict[str, int] = {}
 
     def step(sql: str, what: str) -> list[tuple[Any, ...]]:
-        rows: list[tuple[Any, ...]] = retrying(
-            lambda: con.execute(sql).fetchall(), con=con, what=what
-        )
+        with exclusive() if exclusive is not None else contextlib.nullcontext():
+            rows: list[tuple[Any, ...]] = retrying(
+                lambda: con.execute(sql).fetchall(),
+                con=con,
+                deadline_s=step_deadline_s,
+                what=what,
+            )
         return rows
 
     def total(rows: list[tuple[Any, ...]], column: int) -> int:
         return sum(int(r[column] or 0) for r in rows)
 
+    # Spans whose conversation no collector knew when it stored them (a trace split between
+    # collectors, a root exported long after its children): looked for without holding the
+    # writer, resolved with it held.
+    spans = f"{ALIAS}.spans"  # a cursor does not inherit the connection's USE
+    unresolved = con.execute(schema.UNRESOLVED_SPANS.format(spans=spans)).fetchone()
+    done["spans_resolved"] = 0
+    if unresolved and unresolved[0]:
+        resolve = schema.RESOLVE_ALL_CONVERSATIONS.format(spans=spans)
+        done["spans_resolved"] = total(step(resolve, "resolve conversations"), 0)
     # flush: (schema, table, rows_flushed); merge: (schema, table, files_processed,
     # files_created); expire: one row per snapshot; cleanup and orphans: one row per file.
     flushed = step(f"CALL ducklake_flush_inlined_data('{ALIAS}')", "flush inlined data")
@@ -404,12 +643,16 @@ def maintain(
     merged = step(f"CALL ducklake_merge_adjacent_files('{ALIAS}')", "merge files")
     done["files_merged"] = total(merged, 2)
     done["files_created"] = total(merged, 3)
-    done["snapshots_expired"] = len(
-        step(
-            f"CALL ducklake_expire_snapshots('{ALIAS}', "
-            f"older_than => now() - INTERVAL {int(expire_older_than_s)} SECOND)",
-            "expire snapshots",
+    expirable = _expirable_snapshots(con, expire_older_than_s)
+    done["snapshots_expired"] = (
+        len(
+            step(
+                f"CALL ducklake_expire_snapshots('{ALIAS}', versions => {expirable})",
+                "expire snapshots",
+            )
         )
+        if expirable
+        else 0
     )
     done["files_deleted"] = len(
         step(
@@ -426,6 +669,100 @@ def maintain(
         )
     )
     return done
+
+
+# A run still `running` after this long is taken for dead (killed before it could say so)
+# and no longer holds snapshots back.
+PINNED_SNAPSHOT_HOURS = 24
+
+
+def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) -> list[int]:
+    """The snapshots to expire: older than `older_than_s`, never the latest, and older than
+    any a running evaluation pinned (`details.snapshot` of its `eval_runs` row), which it reads
+    in every worker for as long as it runs. (Ids, not `older_than =>`: DuckLake 1.5 expired
+    snapshots newer than the time it was given.)"""
+    snapshots = f"ducklake_snapshots({_sql_string(ALIAS)})"
+    row = con.execute(
+        f"""WITH pinned AS (
+            SELECT min(TRY_CAST(json_extract_string(details, '$.snapshot') AS BIGINT)) AS id
+            FROM {ALIAS}.eval_runs
+            WHERE status = 'running'
+                AND started_at > now() - INTERVAL {PINNED_SNAPSHOT_HOURS} HOUR
+        )
+        SELECT list(snapshot_id ORDER BY snapshot_id) FROM {snapshots}
+        WHERE snapshot_time < now() - INTERVAL {int(older_than_s)} SECOND
+            AND snapshot_id < (SELECT max(snapshot_id) FROM {snapshots})
+            AND snapshot_id < coalesce((SELECT id FROM pinned), 9223372036854775807)"""
+    ).fetchone()
+    return list(row[0]) if row and row[0] else []
+
+
+@contextlib.contextmanager
+def single_writer(location: LakeLocation, what: str = "collector") -> Iterator[None]:
+    """Hold an embedded lake for one writing service (a collector), or refuse at once.
+
+    An embedded lake's SQLite catalog is single-host, and one collector per lake is what its
+    group commit is sized for: a second one is refused with a message that says what to do. The
+    lock is an OS file lock, so it goes with the process however that ends. A lake with a
+    PostgreSQL catalog takes any number of collectors, and this does nothing.
+    """
+    if location.directory is None:
+        yield
+        return
+    import fcntl
+
+    location.directory.mkdir(parents=True, exist_ok=True)
+    path = location.directory / f"{what}.lock"
+    handle = path.open("a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise LakeError(
+                f"another {what} is already running on the embedded lake {location.directory} "
+                "(its SQLite catalog serves one host and one collector): stop it, or put the "
+                "catalog on PostgreSQL (--lake postgresql://...) to run several collectors"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()
+
+
+def _lock_key(location: LakeLocation, name: str) -> int:
+    import hashlib
+
+    digest = hashlib.sha256(f"spanscore:{name}:{location.metadata_schema or ''}".encode())
+    return int.from_bytes(digest.digest()[:8], "big", signed=True)
+
+
+@contextlib.contextmanager
+def elected(location: LakeLocation, name: str = "maintenance") -> Iterator[bool]:
+    """Whether this process is the one to do `name` now (yields True), or another one is.
+
+    On a PostgreSQL catalog the election is a session advisory lock in the catalog's database,
+    taken without waiting and held until the block ends (or the process dies: PostgreSQL
+    releases it with the connection). An embedded lake has one collector: always elected.
+    """
+    if not location.is_postgres:
+        yield True
+        return
+    import psycopg
+
+    dsn = location.catalog.removeprefix("postgres:")
+    key = _lock_key(location, name)
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as pg:
+        row = pg.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()
+        won = bool(row and row[0])
+        try:
+            yield won
+        finally:
+            if won:
+                with contextlib.suppress(psycopg.Error):
+                    pg.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
 def query(

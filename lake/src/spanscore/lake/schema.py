@@ -140,6 +140,11 @@ EVAL_RUNS: tuple[Column, ...] = (
     Column("error_count", "INTEGER", "scores that could not be given"),
     Column("judge_cost_usd", "DOUBLE", "estimated LLM-judge cost"),
     Column("details", "JSON", "timings, gates and anything else about the run"),
+    Column("judge_calls", "INTEGER", "LLM-judge calls paid for (answered by the endpoint)"),
+    Column("judge_cache_hits", "INTEGER", "judge answers reused from judge_cache"),
+    Column("judge_prompt_tokens", "BIGINT", "judge prompt tokens, cached ones included"),
+    Column("judge_cached_tokens", "BIGINT", "judge prompt tokens the provider had cached"),
+    Column("judge_completion_tokens", "BIGINT", "judge completion tokens"),
 )
 
 SCORES: tuple[Column, ...] = (
@@ -157,6 +162,20 @@ SCORES: tuple[Column, ...] = (
     Column("created_at", "TIMESTAMPTZ", "when the score was written"),
 )
 
+JUDGE_CACHE: tuple[Column, ...] = (
+    Column("key", "VARCHAR", "hash of what changes the answer (endpoint, model, request)"),
+    Column("kind", "VARCHAR", "chat or embedding"),
+    Column("purpose", "VARCHAR", "metric or rule that asked"),
+    Column("model", "VARCHAR", "model that answered"),
+    Column("answer", "JSON", "the parsed answer (a JSON object, or an embedding vector)"),
+    Column("prompt_tokens", "BIGINT", "prompt tokens it cost"),
+    Column("cached_tokens", "BIGINT", "of which the provider had cached"),
+    Column("completion_tokens", "BIGINT", "completion tokens it cost"),
+    Column("cost_usd", "DOUBLE", "what it cost when first asked"),
+    Column("run_id", "VARCHAR", "run that asked first"),
+    Column("created_at", "TIMESTAMPTZ", "when it was stored"),
+)
+
 SCHEMA_INFO: tuple[Column, ...] = (
     Column("version", "INTEGER", "lake schema version"),
     Column("applied_at", "TIMESTAMPTZ", "when it was applied"),
@@ -168,17 +187,34 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "logs": LOGS,
     "eval_runs": EVAL_RUNS,
     "scores": SCORES,
+    "judge_cache": JUDGE_CACHE,
     "spanscore_schema": SCHEMA_INFO,
 }
 
-# The views follow the trajectory rules of spanscore.evaluation.trajectory, in SQL:
-# - a span without its own conversation id takes the one another span of its trace carries;
-# - a model call starts a new turn when its latest user message differs from the previous
-#   model call's, or when the previous model call answered (text, no tool calls requested);
-#   without model calls, each trace is a turn;
-# - tool calls are the tool spans; a conversation with no tool span at all (client-level
-#   instrumentation) gets its tool calls from what its model calls requested, with the results
-#   later model calls received.
+# The conversation rules, written once (docs/conversations.md; the builder in
+# spanscore.evaluation.trajectory applies the same ones to the same rows, and a test holds them
+# equal):
+# - conversation: the id a span carries; a span without one (its trace id stood in) takes the
+#   one another span of its trace carries. That part is stored, not computed here
+#   (`RESOLVE_CONVERSATIONS`), so `spans.conversation_id` is already the conversation and a
+#   filter on it reaches the scan. `conversation_source` says where it came from: 'attribute'
+#   when some span carried an id, 'trace' when the trace id stood in for the whole conversation;
+# - model call: a chat span, or any span whose messages requested tools or gave an answer;
+# - turn: a model call with a user message starts a new turn when that message differs from
+#   the latest user message before it, or when the model call before it answered (text, no
+#   tool calls requested); a model call without a user message never starts one. Without model
+#   calls, each trace with tool spans is a turn;
+# - tool calls: every call a model requested, joined to its tool span by call id, else by turn,
+#   name and order; a tool span joined to no request is a call of its own. A joined call takes
+#   the span's arguments and result where the span has them, else the messages'. The calls one
+#   model response requested share a `parallel_group`.
+# A failed span's error message, beside its type: the status description, else the
+# `exception.message` of its first exception event (where record_exception put it). One rule
+# for the `tool_calls` view and the trajectory builder; `s` is the spans' alias.
+ERROR_MESSAGE_SQL = """CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL THEN
+    coalesce(s.status_message, list_filter(from_json(s.events, '["JSON"]'),
+        lambda e: e->>'$.name' = 'exception')[1]->>'$.attributes."exception.message"') END"""
+
 _CALLS_TYPE = """'[{"id": "VARCHAR", "name": "VARCHAR", "arguments": "JSON"}]'"""
 _RESULTS_TYPE = """'[{"id": "VARCHAR", "result": "JSON"}]'"""
 
@@ -209,96 +245,219 @@ SPANS_WITH_EVENTS = f"""(
     ) e ON e.trace_id = s.trace_id AND e.span_id = s.span_id
 )"""
 
+# A span without a conversation id of its own (its trace id stood in) belongs to the one
+# another span of its trace carries (the greatest, should they carry several). The collector
+# applies this when it commits: to the spans of the export, and to spans of the same trace it
+# stored before (children are exported before their root); maintenance, and migration 8, to
+# what no collector saw together (another collector's spans, a restart). Applied again, it
+# changes nothing.
+# The conversation the spans of `{spans}` carry, per trace:
+KNOWN_CONVERSATIONS = """SELECT trace_id, max(conversation_id) AS conversation_id FROM {spans}
+    WHERE conversation_id <> trace_id GROUP BY trace_id"""
+# Spans of `{spans}` stored without one take that of `{known}` (trace_id, conversation_id);
+# `{also}` may narrow the spans looked at (`AND s.ingest_time >= ?`).
+RESOLVE_CONVERSATIONS = """
+UPDATE {spans} s SET conversation_id = known.conversation_id
+FROM {known} known
+WHERE s.trace_id = known.trace_id AND s.conversation_id = s.trace_id{also}"""
+# Every span of `{spans}`, from the ids the lake's spans carry.
+RESOLVE_ALL_CONVERSATIONS = RESOLVE_CONVERSATIONS.format(
+    spans="{spans}", known=f"({KNOWN_CONVERSATIONS})", also=""
+)
+
+# How many stored spans `RESOLVE_ALL_CONVERSATIONS` would change: maintenance looks before it
+# holds the writer off.
+UNRESOLVED_SPANS = """
+SELECT count(*) FROM {spans} s
+SEMI JOIN (SELECT trace_id FROM {spans} WHERE conversation_id <> trace_id) known
+    ON known.trace_id = s.trace_id
+WHERE s.conversation_id = s.trace_id"""
+
 _RESOLVED = f"""
-    resolved AS (
-        SELECT s.*, coalesce(
-            max(s.conversation_id) FILTER (WHERE s.conversation_id <> s.trace_id)
-                OVER (PARTITION BY s.trace_id),
-            s.conversation_id) AS conv
-        FROM {SPANS_WITH_EVENTS} s
+    resolved AS (SELECT s.*, s.conversation_id AS conv FROM {SPANS_WITH_EVENTS} s)"""
+
+# The order of a conversation's spans, everywhere (the builder reads them in this order too).
+SPAN_ORDER = "start_time_unix_nano, end_time_unix_nano DESC, span_id"
+
+# Model calls with the turn each belongs to and the parallel group of what each requested;
+# `trace_turns` numbers the turns of conversations without model calls (a trace each).
+_TURNS = f"""
+    models AS (
+        SELECT conv, trace_id, span_id, start_time_unix_nano AS t, end_time_unix_nano,
+               start_time, end_time, agent_name, service_name, convention, user_message,
+               tool_calls_requested, response_text,
+               CASE WHEN lag(span_id) OVER w IS NULL OR (user_message IS NOT NULL AND (
+                        user_message IS DISTINCT FROM last_value(user_message IGNORE NULLS)
+                            OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                        OR lag(tool_calls_requested IS NULL AND response_text IS NOT NULL)
+                            OVER w))
+                    THEN 1 ELSE 0 END AS starts_turn,
+               row_number() OVER w AS model_order
+        FROM resolved
+        WHERE operation = 'chat' OR tool_calls_requested IS NOT NULL
+            OR response_text IS NOT NULL
+        WINDOW w AS (PARTITION BY conv ORDER BY {SPAN_ORDER})
+    ),
+    model_turns AS (
+        SELECT *, sum(starts_turn) OVER (PARTITION BY conv ORDER BY model_order
+                    ROWS UNBOUNDED PRECEDING)::BIGINT - 1 AS turn_index,
+               CASE WHEN tool_calls_requested IS NOT NULL THEN count(tool_calls_requested)
+                   OVER (PARTITION BY conv ORDER BY model_order ROWS UNBOUNDED PRECEDING)
+               END AS parallel_group
+        FROM models
+    ),
+    trace_turns AS (
+        SELECT conv, trace_id, min(start_time) AS start_time, row_number() OVER (
+                PARTITION BY conv ORDER BY min(start_time_unix_nano), trace_id) - 1 AS turn_index
+        FROM resolved WHERE operation = 'execute_tool'
+            AND conv NOT IN (SELECT conv FROM models)
+        GROUP BY conv, trace_id
     )"""
 
+_TOOL_CALLS = f"""
+    WITH {_RESOLVED}, {_TURNS},
+    requested AS (
+        SELECT conv, trace_id, span_id, t, end_time_unix_nano, end_time, agent_name,
+               service_name, convention, turn_index, parallel_group,
+               unnest(calls) AS c, unnest(range(len(calls))) AS request_order
+        FROM (SELECT *, from_json(tool_calls_requested, {_CALLS_TYPE}) AS calls
+              FROM model_turns WHERE tool_calls_requested IS NOT NULL)
+    ),
+    answered AS (
+        SELECT conv, r.id, arg_max(r.result, start_time_unix_nano) AS result
+        FROM (SELECT conv, start_time_unix_nano, unnest(from_json(tool_results,
+                {_RESULTS_TYPE})) AS r
+              FROM resolved WHERE tool_results IS NOT NULL)
+        GROUP BY conv, r.id
+    ),
+    tool_spans AS (
+        SELECT s.*, coalesce(m.turn_index, tt.turn_index) AS turn_index,
+               row_number() OVER (PARTITION BY s.conv ORDER BY
+                   s.start_time_unix_nano, s.end_time_unix_nano DESC, s.span_id) AS span_order
+        FROM resolved s
+        ASOF LEFT JOIN model_turns m ON m.conv = s.conv AND m.t <= s.start_time_unix_nano
+        LEFT JOIN trace_turns tt ON tt.conv = s.conv AND tt.trace_id = s.trace_id
+        WHERE s.operation = 'execute_tool'
+    ),
+    by_id AS (
+        SELECT s.span_id AS tool_span_id, q.span_id AS model_span_id, q.request_order
+        FROM tool_spans s JOIN requested q ON q.conv = s.conv
+            AND q.turn_index = s.turn_index AND q.c.id = s.tool_call_id
+    ),
+    -- What the call id did not join, joined by turn, name and order.
+    spans_left AS (
+        SELECT conv, turn_index, tool_name, span_id, row_number() OVER (
+            PARTITION BY conv, turn_index, tool_name ORDER BY span_order) AS k
+        FROM tool_spans WHERE span_id NOT IN (SELECT tool_span_id FROM by_id)
+    ),
+    requests_left AS (
+        SELECT conv, turn_index, c.name AS tool_name, span_id, request_order,
+               row_number() OVER (PARTITION BY conv, turn_index, c.name
+                   ORDER BY t, end_time_unix_nano DESC, span_id, request_order) AS k
+        FROM requested q WHERE NOT EXISTS (SELECT 1 FROM by_id b
+            WHERE b.model_span_id = q.span_id AND b.request_order = q.request_order)
+    ),
+    pairs AS (
+        SELECT * FROM by_id
+        UNION ALL
+        SELECT s.span_id, q.span_id, q.request_order
+        FROM spans_left s JOIN requests_left q ON q.conv = s.conv
+            AND q.turn_index IS NOT DISTINCT FROM s.turn_index AND q.tool_name = s.tool_name
+            AND q.k = s.k
+    ),
+    from_requests AS (
+        SELECT q.conv AS conversation_id, coalesce(s.trace_id, q.trace_id) AS trace_id,
+               s.span_id, coalesce(s.parent_span_id, q.span_id) AS parent_span_id,
+               q.turn_index, q.t, q.span_id AS placed_by, q.request_order,
+               q.c.name AS tool_name, coalesce(q.c.id, s.tool_call_id) AS tool_call_id,
+               coalesce(s.tool_arguments, q.c.arguments) AS arguments,
+               coalesce(s.tool_result, a.result::VARCHAR) AS result,
+               CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
+                    THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
+               {ERROR_MESSAGE_SQL} AS error_message,
+               coalesce(s.start_time, q.end_time) AS start_time, s.end_time,
+               s.duration_ms AS latency_ms, coalesce(s.agent_name, q.agent_name) AS agent_name,
+               coalesce(s.service_name, q.service_name) AS service_name,
+               coalesce(s.convention, q.convention) AS producer,
+               CASE WHEN s.span_id IS NULL THEN 'messages' ELSE 'span+messages' END AS source,
+               q.parallel_group
+        FROM requested q
+        LEFT JOIN pairs p ON p.model_span_id = q.span_id AND p.request_order = q.request_order
+        LEFT JOIN tool_spans s ON s.span_id = p.tool_span_id AND s.conv = q.conv
+        LEFT JOIN answered a ON a.conv = q.conv AND a.id = q.c.id
+    ),
+    from_spans AS (
+        SELECT s.conv AS conversation_id, s.trace_id, s.span_id, s.parent_span_id,
+               s.turn_index, s.start_time_unix_nano AS t, s.span_id AS placed_by,
+               0 AS request_order, coalesce(s.tool_name, nullif(trim(
+                   regexp_replace(s.name, '^execute_tool ', '')), ''), 'unknown') AS tool_name,
+               s.tool_call_id, s.tool_arguments AS arguments, s.tool_result AS result,
+               CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
+                    THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
+               {ERROR_MESSAGE_SQL} AS error_message,
+               s.start_time, s.end_time, s.duration_ms AS latency_ms,
+               s.agent_name, s.service_name, s.convention AS producer, 'span' AS source,
+               NULL::BIGINT AS parallel_group
+        FROM tool_spans s WHERE s.span_id NOT IN (SELECT tool_span_id FROM pairs)
+    ),
+    calls AS (SELECT * FROM from_requests UNION ALL BY NAME SELECT * FROM from_spans)
+    SELECT conversation_id, trace_id, span_id, parent_span_id, turn_index,
+           row_number() OVER (PARTITION BY conversation_id
+                              ORDER BY t, placed_by, request_order) - 1 AS step_index,
+           tool_name, tool_call_id, arguments::JSON AS arguments, result, error,
+           error_message, start_time, end_time, latency_ms, agent_name, service_name, producer,
+           source, parallel_group
+    FROM calls
+"""
+
 VIEWS: dict[str, str] = {
-    "tool_calls": f"""
-        WITH {_RESOLVED},
-        models AS (
-            SELECT conv, start_time_unix_nano AS t, user_message,
-                   lag(user_message) OVER w AS prev_user,
-                   lag(tool_calls_requested IS NULL AND response_text IS NOT NULL) OVER w
-                       AS prev_answered,
-                   lag(start_time_unix_nano) OVER w AS prev_t
-            FROM resolved
-            WHERE operation = 'chat' OR tool_calls_requested IS NOT NULL
-            WINDOW w AS (PARTITION BY conv ORDER BY start_time_unix_nano, span_id)
-        ),
-        turn_starts AS (
-            SELECT conv, t, sum(CASE WHEN prev_t IS NULL OR (user_message IS NOT NULL AND (
-                        user_message IS DISTINCT FROM prev_user OR prev_answered))
-                    THEN 1 ELSE 0 END)
-                OVER (PARTITION BY conv ORDER BY t ROWS UNBOUNDED PRECEDING)::BIGINT - 1
-                AS turn_index
-            FROM models
-        ),
-        trace_turns AS (
-            SELECT conv, trace_id, row_number() OVER (PARTITION BY conv
-                ORDER BY min(start_time_unix_nano), trace_id) - 1 AS turn_index
-            FROM resolved GROUP BY conv, trace_id
-        ),
-        requested AS (
-            SELECT conv, trace_id, span_id, end_time_unix_nano, end_time, agent_name,
-                   service_name, convention,
-                   unnest(from_json(tool_calls_requested, {_CALLS_TYPE})) AS c
-            FROM resolved WHERE tool_calls_requested IS NOT NULL
-        ),
-        answered AS (
-            SELECT conv, r.id, arg_max(r.result, start_time_unix_nano) AS result
-            FROM (SELECT conv, start_time_unix_nano, unnest(from_json(tool_results,
-                    {_RESULTS_TYPE})) AS r
-                  FROM resolved WHERE tool_results IS NOT NULL)
-            GROUP BY conv, r.id
-        ),
-        -- A tool span's content, where the producer put it only in the messages (events).
-        from_spans AS (
-            SELECT s.conv AS conversation_id, s.trace_id, s.span_id, s.parent_span_id,
-                   s.start_time_unix_nano AS t, s.tool_name, s.tool_call_id,
-                   coalesce(s.tool_arguments, q.c.arguments) AS arguments,
-                   coalesce(s.tool_result, a.result::VARCHAR) AS result,
-                   CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
-                        THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
-                   s.start_time, s.end_time, s.duration_ms AS latency_ms,
-                   s.agent_name, s.service_name, s.convention AS producer, 'span' AS source
+    "tool_calls": _TOOL_CALLS,
+    "turns": f"""
+        WITH {_RESOLVED}, {_TURNS},
+        handoffs AS (
+            SELECT s.conv, m.turn_index, count(*) AS handoffs
             FROM resolved s
-            LEFT JOIN requested q ON q.conv = s.conv AND q.c.id = s.tool_call_id
-            LEFT JOIN answered a ON a.conv = s.conv AND a.id = s.tool_call_id
-            WHERE s.operation = 'execute_tool'
+            ASOF LEFT JOIN model_turns m ON m.conv = s.conv AND m.t <= s.start_time_unix_nano
+            WHERE (s.operation = 'handoff' OR starts_with(s.name, 'handoff'))
+                AND s.operation IS DISTINCT FROM 'execute_tool' AND s.operation IS DISTINCT
+                FROM 'chat' AND s.tool_calls_requested IS NULL AND s.response_text IS NULL
+            GROUP BY ALL
         ),
-        from_messages AS (
-            SELECT q.conv AS conversation_id, q.trace_id, NULL AS span_id,
-                   q.span_id AS parent_span_id, q.end_time_unix_nano AS t,
-                   q.c.name AS tool_name, q.c.id AS tool_call_id,
-                   q.c.arguments AS arguments, a.result::VARCHAR AS result, NULL AS error,
-                   q.end_time AS start_time, NULL::TIMESTAMPTZ AS end_time,
-                   NULL::DOUBLE AS latency_ms,
-                   q.agent_name, q.service_name, q.convention AS producer, 'messages' AS source
-            FROM requested q
-            LEFT JOIN answered a ON a.conv = q.conv AND a.id = q.c.id
-            WHERE q.conv NOT IN (SELECT conv FROM resolved WHERE operation = 'execute_tool')
+        calls AS (
+            SELECT conversation_id AS conv, turn_index, count(*) AS calls
+            FROM tool_calls GROUP BY ALL
         ),
-        calls AS (SELECT * FROM from_spans UNION ALL BY NAME SELECT * FROM from_messages)
-        SELECT c.conversation_id, c.trace_id, c.span_id, c.parent_span_id,
-               coalesce(ts.turn_index, tt.turn_index) AS turn_index,
-               row_number() OVER (PARTITION BY c.conversation_id
-                                  ORDER BY c.t, c.span_id, c.tool_call_id) - 1 AS step_index,
-               c.tool_name, c.tool_call_id, c.arguments::JSON AS arguments, c.result, c.error,
-               c.start_time, c.end_time, c.latency_ms, c.agent_name, c.service_name,
-               c.producer, c.source
-        FROM calls c
-        ASOF LEFT JOIN turn_starts ts ON ts.conv = c.conversation_id AND ts.t <= c.t
-        LEFT JOIN trace_turns tt ON tt.conv = c.conversation_id AND tt.trace_id = c.trace_id
+        all_turns AS (
+            SELECT conv, turn_index, list(user_message ORDER BY model_order)[1] AS user_message,
+                   arg_max(response_text, model_order) FILTER (WHERE
+                       tool_calls_requested IS NULL AND response_text IS NOT NULL)
+                       AS final_response,
+                   min(start_time) AS start_time, count(*) AS model_call_count
+            FROM model_turns GROUP BY conv, turn_index
+            UNION ALL
+            SELECT conv, turn_index, NULL, NULL, start_time, 0 FROM trace_turns
+        )
+        SELECT t.conv AS conversation_id, t.turn_index, t.user_message, t.final_response,
+               t.start_time, t.model_call_count::BIGINT AS model_call_count,
+               coalesce(c.calls, 0)::BIGINT AS tool_call_count,
+               coalesce(h.handoffs, 0)::BIGINT AS handoff_count
+        FROM all_turns t
+        LEFT JOIN calls c ON c.conv = t.conv AND c.turn_index = t.turn_index
+        LEFT JOIN handoffs h ON h.conv = t.conv AND h.turn_index = t.turn_index
     """,
     "conversations": f"""
-        WITH {_RESOLVED}
-        SELECT conv AS conversation_id,
+        WITH {_RESOLVED}, {_TURNS},
+        turn_counts AS (
+            SELECT conv, max(turn_index) + 1 AS turns FROM model_turns GROUP BY conv
+            UNION ALL
+            SELECT conv, count(*) FROM trace_turns GROUP BY conv
+        ),
+        call_counts AS (
+            SELECT conversation_id AS conv, count(*) AS calls FROM tool_calls GROUP BY 1
+        )
+        SELECT r.conv AS conversation_id,
+               CASE WHEN bool_or(r.conversation_id <> r.trace_id) THEN 'attribute'
+                    ELSE 'trace' END AS conversation_source,
                arg_min(agent_name, start_time_unix_nano)
                    FILTER (WHERE agent_name IS NOT NULL) AS agent_name,
                arg_min(service_name, start_time_unix_nano) AS service_name,
@@ -306,21 +465,21 @@ VIEWS: dict[str, str] = {
                max(end_time) AS end_time,
                count(*) AS span_count,
                count(DISTINCT trace_id) AS trace_count,
-               greatest(count(*) FILTER (WHERE operation = 'execute_tool'),
-                        CASE WHEN count(*) FILTER (WHERE operation = 'execute_tool') = 0
-                             THEN sum(json_array_length(tool_calls_requested)) ELSE 0 END
-               )::BIGINT AS tool_call_count,
+               coalesce(any_value(tc.turns), 0)::BIGINT AS turn_count,
+               coalesce(any_value(cc.calls), 0)::BIGINT AS tool_call_count,
                count(*) FILTER (WHERE status_code = 'ERROR' OR error_type IS NOT NULL)
                    AS error_count,
                arg_min(user_message, start_time_unix_nano)
                    FILTER (WHERE user_message IS NOT NULL) AS first_user_message,
                max(ingest_time) AS last_ingest_time
-        FROM resolved
-        GROUP BY conv
+        FROM resolved r
+        LEFT JOIN turn_counts tc ON tc.conv = r.conv
+        LEFT JOIN call_counts cc ON cc.conv = r.conv
+        GROUP BY r.conv
     """,
 }
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 8
 
 # MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
 # tables that already have their columns: later migrations must be idempotent (IF NOT EXISTS).
@@ -344,4 +503,20 @@ MIGRATIONS: dict[int, list[str]] = {
     # 5: tool_calls fills a tool span's arguments and result from the messages when the
     # producer put its content only there.
     5: [],
+    # 6: the LLM judge: its cache, and what it did in each run.
+    6: [
+        create_table_sql("judge_cache", JUDGE_CACHE),
+        "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS judge_calls INTEGER",
+        "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS judge_cache_hits INTEGER",
+        "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS judge_prompt_tokens BIGINT",
+        "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS judge_cached_tokens BIGINT",
+        "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS judge_completion_tokens BIGINT",
+    ],
+    # 7: one definition of a conversation: requested calls that never ran, turns across model
+    # calls without a user message, tool spans joined to requests by name and order, where
+    # the conversation id came from (`conversation_source`), and `turn_count`.
+    7: [],
+    # 8: a span's conversation is stored resolved (`RESOLVE_CONVERSATIONS`), so the views
+    # filter a stored column: spans stored before are resolved once here.
+    8: [RESOLVE_ALL_CONVERSATIONS.format(spans="spans")],
 }

@@ -30,6 +30,7 @@ import yaml
 
 __all__ = [
     "FORMATS",
+    "NO_EXPECTATION",
     "ImportResult",
     "ImporterError",
     "convert",
@@ -54,11 +55,18 @@ class ImportResult:
     scenario_notes: dict[str, list[str]] = field(default_factory=dict)
     format: str = ""
     source: str = ""
+    dropped: list[str] = field(default_factory=list)  # what the suite does not score
 
     def note(self, scenario_id: str, text: str) -> None:
         notes = self.scenario_notes.setdefault(scenario_id, [])
         if text not in notes:
             notes.append(text)
+
+    def drop(self, scenario_id: str, text: str) -> None:
+        """Note something of the source the suite does not score: a run with the native file
+        as its suite warns about it (and fails in strict mode)."""
+        self.note(scenario_id, text)
+        self.dropped.append(f"{scenario_id}: {text}")
 
 
 Converter = Callable[[Any, Path], ImportResult]
@@ -110,7 +118,7 @@ def convert(fmt: str, data: Any, path: str | Path) -> ImportResult:
     result = converters[fmt][1](data, Path(path))
     result.format = fmt
     result.source = Path(path).name
-    return result
+    return _no_scenario_without_a_row(result)
 
 
 def import_file(fmt: str | None, path: str | Path) -> ImportResult:
@@ -133,8 +141,30 @@ def import_file(fmt: str | None, path: str | Path) -> ImportResult:
 
         result = watsonx.read_directory(path)
         result.format, result.source = fmt, path.name
-        return result
+        return _no_scenario_without_a_row(result)
     return convert(fmt, _read_json(path), path)
+
+
+# What an imported scenario with nothing to check scores: a passing row, so that in `scores` a
+# scenario that ran and had nothing to check differs from one that selected no conversation.
+NO_EXPECTATION: dict[str, Any] = {
+    "type": "tool_calls",
+    "name": "no_expectation",
+    "mode": "contains",
+    "expected": [],
+}
+
+
+def _no_scenario_without_a_row(result: ImportResult) -> ImportResult:
+    for item in result.suite.get("scenarios", []):
+        if not item.get("assertions"):
+            item["assertions"] = [dict(NO_EXPECTATION)]
+            result.note(
+                str(item.get("id")),
+                "the source sets no expectation for this scenario; it scores one passing "
+                "`no_expectation` row per conversation it selects.",
+            )
+    return result
 
 
 def _read_json(path: Path) -> Any:

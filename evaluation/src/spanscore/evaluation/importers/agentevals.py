@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ImportResult
-from ._common import fail, listing, mapping, repeated_names, scenario
+from ._common import fail, has_nested_object, listing, mapping, repeated_names, scenario
 
 FORMAT = "agentevals"
 MODES = {"strict": "strict", "unordered": "unordered", "superset": "contains", "subset": "subset"}
@@ -174,6 +174,15 @@ def _assertion(
 
     expected: list[Any] = []
     for step in steps:
+        for name, args in step:
+            key_mode = tools.get(name, {}).get("match", arg_mode)
+            if key_mode in ("partial", "superset") and has_nested_object(args):
+                result.note(
+                    sid,
+                    f"{name}: agentevals' {_source_mode(key_mode)} compares top-level keys only "
+                    f"and needs nested objects to be equal; spanscore's `{key_mode}` applies "
+                    "to nested objects too.",
+                )
         calls = [call(name, args) for name, args in step]
         if mode == "strict" and len(calls) > 1:
             expected.append(calls)
@@ -203,6 +212,10 @@ def _assertion(
             "agentevals pairs repeated calls first-fit; spanscore pairs them optimally.",
         )
     return assertion
+
+
+def _source_mode(ours: str) -> str:
+    return next(theirs for theirs, mode in ARG_MODES.items() if mode == ours)
 
 
 def _lookup(value: Any, dotted: str) -> Any:

@@ -1,4 +1,5 @@
-"""ArkSim `scenarios.json`: each scenario's `tool_calls` assertion as a spanscore `tool_calls`.
+"""ArkSim `scenarios.json`: each scenario's `tool_calls` assertion as a spanscore `tool_calls`
+and its `agent_response` constraints as judged rubrics.
 
 ArkSim's rules (arksim/evaluator/trajectory_matching.py), and how they are kept:
 - match modes `strict` (same calls, same order, same count), `unordered` (the same calls as a
@@ -12,7 +13,15 @@ ArkSim's rules (arksim/evaluator/trajectory_matching.py), and how they are kept:
 - an empty `expected` list passes whatever the agent did: no assertion is imported for it.
 - only the first `tool_calls` assertion of a scenario is used by ArkSim; so here too.
 - all the conversation's tool calls, over every turn, are matched at once; so in spanscore.
-- `agent_response` assertions are judged by an LLM per turn: not imported (noted).
+- `agent_response` assertions (`{"type": "agent_response", "expected": "..."}`: a constraint
+  the agent must respect; only on ArkSim's unreleased branch `feat/agent-constraints`) become
+  qualitative judged rubrics (`type: judged`) named `agent_response` (`agent_response_<n>`
+  when a scenario has several): labels `no failure` (passes) and `constraint_violation`.
+  ArkSim applies them to every turn: at each turn its judge checks every constraint against
+  that turn's last assistant message (violated: the message directly contradicts or fails to
+  enforce it) and labels the turn `constraint_violation` if any is violated. spanscore's judge
+  reads the whole conversation once and gives one label per constraint (noted).
+- ArkSim's custom metrics are Python files, not part of scenarios.json: nothing to import.
 - the older shape (`expected_tool_calls`, `match_mode` strict/unordered/subset/superset,
   `arg_match_mode` exact/ignore/subset) is read too: `subset` is `within`, `superset` is
   `contains`, argument `subset` is `partial`.
@@ -115,21 +124,18 @@ def _assertions(
         )
     assertions = listing(raw or [], path, f"{where}.assertions")
     out: list[dict[str, Any]] = []
+    constraints: list[str] = []
     for j, assertion in enumerate(assertions):
         at = f"{where}.assertions[{j}]"
         assertion = mapping(assertion, path, at)
         kind = assertion.get("type")
         if kind == "agent_response":
-            result.note(
-                sid,
-                "ArkSim's agent_response assertion (an LLM checks every assistant turn against "
-                f"{assertion.get('expected')!r}) is not imported: it needs the LLM judge.",
-            )
+            constraints.append(text(assertion.get("expected"), path, f"{at}.expected"))
             continue
         if kind != "tool_calls":
             raise fail(path, f"{at}.type", f"unknown assertion type {kind!r}")
         if out:
-            result.note(
+            result.drop(
                 sid,
                 f"ArkSim uses only a scenario's first tool_calls assertion; the one at {at} "
                 "is ignored there and not imported.",
@@ -140,6 +146,50 @@ def _assertions(
             raise fail(path, f"{at}.match_mode", f"unknown match mode {mode!r}")
         calls = listing(assertion.get("expected"), path, f"{at}.expected")
         out.extend(_tool_calls(calls, MODES[mode], ARG_MODES, sid, path, f"{at}.expected", result))
+    if constraints:
+        out.extend(_agent_responses(constraints, sid, result))
+    return out
+
+
+CONSTRAINT_LABELS = {
+    "no failure": "every assistant turn is consistent with the constraint",
+    "constraint_violation": "an assistant turn directly contradicts the constraint or fails to "
+    "enforce it",
+}
+
+
+def _agent_responses(
+    constraints: list[str], sid: str, result: ImportResult
+) -> list[dict[str, Any]]:
+    """ArkSim's agent constraints, one qualitative judged rubric each."""
+    out: list[dict[str, Any]] = []
+    names = (
+        ["agent_response"]
+        if len(constraints) == 1
+        else [f"agent_response_{n}" for n in range(1, len(constraints) + 1)]
+    )
+    for name, constraint in zip(names, constraints, strict=True):
+        out.append(
+            {
+                "type": "judged",
+                "name": name,
+                "criteria": f"The agent must respect this constraint: {constraint.strip()} "
+                "It must hold in every assistant turn of the conversation. A turn fulfils it "
+                "when the assistant's message is consistent with it; a turn violates it when "
+                "the message directly contradicts the constraint or fails to enforce it.",
+                "labels": dict(CONSTRAINT_LABELS),
+                "pass_labels": ["no failure"],
+            }
+        )
+    result.note(
+        sid,
+        f"{', '.join(names)}: ArkSim's agent_response constraints (unreleased upstream, branch "
+        "feat/agent-constraints) as judged rubrics. ArkSim judges every turn, checking all the "
+        "constraints against that turn's last assistant message, and labels each turn "
+        "(constraint_violation if any constraint is violated, otherwise no failure); here the "
+        "judge reads the whole conversation once and gives one label per constraint "
+        "(constraint_violation when any assistant turn violates it).",
+    )
     return out
 
 

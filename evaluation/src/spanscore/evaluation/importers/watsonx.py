@@ -8,16 +8,26 @@ in an order the graph allows: watsonx's Journey Success) and, when text goals li
 
 What is kept, and what differs (the adk's agentops `evaluation_package.py`):
 - `arg_matching` strict/fuzzy/ignore/optional is passed through; strict is the default.
+- watsonx checks the expected arguments and accepts extra actual ones, at every nesting
+  level: goals are imported with `match: partial` (expected keys present, extra keys
+  allowed, in nested objects too).
 - watsonx's code compares strict values as lower-cased text (`str(v).lower()`, lists sorted);
   its documentation says "exact match": spanscore keeps the documented exact comparison.
-- fuzzy: watsonx first compares values that read as numbers (within 0.001) or dates (equal),
-  then asks an LLM, embeddings, fuzzywuzzy. A fuzzy argument whose expected value is a number or
-  a date is imported as a `tolerance` (0.001) or `datetime` (0 s) rule; other text keeps
-  `fuzzy`: spanscore's text similarity against `similarity_threshold`.
+- fuzzy: watsonx first compares values that read as numbers (within 0.001) or dates (equal);
+  a fuzzy argument whose expected value is a number or a date is imported as a `tolerance`
+  (0.001) or `datetime` (0 s) rule. Other values become `strategy: judged` rules with
+  `threshold` = the dataset's `similarity_threshold` (default 0.8), in watsonx's documented
+  order: an LLM semantic match, then embedding cosine, then a fuzzy string ratio, each step
+  only when the one before fails. Deliberate differences (noted in the generated suite): the
+  embeddings come from the judge's endpoint (`/v1/embeddings`), not all-minilm-l6-v2; the last
+  step is spanscore's token similarity against the threshold on a 0-1 scale, where watsonx
+  compares fuzzywuzzy's 0-100 WRatio with 0.8 (so any score >= 1 matches there); watsonx
+  1.4.9's `_check_args` goes straight to the embeddings for fuzzy arguments, spanscore follows
+  the documentation (LLM first).
 - `{"IGNORE": null}` as a goal's args ignores every argument; a `<IGNORE>` value ignores one.
 - a call is labelled with the first goal of its tool whose arguments match, and the order check
-  uses each goal's most recent call; spanscore places each goal, in dependency order, at the
-  earliest matching call after the goals it depends on (each call meets one goal).
+  uses each goal's most recent call; spanscore pairs goals with calls optimally (the most
+  goals met, each after the goals it depends on, each call meeting one goal).
 - text goals need the keywords and an LLM semantic match in any assistant message; spanscore
   needs the keywords in an answer given after the goals they depend on (no semantic match).
 """
@@ -34,6 +44,18 @@ from ._common import fail, listing, mapping, scenario, text
 FORMAT = "watsonx"
 STRATEGIES = ("strict", "fuzzy", "ignore", "optional")
 IGNORE_VALUE = "<IGNORE>"
+SIMILARITY = 0.8  # watsonx's default similarity_threshold
+FUZZY_NOTE = (
+    "Fuzzy text arguments are `strategy: judged` rules, in watsonx's documented order: the LLM "
+    "judge decides whether the values mean the same; if it fails, the cosine of the values' "
+    "embeddings against the threshold; if that fails too, token similarity against the "
+    "threshold. Differences: the embeddings come from the judge's endpoint (/v1/embeddings, "
+    "the suite's `judge:` block or $OPENAI_BASE_URL), not all-minilm-l6-v2; watsonx's last "
+    "step compares fuzzywuzzy's 0-100 WRatio with the 0-1 threshold, so any score >= 1 "
+    "matches there, while token similarity here is on a 0-1 scale; watsonx 1.4.9's "
+    "`_check_args` goes straight to the embeddings for fuzzy arguments (its docs say LLM "
+    "first): spanscore follows the docs. Numbers and dates still compare by value."
+)
 
 
 def detect(data: Any) -> bool:
@@ -62,6 +84,8 @@ def _suite(name: str, datasets: list[tuple[Path, Any]], result: ImportResult) ->
         "here `journey_success` is the goals assertion (passed = Journey Success, its details "
         "carry the precision, the recall and the failing goal)."
     )
+    if any(_has_judged_arguments(s) for s in scenarios):
+        result.notes.append(FUZZY_NOTE)
     return {
         "name": f"watsonx-{name}",
         "description": "watsonx Orchestrate ground-truth datasets imported from "
@@ -85,6 +109,7 @@ def _scenario(path: Path, data: Any, result: ImportResult) -> dict[str, Any]:
         graph[key] = list(children)
         nodes.add(key)
         nodes.update(children)
+    threshold = _threshold(document.get("similarity_threshold", SIMILARITY), path)
     details: list[dict[str, Any]] = []
     keywords: list[str] = []
     named: set[str] = set()
@@ -97,7 +122,7 @@ def _scenario(path: Path, data: Any, result: ImportResult) -> dict[str, Any]:
         named.add(name)
         kind = detail.get("type")
         if kind == "tool_call":
-            details.append(_tool_goal(detail, name, path, where, sid, result))
+            details.append(_tool_goal(detail, name, path, where, sid, threshold, result))
         elif kind == "text":
             goal: dict[str, Any] = {"type": "text", "name": name}
             if isinstance(detail.get("response"), str) and detail["response"]:
@@ -120,7 +145,7 @@ def _scenario(path: Path, data: Any, result: ImportResult) -> dict[str, Any]:
             "name": "journey_success",
             "goals": graph,
             "goal_details": details,
-            "similarity_threshold": 0.8,
+            "similarity_threshold": threshold,
         }
     ]
     result.note(
@@ -151,8 +176,29 @@ def _scenario(path: Path, data: Any, result: ImportResult) -> dict[str, Any]:
     return scenario(sid, description or None, assertions)
 
 
+def _threshold(value: Any, path: Path) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise fail(path, "similarity_threshold", f"expected a number from 0 to 1, got {value!r}")
+    return float(value)
+
+
+def _has_judged_arguments(scenario: dict[str, Any]) -> bool:
+    return any(
+        isinstance(rule, dict) and rule.get("strategy") == "judged"
+        for assertion in scenario["assertions"]
+        for goal in assertion.get("goal_details", [])
+        for rule in (goal.get("arg_matching") or {}).values()
+    )
+
+
 def _tool_goal(
-    detail: dict[str, Any], name: str, path: Path, where: str, sid: str, result: ImportResult
+    detail: dict[str, Any],
+    name: str,
+    path: Path,
+    where: str,
+    sid: str,
+    threshold: float,
+    result: ImportResult,
 ) -> dict[str, Any]:
     tool = text(detail.get("tool_name"), path, f"{where}.tool_name")
     goal: dict[str, Any] = {"type": "tool_call", "name": name, "tool_name": tool}
@@ -179,12 +225,16 @@ def _tool_goal(
                 f"{name}.{key}: the {IGNORE_VALUE} value becomes `ignore`; watsonx still "
                 "requires the argument to be present, spanscore does not.",
             )
+    judged: list[str] = []
     for key, strategy in list(matching.items()):
-        if strategy == "fuzzy" and key in args:
-            rule = _fuzzy_value_rule(args[key])
-            if rule is not None:
-                matching[key] = rule
+        if strategy == "fuzzy":
+            rule = _fuzzy_value_rule(args[key]) if key in args else None
+            if rule is None:
+                rule = {"strategy": "judged", "threshold": threshold}
+                judged.append(key)
+            matching[key] = rule
     goal["args"] = args
+    goal["match"] = "partial"  # watsonx accepts extra actual arguments, at every level
     if matching:
         goal["arg_matching"] = matching
     if "ignore" in matching.values():
@@ -193,11 +243,11 @@ def _tool_goal(
             f"{name}: `ignore` as documented (present or absent); watsonx's code requires an "
             "ignored argument to be present.",
         )
-    if "fuzzy" in [m for m in matching.values() if isinstance(m, str)]:
+    if judged:
         result.note(
             sid,
-            f"{name}: fuzzy text arguments use spanscore's text similarity, not watsonx's LLM "
-            "or embedding match.",
+            f"{name}: fuzzy {', '.join(judged)} judged (the LLM judge, then embeddings, then "
+            f"token similarity, against {threshold:g}; see the note at the top).",
         )
     if any(isinstance(v, str) and v != v.lower() for v in args.values()):
         result.note(

@@ -1,0 +1,240 @@
+"""Benchmark: the LLM judge in a nightly run, against a provider with a capacity limit.
+
+A local OpenAI-compatible server (``spanscore.examples.llm_server --judge``, in its own
+process) answers each call after ``--latency-ms`` (default 300 ms) and refuses with 429 +
+Retry-After past ``--capacity`` calls in flight (default 64): the best any client can do is
+capacity / latency calls per second. A suite of two judged rubrics and two deterministic metrics
+scores ``--conversations`` conversations (default 10,000, so 20,000 judge calls). Printed:
+
+- judge throughput as a share of the server's capacity (target >= 90 %), the 429s received,
+  and where the adaptive limit settled;
+- the client's CPU per judged call (target < 1 ms): the process CPU of the judged run minus
+  that of the deterministic-only run of the same conversations, over the calls; beside it the
+  floor, the bare ``AsyncOpenAI`` client's CPU per call for requests of the same shape and size
+  against the same server (no spanscore code: what any client built on ``openai`` pays), and
+  spanscore's own share above that floor;
+- the re-run with a warm cache: zero calls, conversations/s against the deterministic-only run
+  (target within 2x);
+- batch mode (the Batch API) against direct calls: cost of the same questions.
+
+Figures are printed, nothing is asserted; each ratio compares runs of this same invocation.
+
+    .venv/bin/python bench/judge.py
+    .venv/bin/python bench/judge.py --conversations 2000 --capacity 32 --latency-ms 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from spanscore.evaluation import load_suite
+from spanscore.evaluation.run import RunOptions, RunResult, evaluate
+from spanscore.examples.synthetic import build_lake
+
+START = dt.datetime.fromtimestamp(1_700_000_000, dt.UTC)
+DETERMINISTIC: list[dict[str, Any]] = [
+    {"type": "efficiency"},
+    {"type": "tool_errors", "missing_result_is_error": False},
+]
+JUDGED: list[dict[str, Any]] = [
+    {
+        "type": "judged",
+        "name": "tool_quality",
+        "criteria": "Did every tool call succeed and serve the user's request?",
+        "scale": [0, 5],
+    },
+    {
+        "type": "judged",
+        "name": "safety",
+        "criteria": "Did the agent avoid risky actions?",
+        "labels": {"safe": "no risky action", "unsafe": "a risky action"},
+    },
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(capacity: int, latency_ms: int) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    args = [
+        sys.executable,
+        "-m",
+        "spanscore.examples.llm_server",
+        "--judge",
+        "--quiet",
+        "--port",
+        str(port),
+        "--capacity",
+        str(capacity),
+        "--delay-ms",
+        str(latency_ms),
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/models", timeout=1):
+                return proc, url
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit("the judge server did not start") from None
+            time.sleep(0.05)
+
+
+def openai_floor(url: str, calls: int, concurrency: int) -> float:
+    """CPU ms per call of the bare `AsyncOpenAI` client: a judge-sized request (instructions,
+    a transcript, a strict JSON Schema answer) `calls` times, `concurrency` at once (below the
+    server's capacity, so that no 429 is counted)."""
+    import asyncio
+
+    from openai import AsyncOpenAI
+
+    instructions = "# Metric: floor\nJudge the transcript below. " + "Rubric text. " * 100
+    transcript = 'USER: where is my order?\nTOOL CALL 1: get_order({"id": 7})\n' * 40
+    schema = {
+        "type": "object",
+        "properties": {"reasoning": {"type": "string"}, "score": {"type": "integer"}},
+        "required": ["reasoning", "score"],
+        "additionalProperties": False,
+    }
+
+    async def run() -> None:
+        client = AsyncOpenAI(base_url=url, api_key="bench", max_retries=20)
+        limit = asyncio.Semaphore(concurrency)
+
+        async def one() -> None:
+            async with limit:
+                await client.chat.completions.create(
+                    model="gpt-4o-mini",
+                    messages=[
+                        {"role": "system", "content": instructions},
+                        {"role": "user", "content": transcript},
+                    ],
+                    temperature=0,
+                    seed=0,
+                    max_tokens=512,
+                    response_format={
+                        "type": "json_schema",
+                        "json_schema": {"name": "verdict", "schema": schema, "strict": True},
+                    },
+                )
+
+        await asyncio.gather(*(one() for _ in range(calls)))
+        await client.close()
+
+    cpu = time.process_time()
+    asyncio.run(run())
+    return (time.process_time() - cpu) / calls * 1000
+
+
+def timed_run(lake: Path, suite: dict[str, Any], **judge: Any) -> tuple[RunResult, float, float]:
+    options = RunOptions(
+        since=START - dt.timedelta(days=1),
+        settle_s=0,
+        workers=1,  # one process: its CPU time is the client's whole cost
+        rescore=True,
+        now=START + dt.timedelta(days=60),
+        judge=judge,
+    )
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = evaluate(lake, load_suite(suite), options)
+    return result, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--conversations", type=int, default=10_000)
+    parser.add_argument("--capacity", type=int, default=64)
+    parser.add_argument("--latency-ms", type=int, default=300)
+    parser.add_argument("--ceiling", type=int, default=128, help="--judge-concurrency")
+    args = parser.parse_args()
+    n = args.conversations
+    work = Path(tempfile.mkdtemp(prefix="spanscore-bench-judge-"))
+    server, url = start_server(args.capacity, args.latency_ms)
+    try:
+        lake = work / "lake"
+        build_lake(lake, n)
+        shutil.copytree(lake, work / "batch-lake")
+        judge = {"base_url": url, "concurrency": args.ceiling, "max_attempts": 20}
+        plain = {"name": "bench-judge", "metrics": DETERMINISTIC}
+        suite = {"name": "bench-judge", "metrics": DETERMINISTIC + JUDGED}
+
+        _, base_cpu, base_wall = timed_run(lake, plain)
+        print(
+            f"{n} conversations, {2 * n} judge calls; server: capacity {args.capacity}, "
+            f"{args.latency_ms} ms per call"
+        )
+        print(f"deterministic only:   {n / base_wall:9.0f} conversations/s ({base_cpu:.1f} s CPU)")
+
+        judged, judged_cpu, judged_wall = timed_run(lake, suite, **judge)
+        info = judged.judge or {}
+        calls = int(info.get("calls", 0))
+        ceiling_rate = args.capacity / (args.latency_ms / 1000)
+        rate = calls / judged_wall
+        print(
+            f"judged (cold cache):  {n / judged_wall:9.0f} conversations/s, {rate:.0f} calls/s = "
+            f"{rate / ceiling_rate:.1%} of the server's capacity ({ceiling_rate:.0f} calls/s)"
+        )
+        print(
+            f"  429s received: {info.get('throttled')}, retries: {info.get('retries')}, "
+            f"limit settled at {info.get('limit')} (lowest after a 429: "
+            f"{info.get('lowest_limit_after_429')}, peak in flight {info.get('peak_in_flight')}), "
+            f"failed: {info.get('failed')}"
+        )
+        per_call = (judged_cpu - base_cpu) / calls * 1000 if calls else float("nan")
+        print(
+            f"  client CPU per judged call: {per_call:.3f} ms "
+            f"({judged_cpu:.1f} s CPU against {base_cpu:.1f} s deterministic-only)"
+        )
+        floor = openai_floor(url, min(calls, 5000) or 1000, max(1, args.capacity // 2))
+        print(
+            f"  floor, the bare AsyncOpenAI client: {floor:.3f} ms per call; spanscore's own "
+            f"share above it: {per_call - floor:.3f} ms"
+        )
+        print(
+            f"  cost: ${info.get('cost_usd', 0):.4f} ({info.get('prompt_tokens')} prompt tokens, "
+            f"{info.get('cached_tokens')} cached, {info.get('completion_tokens')} completion)"
+        )
+
+        warm, _, warm_wall = timed_run(lake, suite, **judge)
+        hits = (warm.judge or {}).get("cache_hits")
+        print(
+            f"judged (warm cache):  {n / warm_wall:9.0f} conversations/s, "
+            f"{(warm.judge or {}).get('calls')} calls, {hits} cache hits; "
+            f"{warm_wall / base_wall:.2f}x the deterministic-only run's time"
+        )
+
+        batch, _, batch_wall = timed_run(
+            work / "batch-lake", suite, **judge, batch=True, batch_poll_s=0.5
+        )
+        binfo = batch.judge or {}
+        print(
+            f"batch mode:           {n / batch_wall:9.0f} conversations/s, "
+            f"{binfo.get('calls')} answers from {len(binfo.get('batches', []))} batch(es); cost "
+            f"${binfo.get('cost_usd', 0):.4f} against ${info.get('cost_usd', 0):.4f} direct "
+            f"({(binfo.get('cost_usd') or 0) / (info.get('cost_usd') or 1):.0%})"
+        )
+    finally:
+        server.terminate()
+        server.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

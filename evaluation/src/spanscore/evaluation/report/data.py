@@ -1,0 +1,742 @@
+"""The report document of one run, read from the lake.
+
+Everything comes from the lake's tables and views (`eval_runs`, `scores`, the spans through the
+trajectory builder) and from `compare_runs`: the run header, the summary per scenario and
+metric, score distributions, the trend over the suite's previous runs, tool figures, the
+conversations (columnar) and, for as many as asked, their trajectories with each score's
+verdict placed on the calls it was about.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import duckdb
+import orjson
+
+from ..compare import compare_runs
+from ..trajectory import Handoff, ModelCall, ToolCall, Trajectory, load_trajectories
+from .marks import score_marks
+from .schema import (
+    FORMAT,
+    VERSION,
+    BaselineDoc,
+    ConversationChangeDoc,
+    ConversationDetailDoc,
+    ConversationsDoc,
+    DistributionDoc,
+    GateDoc,
+    HandoffStepDoc,
+    JudgeDoc,
+    MarkDoc,
+    MetricChangeDoc,
+    MissingDoc,
+    ModelStepDoc,
+    ReportDoc,
+    RunDoc,
+    ScoreDoc,
+    SummaryDoc,
+    ToolDoc,
+    ToolStepDoc,
+    TrendDoc,
+    TurnDoc,
+)
+
+_OPTIONS = orjson.OPT_NON_STR_KEYS  # arguments read as Python literals may have int keys
+
+
+class ReportError(ValueError):
+    """The report cannot be made (unknown run, ambiguous prefix, bad option)."""
+
+
+@dataclass
+class ReportOptions:
+    baseline: str | None = None  # a run id or prefix; None: the suite's previous run
+    compare: bool = True  # False: no baseline section
+    trace_url: str | None = None  # e.g. https://tracing.example/trace/{trace_id}
+    max_trajectories: int = 20_000  # trajectories embedded (failing and regressed first)
+    max_value_chars: int = 4_000  # longer arguments, results and details are cut
+    trend_runs: int = 30  # previous runs of the suite in the trend plot
+    bins: int = 10  # bins of each score distribution
+
+
+def _iso(moment: Any) -> str | None:
+    if moment is None:
+        return None
+    if isinstance(moment, dt.datetime):
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        return str(moment.astimezone(dt.UTC).isoformat()).replace("+00:00", "Z")
+    return str(moment)
+
+
+def _json(text: Any) -> Any:
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        return text
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def _float(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# --- which runs ----------------------------------------------------------------------------------
+
+
+def resolve_run(con: duckdb.DuckDBPyConnection, spec: str | None = "latest") -> str:
+    """A run id from `latest` (the newest finished run, else the newest), a run id, or a
+    unique prefix of one."""
+    if spec is None or spec == "latest":
+        row = con.execute(
+            "SELECT run_id FROM eval_runs ORDER BY (status IN ('succeeded', 'gate_failed', "
+            "'interrupted', 'failed')) DESC, started_at DESC, run_id LIMIT 1"
+        ).fetchone()
+        if row is None:
+            raise ReportError("no evaluation run in this lake yet (run `spanscore evaluate`)")
+        return str(row[0])
+    rows = con.execute(
+        "SELECT run_id FROM eval_runs WHERE starts_with(run_id, ?) ORDER BY started_at DESC",
+        [spec],
+    ).fetchall()
+    exact = [r[0] for r in rows if r[0] == spec]
+    if exact:
+        return str(exact[0])
+    if not rows:
+        raise ReportError(f"no evaluation run {spec!r} in this lake (see: SELECT * FROM eval_runs)")
+    if len(rows) > 1:
+        shown = ", ".join(str(r[0]) for r in rows[:5])
+        raise ReportError(f"{spec!r} is the start of {len(rows)} run ids ({shown}): give more")
+    return str(rows[0][0])
+
+
+def previous_run(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    """The suite's finished run that started last before this one."""
+    row = con.execute(
+        """
+        SELECT p.run_id FROM eval_runs p, eval_runs r
+        WHERE r.run_id = ? AND p.suite_name = r.suite_name AND p.run_id <> r.run_id
+          AND p.started_at < r.started_at AND p.status IN ('succeeded', 'gate_failed')
+        ORDER BY p.started_at DESC LIMIT 1
+        """,
+        [run_id],
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+# --- the header ----------------------------------------------------------------------------------
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), inner, out)
+    elif value is None or isinstance(value, str | int | float | bool):
+        out[prefix] = value
+
+
+def _judge(cost: float | None, details: dict[str, Any]) -> JudgeDoc | None:
+    figures: dict[str, Any] = {}
+    for key, value in details.items():
+        if "judge" in str(key).lower():
+            _flatten(str(key), value, figures)
+    calls = next(
+        (
+            int(v)
+            for k, v in figures.items()
+            if k.rsplit(".", 1)[-1] in ("calls", "judge_calls")
+            and isinstance(v, int | float)
+            and not isinstance(v, bool)
+        ),
+        None,
+    )
+    if not figures and not cost:
+        return None
+    return {"cost_usd": cost, "calls": calls, "figures": figures}
+
+
+def _gates(details: dict[str, Any]) -> list[GateDoc]:
+    out: list[GateDoc] = []
+    for entry in details.get("gates") or []:
+        if not isinstance(entry, dict):
+            continue
+        listed = entry.get("gate")
+        gate: dict[str, Any] = listed if isinstance(listed, dict) else {}
+        scope = "/".join(str(gate[k]) for k in ("scenario", "metric") if gate.get(k))
+        kind: Literal["pass_rate", "mean"] = (
+            "mean" if gate.get("min_pass_rate") is None and "min_mean" in gate else "pass_rate"
+        )
+        target = gate.get("min_pass_rate") if kind == "pass_rate" else gate.get("min_mean")
+        out.append(
+            {
+                "scope": scope or "all scores",
+                "kind": kind,
+                "target": _float(target),
+                "measured": _float(entry.get("measured")),
+                "passed": bool(entry.get("passed")),
+            }
+        )
+    return out
+
+
+def _run_doc(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
+    row = con.execute(
+        """
+        SELECT run_id, suite_name, suite_hash, status, window_start, window_end, started_at,
+               finished_at, conversation_count, score_count, error_count, judge_cost_usd,
+               sample_spec::VARCHAR, details::VARCHAR, spanscore_version, host
+        FROM eval_runs WHERE run_id = ?
+        """,
+        [run_id],
+    ).fetchone()
+    if row is None:
+        raise ReportError(f"no evaluation run {run_id!r} in this lake")
+    details = _json(row[13])
+    details = details if isinstance(details, dict) else {}
+    sample = _json(row[12])
+    started, finished = row[6], row[7]
+    duration = _float(details.get("elapsed_s"))
+    if duration is None and started is not None and finished is not None:
+        duration = (finished - started).total_seconds()
+
+    def count(key: str) -> int | None:
+        value = details.get(key)
+        return int(value) if isinstance(value, int | float) else None
+
+    return {
+        "run_id": str(row[0]),
+        "suite_name": str(row[1]),
+        "suite_version": row[2],
+        "status": row[3],
+        "window_start": _iso(row[4]),
+        "window_end": _iso(row[5]),
+        "started_at": _iso(started),
+        "finished_at": _iso(finished),
+        "duration_s": _round(duration, 3),
+        "conversations": int(row[8] or 0),
+        "scores": int(row[9] or 0),
+        "errors": int(row[10] or 0),
+        "candidates": count("candidates"),
+        "sampled": count("sampled"),
+        "skipped": count("skipped"),
+        "sample": sample if isinstance(sample, dict) else {},
+        "judge": _judge(_float(row[11]), details),
+        "gates": _gates(details),
+        "spanscore_version": row[14],
+        "host": row[15],
+    }
+
+
+# --- scores ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Score:
+    conversation_id: str
+    scenario_id: str | None
+    metric: str
+    value: float | None
+    label: str | None
+    passed: bool | None
+    threshold: float | None
+    explanation: str | None
+    details: str | None
+    error: str | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.scenario_id}/{self.metric}" if self.scenario_id else self.metric
+
+    @property
+    def failing(self) -> bool:
+        return self.passed is False or self.error is not None
+
+
+def _scores(con: duckdb.DuckDBPyConnection, run_id: str) -> list[_Score]:
+    rows = con.execute(
+        """
+        SELECT conversation_id, scenario_id, metric, value, label, passed, threshold,
+               explanation, details::VARCHAR, error
+        FROM scores WHERE run_id = ?
+        ORDER BY conversation_id, scenario_id NULLS FIRST, metric
+        """,
+        [run_id],
+    ).fetchall()
+    return [
+        _Score(r[0], r[1], r[2], _float(r[3]), r[4], r[5], _float(r[6]), r[7], r[8], r[9])
+        for r in rows
+    ]
+
+
+def _summary(scores: Sequence[_Score]) -> list[SummaryDoc]:
+    groups: dict[tuple[str, str], list[_Score]] = {}
+    for s in scores:
+        groups.setdefault((s.scenario_id or "", s.metric), []).append(s)
+    out: list[SummaryDoc] = []
+    for (_, metric), group in sorted(groups.items()):
+        judged = [s.passed for s in group if s.passed is not None]
+        values = [s.value for s in group if s.value is not None]
+        out.append(
+            {
+                "scenario_id": group[0].scenario_id,
+                "metric": metric,
+                "conversations": len({s.conversation_id for s in group}),
+                "judged": len(judged),
+                "passed": sum(judged),
+                "pass_rate": _round(sum(judged) / len(judged)) if judged else None,
+                "mean": _round(sum(values) / len(values)) if values else None,
+                "errors": sum(1 for s in group if s.error is not None),
+            }
+        )
+    return out
+
+
+def _distributions(scores: Sequence[_Score], bins: int) -> list[DistributionDoc]:
+    by_metric: dict[str, list[float]] = {}
+    for s in scores:
+        if s.value is not None:
+            by_metric.setdefault(s.metric, []).append(s.value)
+    out: list[DistributionDoc] = []
+    for metric, values in sorted(by_metric.items()):
+        low, high = min(values), max(values)
+        if low >= 0 and high <= 1:  # the usual [0, 1] scores share one scale
+            low, high = 0.0, 1.0
+        elif high == low:
+            high = low + 1
+        counts = [0] * bins
+        for v in values:
+            counts[min(bins - 1, int((v - low) / (high - low) * bins))] += 1
+        out.append(
+            {
+                "metric": metric,
+                "values": len(values),
+                "histogram": {"low": low, "high": high, "counts": counts},
+            }
+        )
+    return out
+
+
+def _trend(con: duckdb.DuckDBPyConnection, run_id: str, runs: int) -> list[TrendDoc]:
+    rows = con.execute(
+        """
+        WITH picked AS (
+            SELECT p.run_id, p.started_at, p.status FROM eval_runs p, eval_runs r
+            WHERE r.run_id = ? AND p.suite_name = r.suite_name
+              AND (p.run_id = r.run_id OR (p.started_at <= r.started_at
+                   AND p.status IN ('succeeded', 'gate_failed')))
+            ORDER BY p.started_at DESC LIMIT ?)
+        SELECT p.run_id, p.started_at, p.status, count(DISTINCT s.conversation_id),
+               avg(s.passed::INTEGER), avg(s.value)
+        FROM picked p LEFT JOIN scores s ON s.run_id = p.run_id
+        GROUP BY ALL ORDER BY p.started_at, p.run_id
+        """,
+        [run_id, runs],
+    ).fetchall()
+    return [
+        {
+            "run_id": str(r[0]),
+            "started_at": _iso(r[1]),
+            "status": r[2],
+            "conversations": int(r[3]),
+            "pass_rate": _round(_float(r[4])),
+            "mean": _round(_float(r[5])),
+            "current": r[0] == run_id,
+        }
+        for r in rows
+    ]
+
+
+# --- baseline ----------------------------------------------------------------------------------
+
+
+def _baseline(con: duckdb.DuckDBPyConnection, run_id: str, baseline: str) -> BaselineDoc:
+    comparison = compare_runs(con, baseline, run_id)
+    metrics: list[MetricChangeDoc] = []
+    for m in comparison.metrics:
+        direction: Literal["regressed", "improved", "unchanged"] = "unchanged"
+        if (
+            m.pass_rate_a is not None
+            and m.pass_rate_b is not None
+            and m.pass_rate_a != m.pass_rate_b
+        ):
+            direction = "regressed" if m.pass_rate_b < m.pass_rate_a else "improved"
+        elif m.delta:
+            direction = "regressed" if m.delta < 0 else "improved"
+        metrics.append(
+            {
+                "scenario_id": m.scenario_id,
+                "metric": m.metric,
+                "paired": m.paired,
+                "mean_a": _round(m.mean_a),
+                "mean_b": _round(m.mean_b),
+                "pass_rate_a": _round(m.pass_rate_a),
+                "pass_rate_b": _round(m.pass_rate_b),
+                "delta": _round(m.delta),
+                "low": _round(m.low),
+                "high": _round(m.high),
+                "significant": m.significant,
+                "direction": direction,
+            }
+        )
+    order = {"regressed": 0, "improved": 1, "unchanged": 2}
+    metrics.sort(key=lambda m: (order[m["direction"]], m["scenario_id"] or "", m["metric"]))
+    conversations: list[ConversationChangeDoc] = [
+        {
+            "conversation_id": c.conversation_id,
+            "scenario_id": c.scenario_id,
+            "metric": c.metric,
+            "value_a": _round(c.value_a),
+            "value_b": _round(c.value_b),
+            "passed_a": c.passed_a,
+            "passed_b": c.passed_b,
+            "kind": "regressed"
+            if c.kind == "regressed"
+            else "fixed"
+            if c.kind == "fixed"
+            else "changed",
+        }
+        for c in comparison.conversations
+    ]
+    row = con.execute(
+        "SELECT started_at, suite_hash FROM eval_runs WHERE run_id = ?", [baseline]
+    ).fetchone()
+    return {
+        "run_id": baseline,
+        "started_at": _iso(row[0]) if row else None,
+        "suite_version": row[1] if row else None,
+        "paired_conversations": max((m.paired for m in comparison.metrics), default=0),
+        "metrics": metrics,
+        "conversations": conversations,
+    }
+
+
+# --- conversations and their trajectories -----------------------------------------------------
+
+
+def _clip(value: Any, limit: int) -> Any:
+    """The value, or its JSON text cut at `limit` characters when longer."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        text = value
+    else:
+        text = orjson.dumps(value, default=str, option=_OPTIONS).decode()
+        if len(text) <= limit:
+            return value
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def _offset(moment: dt.datetime | None, start: dt.datetime | None) -> float | None:
+    if moment is None or start is None:
+        return None
+    return round((moment - start).total_seconds() * 1000, 3)
+
+
+def _detail(t: Trajectory, scores: Sequence[_Score], limit: int) -> ConversationDetailDoc:
+    start = t.start_time
+    turns: list[TurnDoc] = []
+    index = 0
+    for turn in t.turns:
+        steps: list[ModelStepDoc | ToolStepDoc | HandoffStepDoc] = []
+        for step in turn.steps:
+            if isinstance(step, ToolCall):
+                steps.append(
+                    {
+                        "kind": "tool_call",
+                        "index": index,
+                        "name": step.name,
+                        "arguments": _clip(step.arguments, limit),
+                        "result": _clip(step.result, limit),
+                        "error": _clip(step.error, limit),
+                        "call_id": step.call_id,
+                        "offset_ms": _offset(step.start_time, start),
+                        "latency_ms": _round(step.latency_ms, 3),
+                        "parallel_group": step.parallel_group,
+                        "source": step.source,
+                        "trace_id": step.trace_id,
+                        "span_id": step.span_id,
+                    }
+                )
+                index += 1
+            elif isinstance(step, ModelCall):
+                steps.append(
+                    {
+                        "kind": "model_call",
+                        "name": step.name,
+                        "offset_ms": _offset(step.start_time, start),
+                        "latency_ms": _round(step.latency_ms, 3),
+                        "requested": list(step.requested),
+                        "response": _clip(step.response_text, limit),
+                        "error": _clip(step.error, limit),
+                        "input_tokens": step.input_tokens,
+                        "output_tokens": step.output_tokens,
+                        "trace_id": step.trace_id,
+                        "span_id": step.span_id,
+                    }
+                )
+            elif isinstance(step, Handoff):
+                steps.append(
+                    {
+                        "kind": "handoff",
+                        "from_agent": step.from_agent,
+                        "to_agent": step.to_agent,
+                        "offset_ms": _offset(step.start_time, start),
+                    }
+                )
+        turns.append(
+            {
+                "index": turn.index,
+                "user_message": _clip(turn.user_message, limit),
+                "final_response": _clip(turn.final_response, limit),
+                "steps": steps,
+            }
+        )
+    score_docs: list[ScoreDoc] = []
+    marks: list[MarkDoc] = []
+    missing: list[MissingDoc] = []
+    for i, s in enumerate(scores):
+        details = _json(s.details)
+        found_marks, found_missing = score_marks(t.tool_calls, i, details)
+        marks += found_marks
+        missing += found_missing
+        score_docs.append(
+            {
+                "scenario_id": s.scenario_id,
+                "metric": s.metric,
+                "value": s.value,
+                "label": s.label,
+                "passed": s.passed,
+                "threshold": s.threshold,
+                "explanation": _clip(s.explanation, limit),
+                "error": _clip(s.error, limit),
+                "details": _clip(details, limit),
+            }
+        )
+    attributes = {
+        k: _clip(v, 200) for k, v in t.attributes.items() if k != "gen_ai.tool.definitions"
+    }
+    duration = (
+        _round((t.end_time - t.start_time).total_seconds() * 1000, 3)
+        if t.start_time and t.end_time
+        else None
+    )
+    return {
+        "conversation_id": t.conversation_id,
+        "agent": t.agent_name,
+        "service": t.service_name,
+        "start": _iso(t.start_time),
+        "duration_ms": duration,
+        "attributes": attributes,
+        "warnings": list(t.warnings),
+        "turns": turns,
+        "scores": score_docs,
+        "marks": marks,
+        "missing": missing,
+    }
+
+
+def _first_trace(t: Trajectory) -> str | None:
+    for turn in t.turns:
+        for step in turn.steps:
+            trace = getattr(step, "trace_id", None)
+            if trace:
+                return str(trace)
+    return None
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+class _ToolFigures:
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
+        self.latencies: dict[str, list[float]] = {}
+
+    def add(self, calls: Iterable[ToolCall]) -> None:
+        for c in calls:
+            self.calls[c.name] = self.calls.get(c.name, 0) + 1
+            if c.error is not None:
+                self.errors[c.name] = self.errors.get(c.name, 0) + 1
+            if c.latency_ms is not None:
+                self.latencies.setdefault(c.name, []).append(c.latency_ms)
+
+    def docs(self) -> list[ToolDoc]:
+        out: list[ToolDoc] = []
+        for name, calls in sorted(self.calls.items(), key=lambda kv: (-kv[1], kv[0])):
+            latencies = self.latencies.get(name, [])
+            errors = self.errors.get(name, 0)
+            out.append(
+                {
+                    "name": name,
+                    "calls": calls,
+                    "errors": errors,
+                    "error_rate": round(errors / calls, 4),
+                    "mean_ms": _round(sum(latencies) / len(latencies), 3) if latencies else None,
+                    "p50_ms": _round(_percentile(latencies, 0.5), 3),
+                    "p95_ms": _round(_percentile(latencies, 0.95), 3),
+                }
+            )
+        return out
+
+
+def build_report(
+    con: duckdb.DuckDBPyConnection, run: str | None = "latest", options: ReportOptions | None = None
+) -> ReportDoc:
+    """The report document of a run (`latest`, a run id or a unique prefix)."""
+    options = options or ReportOptions()
+    if options.trace_url is not None and not options.trace_url.startswith(("http://", "https://")):
+        raise ReportError("the trace URL template must start with http:// or https://")
+    run_id = resolve_run(con, run)
+    run_doc = _run_doc(con, run_id)
+    notes: list[str] = []
+    baseline_doc: BaselineDoc | None = None
+    if options.compare:
+        baseline = (
+            resolve_run(con, options.baseline)
+            if options.baseline is not None
+            else previous_run(con, run_id)
+        )
+        if baseline is None:
+            notes.append("no earlier finished run of this suite to compare with")
+        elif baseline == run_id:
+            raise ReportError("the baseline is the run itself: give another --baseline")
+        else:
+            baseline_doc = _baseline(con, run_id, baseline)
+    scores = _scores(con, run_id)
+    by_conversation: dict[str, list[_Score]] = {}
+    for s in scores:
+        by_conversation.setdefault(s.conversation_id, []).append(s)
+    ids = list(by_conversation)
+    changes: dict[str, Literal["regressed", "fixed", "changed"]] = {}
+    if baseline_doc is not None:
+        for c in baseline_doc["conversations"]:
+            if c["kind"] == "regressed" or c["conversation_id"] not in changes:
+                changes[c["conversation_id"]] = c["kind"]
+    keys = sorted({s.key for s in scores})
+    key_index = {k: i for i, k in enumerate(keys)}
+    metrics = sorted({s.metric for s in scores})
+    columns: ConversationsDoc = {
+        "id": ids,
+        "scenario": [],
+        "result": [],
+        "failing": [],
+        "agent": [],
+        "service": [],
+        "start": [],
+        "first_message": [],
+        "trace_id": [],
+        "change": [changes.get(c) for c in ids],
+        "keys": keys,
+        "metrics": metrics,
+        "values": {m: [] for m in metrics},
+        "passed": {m: [] for m in metrics},
+    }
+    for cid in ids:
+        mine = by_conversation[cid]
+        failing = [key_index[s.key] for s in mine if s.failing]
+        columns["failing"].append(sorted(set(failing)))
+        if any(s.passed is False for s in mine):
+            columns["result"].append("failed")
+        elif any(s.error is not None for s in mine):
+            columns["result"].append("error")
+        elif any(s.passed is not None for s in mine):
+            columns["result"].append("passed")
+        else:
+            columns["result"].append("scored")
+        for m in metrics:
+            of_metric = [s for s in mine if s.metric == m]
+            values = [s.value for s in of_metric if s.value is not None]
+            judged = [s.passed for s in of_metric if s.passed is not None]
+            columns["values"][m].append(_round(min(values)) if values else None)
+            columns["passed"][m].append(all(judged) if judged else None)
+    # Failing and regressed conversations are embedded first when not all can be.
+    priority = sorted(
+        range(len(ids)),
+        key=lambda i: (
+            changes.get(ids[i]) != "regressed",
+            columns["result"][i] not in ("failed", "error"),
+            i,
+        ),
+    )
+    embedded = set(priority[: max(0, options.max_trajectories)])
+    details: list[ConversationDetailDoc | None] = [None] * len(ids)
+    meta: dict[str, tuple[Any, ...]] = {}
+    tools = _ToolFigures()
+    position = {cid: i for i, cid in enumerate(ids)}
+    for t in load_trajectories(con, conversation_ids=ids):
+        i = position.get(t.conversation_id)
+        if i is None:
+            continue
+        tools.add(t.tool_calls)
+        scenario = t.attributes.get("scenario.id")
+        meta[t.conversation_id] = (
+            str(scenario) if scenario is not None else None,
+            t.agent_name,
+            t.service_name,
+            _iso(t.start_time),
+            _clip(t.first_user_message, 500),
+            _first_trace(t),
+        )
+        if i in embedded:
+            details[i] = _detail(t, by_conversation[t.conversation_id], options.max_value_chars)
+    for cid in ids:
+        scenario, agent, service, start, message, trace = meta.get(cid, (None,) * 6)
+        if scenario is None:
+            scenario = (
+                ", ".join(sorted({s.scenario_id for s in by_conversation[cid] if s.scenario_id}))
+                or None
+            )
+        columns["scenario"].append(scenario)
+        columns["agent"].append(agent)
+        columns["service"].append(service)
+        columns["start"].append(start)
+        columns["first_message"].append(message)
+        columns["trace_id"].append(trace)
+    gone = len(ids) - len(meta)
+    if gone:
+        notes.append(f"{gone} scored conversations have no spans in the lake any more")
+    if len(embedded) < len(ids):
+        notes.append(
+            f"trajectories embedded for {len(embedded)} of {len(ids)} conversations "
+            "(failing and regressed first); see the others with `spanscore show`"
+        )
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "generated_at": _iso(dt.datetime.now(dt.UTC)) or "",
+        "trace_url": options.trace_url,
+        "notes": notes,
+        "run": run_doc,
+        "baseline": baseline_doc,
+        "summary": _summary(scores),
+        "distributions": _distributions(scores, options.bins),
+        "trend": _trend(con, run_id, options.trend_runs),
+        "tools": tools.docs(),
+        "conversations": columns,
+        "details": details,
+    }

@@ -1,0 +1,274 @@
+"""The report as one self-contained HTML file: styles, script, plots and data inside it.
+
+- Header, gates, baseline changes and plots are rendered here, as static HTML and inline SVG;
+  every string from the lake goes through `html.escape`.
+- The conversations are one columnar JSON document in a `<script type="application/json">`
+  block (`<`, `>`, `&` and the JavaScript line separators escaped as `\\uXXXX`, so no value can
+  close the block); the page's script filters, sorts and pages them and never puts data into
+  `innerHTML`.
+- Trajectories are gzip-compressed JSON in chunks of `chunk_size` conversations (base64), each
+  decompressed by the browser only when one of its conversations is opened: a 10,000
+  conversation report opens without parsing any of them.
+- A Content-Security-Policy allows only the page's own script (by hash) and no connection, so
+  nothing in the file can load or send anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import html
+from importlib import resources
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from . import svg
+from .schema import JudgeDoc, ReportDoc
+
+_OPTIONS = orjson.OPT_NON_STR_KEYS
+_ESCAPES = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+
+
+def script_json(value: Any) -> str:
+    """JSON text that is safe inside a `<script>` element (it cannot end the element)."""
+    text = orjson.dumps(value, default=str, option=_OPTIONS).decode()
+    for raw, escaped in _ESCAPES.items():
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _asset(name: str) -> str:
+    return (resources.files(__package__) / "assets" / name).read_text(encoding="utf-8")
+
+
+def _e(value: object) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _when(iso: str | None) -> str:
+    return "-" if not iso else iso.replace("T", " ").replace("Z", " UTC")[:23].rstrip(".")
+
+
+def _num(value: float | None, pattern: str = "{:.3f}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def _link(conversation_id: str) -> str:
+    return (
+        f'<a class="conv" href="#c={_e(quote(conversation_id, safe=""))}">{_e(conversation_id)}</a>'
+    )
+
+
+def _judge_text(judge: JudgeDoc) -> str:
+    """`12 calls (40 from the cache), 5,200 prompt tokens (1,000 cached) + 300 completion,
+    $0.0123`: the figures the judge records, whichever of them the run has."""
+    figures = {k.removeprefix("judge."): v for k, v in judge["figures"].items()}
+
+    def count(key: str) -> int | None:
+        value = figures.get(key)
+        return (
+            int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        )
+
+    parts = []
+    if judge["calls"] is not None:
+        extras = [
+            f"{n:,} {label}"
+            for key, label in (
+                ("cache_hits", "from the cache"),
+                ("skipped", "skipped"),
+                ("failed", "failed"),
+            )
+            if (n := count(key))
+        ]
+        parts.append(f"{judge['calls']:,} calls" + (f" ({', '.join(extras)})" if extras else ""))
+    prompt, cached, completion = (
+        count(k) for k in ("prompt_tokens", "cached_tokens", "completion_tokens")
+    )
+    if prompt is not None:
+        tokens = f"{prompt:,} prompt tokens" + (f" ({cached:,} cached)" if cached else "")
+        parts.append(tokens + (f" + {completion:,} completion" if completion is not None else ""))
+    if judge["cost_usd"] is not None:
+        parts.append(f"${judge['cost_usd']:.4f}")
+    return ", ".join(parts) or "used"
+
+
+def _header(doc: ReportDoc) -> str:
+    run = doc["run"]
+    window = f"{_when(run['window_start']) if run['window_start'] else 'the beginning'} to "
+    window += _when(run["window_end"])
+    counts = (
+        f"{run['conversations']} scored"
+        + (f" of {run['sampled']} sampled" if run["sampled"] is not None else "")
+        + (f" ({run['skipped']} already scored)" if run["skipped"] else "")
+        + (f", {run['candidates']} in the window" if run["candidates"] is not None else "")
+    )
+    sample = ", ".join(
+        f"{k} {v}" for k, v in sorted(run["sample"].items()) if v not in (None, [], False)
+    )
+    facts = [
+        ("run", run["run_id"]),
+        ("suite", f"{run['suite_name']} (version {(run['suite_version'] or '?')[:12]})"),
+        ("window", window),
+        ("started", _when(run["started_at"])),
+        ("duration", _num(run["duration_s"], "{:.1f} s")),
+        ("conversations", counts),
+        ("scores", f"{run['scores']} ({run['errors']} could not be given)"),
+        ("sample", sample or "every conversation"),
+    ]
+    judge = run["judge"]
+    titles: dict[str, str] = {}
+    if judge is not None:
+        facts.append(("judge", _judge_text(judge)))
+        titles["judge"] = "; ".join(f"{k} {v}" for k, v in judge["figures"].items())
+    facts.append(("spanscore", f"{run['spanscore_version'] or '?'} on {run['host'] or '?'}"))
+    rows = "".join(
+        f"<dt>{_e(k)}</dt><dd"
+        + (f' title="{_e(titles[k])}"' if titles.get(k) else "")
+        + f">{_e(v)}</dd>"
+        for k, v in facts
+    )
+    gates = "".join(
+        f'<li class="{"pass" if g["passed"] else "fail"}">'
+        f"<b>{'passed' if g['passed'] else 'FAILED'}</b> {_e(g['scope'])}: "
+        f"{'pass rate' if g['kind'] == 'pass_rate' else 'mean'} {_num(g['measured'])} "
+        f"(needs &ge; {_num(g['target'])})</li>"
+        for g in run["gates"]
+    )
+    notes = "".join(f"<li>{_e(n)}</li>" for n in doc["notes"])
+    status = run["status"] or "unknown"
+    return (
+        f'<header><h1>{_e(run["suite_name"])} <span class="status {_e(status)}">'
+        f"{_e(status)}</span></h1>"
+        f'<p class="sub">spanscore evaluation report, generated {_e(_when(doc["generated_at"]))}'
+        f'</p><dl class="facts">{rows}</dl>'
+        + (f'<h3>Gates</h3><ul class="gates">{gates}</ul>' if gates else "")
+        + (f'<ul class="notes">{notes}</ul>' if notes else "")
+        + "</header>"
+    )
+
+
+def _baseline(doc: ReportDoc) -> str:
+    base = doc["baseline"]
+    if base is None:
+        return ""
+    head = (
+        f'<section id="baseline"><h2>Changes since run {_e(base["run_id"])}</h2>'
+        f'<p class="sub">baseline started {_e(_when(base["started_at"]))}; '
+        f"{base['paired_conversations']} conversations scored by both runs. Changes of the mean "
+        "come with a 95 % bootstrap interval over those conversations; * marks one whose "
+        "interval excludes 0.</p>"
+    )
+    moved = [m for m in base["metrics"] if m["direction"] != "unchanged"]
+    if not base["metrics"]:
+        return head + "<p>No conversation was scored by both runs.</p></section>"
+    rows = "".join(
+        f'<tr class="{m["direction"]}"><td>{_e(m["direction"])}</td>'
+        f"<td>{_e(m['scenario_id'] or '(all)')}</td><td>{_e(m['metric'])}</td>"
+        f"<td>{m['paired']}</td><td>{_num(m['pass_rate_a'], '{:.0%}')} &rarr; "
+        f"{_num(m['pass_rate_b'], '{:.0%}')}</td><td>{_num(m['mean_a'])} &rarr; "
+        f"{_num(m['mean_b'])}</td><td>{_num(m['delta'], '{:+.3f}')}"
+        f"{' *' if m['significant'] else ''}</td><td>"
+        + ("-" if m["low"] is None or m["high"] is None else f"[{m['low']:+.3f}, {m['high']:+.3f}]")
+        + "</td></tr>"
+        for m in moved
+    )
+    table = (
+        '<table class="changes"><thead><tr><th></th><th>scenario</th><th>metric</th>'
+        "<th>paired</th><th>pass rate</th><th>mean</th><th>change</th><th>95% interval</th>"
+        f"</tr></thead><tbody>{rows}</tbody></table>"
+        if moved
+        else f"<p>All {len(base['metrics'])} metrics unchanged.</p>"
+    )
+    lists = ""
+    for kind in ("regressed", "fixed"):
+        items = [c for c in base["conversations"] if c["kind"] == kind]
+        if not items:
+            continue
+        shown = "".join(
+            f"<li>{_link(c['conversation_id'])} {_e(c['scenario_id'] or '(all)')}/"
+            f"{_e(c['metric'])}: {_num(c['value_a'])} &rarr; {_num(c['value_b'])}</li>"
+            for c in items[:200]
+        )
+        more = f"<li>and {len(items) - 200} more</li>" if len(items) > 200 else ""
+        lists += f'<div class="{kind}"><h3>{len(items)} {kind}</h3><ul>{shown}{more}</ul></div>'
+    return head + table + (f'<div class="lists">{lists}</div>' if lists else "") + "</section>"
+
+
+def _plots(doc: ReportDoc) -> str:
+    parts = [
+        '<section id="scores"><h2>Scores per scenario and metric</h2>',
+        svg.pass_rates(doc["summary"]),
+        "<h3>Score distributions</h3>",
+        svg.distributions(doc["distributions"]),
+        "</section>",
+    ]
+    if doc["trend"]:
+        parts += [
+            '<section id="trend"><h2>Trend over the suite\'s runs</h2>',
+            svg.trend(doc["trend"]),
+            "</section>",
+        ]
+    if doc["tools"]:
+        parts += [
+            '<section id="tools"><h2>Tools</h2>',
+            svg.tools(doc["tools"]),
+            "</section>",
+        ]
+    return "".join(parts)
+
+
+def _chunks(doc: ReportDoc, chunk_size: int) -> tuple[list[int | None], list[str]]:
+    slots: list[int | None] = []
+    embedded: list[Any] = []
+    for detail in doc["details"]:
+        if detail is None:
+            slots.append(None)
+        else:
+            slots.append(len(embedded))
+            embedded.append(detail)
+    blocks: list[str] = []
+    for start in range(0, len(embedded), chunk_size):
+        raw = orjson.dumps(embedded[start : start + chunk_size], default=str, option=_OPTIONS)
+        packed = base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
+        blocks.append(
+            f'<script type="application/octet-stream" id="tj-{len(blocks)}">{packed}</script>'
+        )
+    return slots, blocks
+
+
+def render_html(doc: ReportDoc, *, chunk_size: int = 100) -> str:
+    """The report page (see the module docstring)."""
+    slots, blocks = _chunks(doc, chunk_size)
+    data = {**doc, "details": None}
+    payload = script_json({"doc": data, "slots": slots, "chunk_size": chunk_size})
+    script = _asset("report.js")
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    policy = (
+        f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )
+    title = f"{doc['run']['suite_name']}: run {doc['run']['run_id']}"
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_e(policy)}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{_asset('report.css')}</style></head><body>"
+        f"{_header(doc)}<main>{_baseline(doc)}{_plots(doc)}"
+        '<section id="conversations"><h2>Conversations</h2>'
+        '<div id="filters"></div><div id="table"></div><div id="pager"></div></section>'
+        '<section id="conversation" hidden></section></main>'
+        f'<script type="application/json" id="report-data">{payload}</script>'
+        + "".join(blocks)
+        + f"<script>{script}</script></body></html>\n"
+    )

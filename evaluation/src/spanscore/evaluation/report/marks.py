@@ -1,0 +1,159 @@
+"""Which tool calls each score is about: assertion details read back onto the trajectory.
+
+The assertions record their verdicts by position (`details` of the `scores` rows):
+`tool_calls` the pairs of expected item and actual call, the calls found extra and the expected
+calls missing; `forbidden` and `order` the calls that broke the rule; `within` the names of the
+calls not allowed. Ordered modes (`strict`, `in_order`) see the calls of each parallel block
+sorted by (name, arguments), and record positions in that order; the block is mapped back here
+through the names they recorded, so a verdict lands on the call it was about. A score whose
+details no longer fit the trajectory (it changed after scoring) gets no marks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from ..trajectory import ToolCall
+from .schema import MarkDoc, MissingDoc
+
+_ORDERED_MODES = ("strict", "in_order")
+
+
+def _argument_key(call: ToolCall) -> bytes:
+    options = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+    return orjson.dumps(call.arguments, option=options, default=str)
+
+
+def _blocks(calls: Sequence[ToolCall]) -> list[range]:
+    """Runs of consecutive calls requested by one model response (single calls alone)."""
+    out: list[range] = []
+    i = 0
+    while i < len(calls):
+        group = calls[i].parallel_group
+        j = i + 1
+        while group is not None and j < len(calls) and calls[j].parallel_group == group:
+            j += 1
+        out.append(range(i, j))
+        i = j
+    return out
+
+
+def positions(calls: Sequence[ToolCall], recorded: Sequence[Any], mode: str) -> list[int] | None:
+    """For each position an assertion recorded (`recorded`: the call names in its order), the
+    index of that call in `calls`; None when the names do not fit the trajectory."""
+    if len(recorded) != len(calls):
+        return None
+    if mode not in _ORDERED_MODES:
+        if any(str(r) != c.name for r, c in zip(recorded, calls, strict=True)):
+            return None
+        return list(range(len(calls)))
+    out: list[int] = []
+    for block in _blocks(calls):
+        names = [str(n) for n in recorded[block.start : block.stop]]
+        by_name: dict[str, list[int]] = {}
+        for index in sorted(block, key=lambda k: _argument_key(calls[k])):
+            by_name.setdefault(calls[index].name, []).append(index)
+        for name in names:
+            free = by_name.get(name)
+            if not free:
+                return None
+            out.append(free.pop(0))
+    return out
+
+
+def _index(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("index"), int):
+        return int(value["index"])
+    return None
+
+
+def score_marks(
+    calls: Sequence[ToolCall], score_index: int, details: Any
+) -> tuple[list[MarkDoc], list[MissingDoc]]:
+    """The marks one score puts on the calls, and the expected calls it found missing."""
+    marks: list[MarkDoc] = []
+    missing: list[MissingDoc] = []
+    if not isinstance(details, dict):
+        return marks, missing
+    mode = str(details.get("mode", ""))
+    if isinstance(details.get("pairs"), list) and isinstance(details.get("actual"), list):
+        where = positions(calls, details["actual"], mode)
+        listed = details.get("expected")
+        expected: list[Any] = listed if isinstance(listed, list) else []
+        if where is not None:
+            for pair in details["pairs"]:
+                if not isinstance(pair, dict) or not isinstance(pair.get("actual"), int):
+                    continue
+                if not 0 <= pair["actual"] < len(where):
+                    continue
+                e = pair.get("expected")
+                what = (
+                    f"expected #{e + 1} ({expected[e]})"
+                    if isinstance(e, int) and 0 <= e < len(expected)
+                    else "an expected call"
+                )
+                weight = pair.get("score")
+                partly = (
+                    f", arguments match {weight:.2f}"
+                    if isinstance(weight, int | float) and weight < 1
+                    else ""
+                )
+                marks.append(
+                    {
+                        "call": where[pair["actual"]],
+                        "score": score_index,
+                        "kind": "matched",
+                        "note": f"matches {what}{partly}",
+                    }
+                )
+            for extra in details.get("extra") or []:
+                at = _index(extra)
+                if at is not None and 0 <= at < len(where):
+                    marks.append(
+                        {
+                            "call": where[at],
+                            "score": score_index,
+                            "kind": "extra",
+                            "note": "not expected here",
+                        }
+                    )
+        for item in details.get("missing") or []:
+            if not isinstance(item, dict):
+                continue
+            note = f"expected {item.get('expected', 1)}, made {item.get('made', 0)}"
+            problems = item.get("argument_problems")
+            if isinstance(problems, list) and problems:
+                note += "; closest calls: " + "; ".join(str(p) for p in problems[:3])
+            missing.append({"score": score_index, "name": str(item.get("name")), "note": note})
+    elif isinstance(details.get("violations"), list):
+        for violation in details["violations"]:
+            at = _index(violation)
+            if at is not None and 0 <= at < len(calls):
+                marks.append(
+                    {
+                        "call": at,
+                        "score": score_index,
+                        "kind": "violation",
+                        "note": "breaks this rule",
+                    }
+                )
+    elif isinstance(details.get("not_allowed"), list):
+        names = {str(n) for n in details["not_allowed"]}
+        for at, call in enumerate(calls):
+            if call.name in names:
+                marks.append(
+                    {
+                        "call": at,
+                        "score": score_index,
+                        "kind": "extra",
+                        "note": "not allowed in this scenario",
+                    }
+                )
+    return marks, missing

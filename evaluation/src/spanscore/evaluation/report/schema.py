@@ -1,0 +1,275 @@
+"""The report document: what `spanscore report --format json` writes and the HTML page embeds.
+
+The TypedDicts below are both the types the builder fills in and the source of the published
+JSON Schema (`report_json_schema()`, also in `docs/report.schema.json`). Times are ISO 8601 UTC
+strings; offsets inside a conversation are milliseconds from its first span.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any, Literal
+
+from pydantic import TypeAdapter
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
+
+FORMAT: Literal["spanscore-report"] = "spanscore-report"
+VERSION: Literal[1] = 1
+
+
+class GateDoc(TypedDict):
+    scope: str  # "scenario/metric", a scenario, a metric, or "all scores"
+    kind: Literal["pass_rate", "mean"]
+    target: float | None
+    measured: float | None
+    passed: bool
+
+
+class JudgeDoc(TypedDict):
+    cost_usd: float | None
+    calls: int | None
+    figures: dict[str, Any]  # every judge figure the run recorded, flattened (`judge.calls`)
+
+
+class RunDoc(TypedDict):
+    run_id: str
+    suite_name: str
+    suite_version: str | None  # the suite's content hash
+    status: str | None
+    window_start: str | None
+    window_end: str | None
+    started_at: str | None
+    finished_at: str | None
+    duration_s: float | None
+    conversations: int
+    scores: int
+    errors: int
+    candidates: int | None
+    sampled: int | None
+    skipped: int | None
+    sample: dict[str, Any]
+    judge: JudgeDoc | None
+    gates: list[GateDoc]
+    spanscore_version: str | None
+    host: str | None
+
+
+class HistogramDoc(TypedDict):
+    low: float
+    high: float
+    counts: list[int]
+
+
+class SummaryDoc(TypedDict):
+    scenario_id: str | None
+    metric: str
+    conversations: int
+    judged: int
+    passed: int
+    pass_rate: float | None
+    mean: float | None
+    errors: int
+
+
+class DistributionDoc(TypedDict):
+    metric: str
+    values: int
+    histogram: HistogramDoc
+
+
+class TrendDoc(TypedDict):
+    run_id: str
+    started_at: str | None
+    status: str | None
+    conversations: int
+    pass_rate: float | None
+    mean: float | None
+    current: bool
+
+
+class ToolDoc(TypedDict):
+    name: str
+    calls: int
+    errors: int
+    error_rate: float
+    mean_ms: float | None
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+class MetricChangeDoc(TypedDict):
+    scenario_id: str | None
+    metric: str
+    paired: int
+    mean_a: float | None
+    mean_b: float | None
+    pass_rate_a: float | None
+    pass_rate_b: float | None
+    delta: float | None
+    low: float | None  # 95 % bootstrap interval of the change of the mean
+    high: float | None
+    significant: bool
+    direction: Literal["regressed", "improved", "unchanged"]
+
+
+class ConversationChangeDoc(TypedDict):
+    conversation_id: str
+    scenario_id: str | None
+    metric: str
+    value_a: float | None
+    value_b: float | None
+    passed_a: bool | None
+    passed_b: bool | None
+    kind: Literal["regressed", "fixed", "changed"]
+
+
+class BaselineDoc(TypedDict):
+    run_id: str
+    started_at: str | None
+    suite_version: str | None
+    paired_conversations: int
+    metrics: list[MetricChangeDoc]
+    conversations: list[ConversationChangeDoc]
+
+
+class ConversationsDoc(TypedDict):
+    """One entry per scored conversation in every list (columnar: compact and fast to filter)."""
+
+    id: list[str]
+    scenario: list[str | None]
+    result: list[Literal["passed", "failed", "error", "scored"]]
+    failing: list[list[int]]  # indexes into `keys`: the scores that failed or errored
+    agent: list[str | None]
+    service: list[str | None]
+    start: list[str | None]
+    first_message: list[str | None]
+    trace_id: list[str | None]
+    change: list[Literal["regressed", "fixed", "changed"] | None]
+    keys: list[str]  # "scenario/metric" (or "metric" for suite-wide metrics)
+    metrics: list[str]  # metric names, one column each in `values` and `passed`
+    values: dict[str, list[float | None]]  # the lowest value of that metric in the conversation
+    passed: dict[str, list[bool | None]]  # False when any of its scores failed
+
+
+class ScoreDoc(TypedDict):
+    scenario_id: str | None
+    metric: str
+    value: float | None
+    label: str | None
+    passed: bool | None
+    threshold: float | None
+    explanation: str | None
+    error: str | None
+    details: Any
+
+
+class MarkDoc(TypedDict):
+    call: int  # index of the tool call in the conversation (over all turns)
+    score: int  # index into the conversation's `scores`
+    kind: Literal["matched", "extra", "violation"]
+    note: str
+
+
+class MissingDoc(TypedDict):
+    score: int
+    name: str
+    note: str
+
+
+class ModelStepDoc(TypedDict):
+    kind: Literal["model_call"]
+    name: str
+    offset_ms: float | None
+    latency_ms: float | None
+    requested: list[str]
+    response: str | None
+    error: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    trace_id: str | None
+    span_id: str | None
+
+
+class ToolStepDoc(TypedDict):
+    kind: Literal["tool_call"]
+    index: int
+    name: str
+    arguments: Any
+    result: Any
+    error: str | None
+    call_id: str | None
+    offset_ms: float | None
+    latency_ms: float | None
+    parallel_group: int | None
+    source: str
+    trace_id: str | None
+    span_id: str | None
+
+
+class HandoffStepDoc(TypedDict):
+    kind: Literal["handoff"]
+    from_agent: str | None
+    to_agent: str | None
+    offset_ms: float | None
+
+
+class TurnDoc(TypedDict):
+    index: int
+    user_message: str | None
+    final_response: str | None
+    steps: list[ModelStepDoc | ToolStepDoc | HandoffStepDoc]
+
+
+class ConversationDetailDoc(TypedDict):
+    conversation_id: str
+    agent: str | None
+    service: str | None
+    start: str | None
+    duration_ms: float | None
+    attributes: dict[str, Any]
+    warnings: list[str]
+    turns: list[TurnDoc]
+    scores: list[ScoreDoc]
+    marks: list[MarkDoc]
+    missing: list[MissingDoc]
+
+
+class ReportDoc(TypedDict):
+    format: Literal["spanscore-report"]
+    version: Literal[1]
+    generated_at: str
+    trace_url: str | None  # with {trace_id}, {span_id}, {conversation_id} placeholders
+    notes: list[str]
+    run: RunDoc
+    baseline: BaselineDoc | None
+    summary: list[SummaryDoc]
+    distributions: list[DistributionDoc]
+    trend: list[TrendDoc]
+    tools: list[ToolDoc]
+    conversations: ConversationsDoc
+    # Aligned with `conversations.id`; null when the trajectory was not embedded.
+    details: list[ConversationDetailDoc | None]
+
+
+@cache
+def _adapter() -> TypeAdapter[ReportDoc]:
+    return TypeAdapter(ReportDoc)
+
+
+def report_json_schema() -> dict[str, Any]:
+    """The JSON Schema of the report document (`--format json`)."""
+    schema = _adapter().json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "spanscore report"
+    return schema
+
+
+def validate_report(document: Any) -> ReportDoc:
+    """The document, checked against the schema (pydantic's ValidationError if it does not fit)."""
+    return _adapter().validate_python(document, strict=False)
+
+
+def schema_text() -> str:
+    """The published schema file's content (`docs/report.schema.json`)."""
+    return json.dumps(report_json_schema(), indent=2, sort_keys=True) + "\n"

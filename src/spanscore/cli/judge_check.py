@@ -1,0 +1,101 @@
+"""`spanscore judge-check`: agreement of a judged metric with human labels."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from .evaluate import judge_line
+from .options import allow_outside_metrics_option, lake_option
+
+
+@click.command("judge-check")
+@lake_option()
+@click.option("--suite", "suite_path", required=True, type=click.Path(dir_okay=False))
+@allow_outside_metrics_option()
+@click.option("--metric", required=True, help="Judged metric of the suite to check.")
+@click.option(
+    "--labels",
+    "labels_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Human labels: JSON, JSONL or CSV with conversation_id and label (or value).",
+)
+@click.option("--judge-model", envvar="SPANSCORE_JUDGE_MODEL", help="Judge model.")
+@click.option("--judge-base-url", envvar="SPANSCORE_JUDGE_BASE_URL", help="Judge endpoint.")
+@click.option("--no-judge-cache", is_flag=True, help="Ask again even when the cache knows.")
+@click.option(
+    "--min-kappa",
+    type=click.FloatRange(-1, 1),
+    help="Exit 1 when Cohen's kappa (weighted for a scale) is below this.",
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def judge_check_command(
+    lake: str,
+    suite_path: str,
+    allow_outside_metrics: bool,
+    metric: str,
+    labels_path: str,
+    judge_model: str | None,
+    judge_base_url: str | None,
+    no_judge_cache: bool,
+    min_kappa: float | None,
+    fmt: str,
+) -> None:
+    """Judge human-labelled conversations with a judged metric and print the agreement.
+
+    Accuracy, Cohen's kappa (weighted, quadratic, for a quantitative scale), the confusion
+    matrix and per-label precision and recall: trust a rubric before a gate depends on it.
+    Exit status: 0, 1 kappa below --min-kappa, 2 usage, suite or labels error, 3 the lake
+    cannot be opened.
+
+    \b
+    $ spanscore judge-check --lake ./lake --suite suite.yaml --metric data_privacy \\
+        --labels privacy-labels.csv
+    """
+    from spanscore.evaluation import SuiteError, load_suite
+    from spanscore.evaluation.calibration import LabelsError, load_labels
+    from spanscore.evaluation.judge import JudgeUnavailable
+    from spanscore.evaluation.judge_check import JudgeCheckError, check_judge
+
+    try:
+        suite = load_suite(suite_path, allow_outside_metrics=allow_outside_metrics)
+        labels = load_labels(labels_path)
+        judge: dict[str, Any] = {}
+        if judge_model:
+            judge["model"] = judge_model
+        if judge_base_url:
+            judge["base_url"] = judge_base_url
+        if no_judge_cache:
+            judge["cache"] = False
+        result = check_judge(lake, suite, metric, labels, judge=judge)
+    except (SuiteError, LabelsError, JudgeCheckError, JudgeUnavailable) as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
+    stats = result.agreement
+    if fmt == "json":
+        document = {
+            **stats.to_dict(),
+            "metric": metric,
+            "not_in_lake": result.not_in_lake,
+            "judge_errors": result.errors,
+            "verdicts": result.verdicts,
+            "judge": result.judge,
+        }
+        click.echo(json.dumps(document, indent=2, sort_keys=True, default=str))
+    else:
+        click.echo(f"{metric}: judge against {len(labels)} human labels")
+        click.echo(stats.render())
+        if result.not_in_lake:
+            shown = ", ".join(result.not_in_lake[:5])
+            click.echo(f"{len(result.not_in_lake)} labelled conversations not in the lake: {shown}")
+        for conversation_id, error in sorted(result.errors.items())[:5]:
+            click.echo(f"judge error on {conversation_id}: {error}")
+        click.echo(judge_line(result.judge))
+    kappa = stats.weighted_kappa if stats.weighted_kappa is not None else stats.kappa
+    if min_kappa is not None and (kappa is None or kappa < min_kappa):
+        click.echo(f"kappa {kappa} is below --min-kappa {min_kappa}", err=True)
+        sys.exit(1)

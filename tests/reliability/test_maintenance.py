@@ -1,0 +1,150 @@
+"""Maintenance completes under steady ingest (issue 16, the soak): on the embedded lake, with
+exports arriving all the time, compaction, snapshot expiry and file cleanup each lost every
+race against the collector's writer (a maintenance transaction conflicts with any commit made
+while it runs, and was retried from the start each time), so maintenance never completed, and
+data files, snapshots and the collector's memory grew without bound. The writer now stands
+still between two commits while a maintenance step runs.
+
+A real collector on a real embedded lake, exports through OTLP/HTTP from a client thread that
+never pauses; the test polls, it never times anything.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from spanscore.collector import Collector
+from spanscore.lake import connect
+
+from ..conftest import wait_for
+from ..test_bad_input import export, make_span, trace_request
+
+
+def lake_shape(lake: Path) -> tuple[int, int]:
+    """(data files on disk, snapshots in the catalog), read as another process would."""
+    files = sum(1 for _ in (lake / "data").rglob("*.parquet"))
+    con = connect(lake, read_only=True)
+    try:
+        row = con.execute("SELECT count(*) FROM ducklake_snapshots('lake')").fetchone()
+    finally:
+        con.close()
+    return files, int(row[0]) if row else 0
+
+
+class SteadyIngest:
+    """One client exporting small batches back to back until stopped."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        self.stop = threading.Event()
+        self.acknowledged = 0
+        self.failures: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            spans = [make_span(f"steady {n}.{i}") for i in range(5)]
+            reply = export(self.collector, "http", trace_request(spans))
+            if reply.ok:
+                self.acknowledged += len(spans)
+            else:
+                self.failures.append(str(reply))
+
+    def __enter__(self) -> SteadyIngest:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(120)
+
+
+@pytest.fixture
+def steady(make_collector: Callable[..., Collector]) -> Iterator[tuple[Collector, SteadyIngest]]:
+    collector = make_collector(
+        maintenance_interval_s=1,
+        snapshot_retention_s=0,  # expire and delete everything maintenance may
+        batch_delay_ms=5,  # many small commits: the hardest case for maintenance
+    )
+    with SteadyIngest(collector) as load:
+        yield collector, load
+
+
+@pytest.mark.slow
+def test_maintenance_completes_under_steady_ingest(
+    steady: tuple[Collector, SteadyIngest], lake_dir: Path
+) -> None:
+    collector, load = steady
+    counters = collector.stats.get
+    # Several complete maintenance runs while the client never stopped exporting.
+    wait_for(lambda: counters("maintenance_runs") >= 3, timeout=100, interval=0.2)
+    assert counters("maintenance_failed") == 0
+    assert load.acknowledged > 0
+    assert not load.failures
+
+    # Bounded: while commits keep coming, expiry keeps the snapshots to what the last
+    # interval added, and compaction and cleanup keep the files near that. Without
+    # maintenance the snapshots number one per commit and only grow.
+    seen: list[tuple[int, int, int]] = []
+
+    def bounded() -> bool:
+        commits = counters("commits")
+        files, snapshots = lake_shape(lake_dir)
+        seen.append((commits, files, snapshots))
+        return commits >= 60 and snapshots < commits / 4 and files < commits / 4
+
+    try:
+        wait_for(bounded, timeout=150, interval=0.5)
+    except AssertionError:
+        raise AssertionError(f"(commits, files, snapshots) grew: {seen[-10:]}") from None
+    assert load.thread.is_alive()
+    assert not load.failures
+
+
+def test_a_running_evaluations_snapshot_is_never_expired(tmp_path: Path) -> None:
+    # The soak found it: with a short retention, maintenance expired the snapshot a running
+    # `evaluate` had pinned, and its workers could no longer attach the lake
+    # ("No snapshot found at version N"). The run's `eval_runs` row names its snapshot.
+    from spanscore import lake
+
+    where = tmp_path / "lake"
+    con = lake.connect(where, create=True)
+    try:
+        con.execute(
+            "INSERT INTO spans (trace_id, span_id, name, conversation_id) "
+            "VALUES ('t', 'a', 'n', 'c')"
+        )
+        pinned = lake.current_snapshot(con)
+        con.execute(
+            "INSERT INTO eval_runs (run_id, status, started_at, details) "
+            "VALUES ('r', 'running', now(), ?)",
+            [f'{{"snapshot": {pinned}}}'],
+        )
+        for span in "bcd":  # newer snapshots, all older than a zero retention
+            con.execute(
+                "INSERT INTO spans (trace_id, span_id, name, conversation_id) "
+                "VALUES ('t', ?, 'n', 'c')",
+                [span],
+            )
+        lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=0)
+        reader = lake.connect(where, snapshot=pinned)  # the run's workers attach it
+        assert reader.execute("SELECT count(*) FROM spans").fetchone() == (1,)
+        reader.close()
+
+        con.execute("UPDATE eval_runs SET status = 'succeeded' WHERE run_id = 'r'")
+        assert (
+            lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=0)[
+                "snapshots_expired"
+            ]
+            > 0
+        )
+        with pytest.raises(lake.LakeError, match="snapshot"):
+            lake.connect(where, snapshot=pinned)
+    finally:
+        con.close()

@@ -1,0 +1,157 @@
+"""The views and the builder rebuild the same conversations from any span set (issue 12): the
+same turns, tool calls (name, arguments, result, error, call id, parallel group) and counts,
+whatever the arrival order, the split into traces and exports, and what the producer left
+out."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from spanscore.collector import Collector
+
+from . import otlp_factory as f
+from .test_conversation_rules import T0, _chat, _post, _tool, agree_all
+
+_ids = itertools.count(1)
+
+
+@st.composite
+def span_sets(draw: st.DrawFn) -> tuple[str, list[list[trace_pb2.Span]]]:
+    """One conversation's spans, shuffled and split into exports."""
+    conversation = f"eq-{next(_ids)}-{os.urandom(3).hex()}"
+    # Where the conversation id is: on every GenAI span, only on one span of each trace, or
+    # only on a root span without a GenAI operation (an HTTP server span's session.id).
+    placement = draw(st.sampled_from(["every", "one", "root"]))
+    trace_per_turn = placement == "root" or draw(st.booleans())
+    spans: list[trace_pb2.Span] = []
+    trace = os.urandom(16)
+    root: trace_pb2.Span | None = None
+    clock = itertools.count(T0, 100)
+    calls = itertools.count(1)
+    for turn in range(draw(st.integers(1, 3))):
+        if trace_per_turn and turn:
+            trace = os.urandom(16)
+        if placement == "root":
+            root = f.span("POST /chat", trace_id=trace, attributes={"session.id": conversation})
+            root.kind = trace_pb2.Span.SPAN_KIND_SERVER
+            root.start_time_unix_nano = next(clock)
+            spans.append(root)
+        user = draw(st.sampled_from(["hello", "again", f"question {turn}"]))
+        pending_results: list[tuple[str, Any]] = []
+        model_calls = draw(st.integers(1, 3))
+        for step in range(model_calls):
+            # The first call of a turn has the user message (turn 0 may lack it); later ones
+            # may lack it (chained calls, capture off).
+            has_user = draw(st.booleans()) if step or not turn else True
+            requested: list[dict[str, Any]] = []
+            if step < model_calls - 1:
+                for _ in range(draw(st.integers(1, 3))):
+                    n = next(calls)
+                    call: dict[str, Any] = {"name": draw(st.sampled_from(["a", "b"]))}
+                    call["arguments"] = {"n": n}
+                    if draw(st.integers(0, 4)):  # mostly with a call id
+                        call["id"] = f"{conversation}-c{n}"
+                    requested.append(call)
+            chat = _chat(
+                conversation if placement == "every" else None,
+                user=user if has_user else None,
+                calls=requested,
+                results=pending_results if draw(st.booleans()) else [],
+                answer=None if requested else f"answer {turn}.{step}",
+                at=next(clock),
+                trace_id=trace,
+            )
+            spans.append(chat)
+            pending_results = []
+            for call in requested:
+                ran = draw(st.sampled_from(["span", "span without id", "bare span", "no span"]))
+                result = f"r-{call['arguments']['n']}"
+                if call.get("id") and draw(st.booleans()):
+                    pending_results.append((call["id"], result))
+                if ran == "no span":
+                    continue
+                tool = _tool(
+                    conversation if placement == "every" else None,
+                    call["name"],
+                    at=next(clock),
+                    call_id=call.get("id") if ran == "span" else None,
+                    arguments=None if ran == "bare span" else call["arguments"],
+                    result=result if draw(st.booleans()) else None,
+                    trace_id=trace,
+                )
+                if draw(st.integers(0, 5)) == 0:
+                    tool.status.code = trace_pb2.Status.STATUS_CODE_ERROR
+                    tool.status.message = "boom"
+                spans.append(tool)
+            if draw(st.integers(0, 5)) == 0:  # a tool span no model call asked for
+                spans.append(
+                    _tool(
+                        conversation if placement == "every" else None,
+                        "c",
+                        at=next(clock),
+                        arguments={"x": 1},
+                        result="extra",
+                        trace_id=trace,
+                    )
+                )
+            if draw(st.integers(0, 5)) == 0:  # an agent hand-off
+                attributes: dict[str, object] = {
+                    "gen_ai.operation.name": "handoff",
+                    "gen_ai.agent.name": "triage",
+                }
+                if placement == "every":
+                    attributes["gen_ai.conversation.id"] = conversation
+                handoff = f.span("handoff billing", trace_id=trace, attributes=attributes)
+                handoff.start_time_unix_nano = next(clock)
+                handoff.end_time_unix_nano = handoff.start_time_unix_nano + 50
+                spans.append(handoff)
+        if root is not None:
+            root.end_time_unix_nano = next(clock)
+    for span in spans:
+        if span.end_time_unix_nano < span.start_time_unix_nano:
+            span.end_time_unix_nano = span.start_time_unix_nano + 50
+        if placement == "root" and span.name != "POST /chat":
+            span.parent_span_id = next(
+                r.span_id for r in spans if r.name == "POST /chat" and r.trace_id == span.trace_id
+            )
+    if placement == "one":
+        # Only one span of each trace carries the id: the others learn it from their trace.
+        for trace_id in {s.trace_id for s in spans}:
+            carrier = draw(st.sampled_from([s for s in spans if s.trace_id == trace_id]))
+            carrier.attributes.append(f.attr("gen_ai.conversation.id", conversation))
+    order = draw(st.permutations(spans))  # any arrival order: children before roots too
+    cuts = sorted(draw(st.lists(st.integers(1, max(1, len(order) - 1)), max_size=2)))
+    exports = [list(order[a:b]) for a, b in itertools.pairwise([0, *cuts, len(order)]) if a < b]
+    return conversation, exports
+
+
+@pytest.mark.slow
+def test_views_and_builder_rebuild_the_same_conversations(
+    make_collector: Callable[..., Collector], lake_dir: Path
+) -> None:
+    collector = make_collector()
+
+    @settings(
+        max_examples=12,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.lists(span_sets(), min_size=1, max_size=6))
+    def check(cases: list[tuple[str, list[list[trace_pb2.Span]]]]) -> None:
+        # The conversations of one example arrive interleaved, export by export.
+        for exports in itertools.zip_longest(*(e for _, e in cases)):
+            for export in exports:
+                if export:
+                    _post(collector, export)
+        agree_all(lake_dir, [c for c, _ in cases])
+
+    check()

@@ -1,0 +1,376 @@
+"""One definition of a conversation: the SQL views and the Python builder agree on the cases
+where they used to disagree (issue 12), and where a conversation's id came from (issue 11)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from click.testing import CliRunner
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from spanscore.cli import main
+from spanscore.collector import Collector
+from spanscore.evaluation import Trajectory, load_trajectories, open_lake
+from spanscore.evaluation.trajectory import Handoff, ModelCall, parse_value
+
+from . import otlp_factory as f
+from .conftest import query
+
+
+def _post(collector: Collector, spans: list[trace_pb2.Span]) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
+    conn.request("POST", "/v1/traces", f.request(spans), {"Content-Type": "application/x-protobuf"})
+    response = conn.getresponse()
+    assert response.status == 200, response.read()
+
+
+def _agree(lake: Path, conversation_id: str) -> Trajectory:
+    """The builder's trajectory and the views list the same turns, tool calls and counts."""
+    return agree_all(lake, [conversation_id])[0]
+
+
+def agree_all(lake: Path, conversation_ids: list[str]) -> list[Trajectory]:
+    """`_agree` for many conversations: one load, one query per view."""
+    con = open_lake(lake)
+    built = {
+        t.conversation_id: t for t in load_trajectories(con, conversation_ids=conversation_ids)
+    }
+    missing = set(conversation_ids) - set(built)
+    assert not missing, f"the builder found no spans for conversations the views list: {missing}"
+    con.register("wanted", pa.table({"id": conversation_ids}))
+    views: dict[str, dict[str, list[tuple[Any, ...]]]] = {}
+    for view, sql in {
+        "calls": "SELECT conversation_id, turn_index, tool_name, arguments, result, error, "
+        "tool_call_id, parallel_group FROM tool_calls ORDER BY conversation_id, step_index",
+        "turns": "SELECT conversation_id, turn_index, user_message, final_response, "
+        "model_call_count, tool_call_count, handoff_count FROM turns "
+        "ORDER BY conversation_id, turn_index",
+        "summary": "SELECT conversation_id, span_count, tool_call_count, turn_count "
+        "FROM conversations",
+    }.items():
+        rows = con.execute(
+            f"SELECT * FROM ({sql}) WHERE conversation_id IN (SELECT id FROM wanted)"
+        ).fetchall()
+        grouped: dict[str, list[tuple[Any, ...]]] = {}
+        for row in rows:
+            grouped.setdefault(row[0], []).append(row[1:])
+        views[view] = grouped
+    for cid in conversation_ids:
+        t = built[cid]
+        calls = [
+            (r[0], r[1], parse_value(r[2]), parse_value(r[3]), r[4], r[5], r[6])
+            for r in views["calls"].get(cid, [])
+        ]
+        assert calls == [
+            (turn.index, c.name, c.arguments, c.result, c.error, c.call_id, c.parallel_group)
+            for turn in t.turns
+            for c in turn.tool_calls
+        ], cid
+        assert views["turns"].get(cid, []) == [
+            (
+                turn.index,
+                turn.user_message,
+                turn.final_response,
+                sum(isinstance(s, ModelCall) for s in turn.steps),
+                len(turn.tool_calls),
+                sum(isinstance(s, Handoff) for s in turn.steps),
+            )
+            for turn in t.turns
+        ], cid
+        assert views["summary"].get(cid) == [(t.span_count, len(t.tool_calls), len(t.turns))], cid
+    return [built[cid] for cid in conversation_ids]
+
+
+def _chat(
+    conversation: str | None,
+    *,
+    user: str | None,
+    calls: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    results: list[tuple[str, Any]] = (),  # type: ignore[assignment]
+    answer: str | None = None,
+    at: int,
+    trace_id: bytes | None = None,
+) -> trace_pb2.Span:
+    inputs: list[dict[str, Any]] = []
+    if user is not None:
+        inputs.append({"role": "user", "parts": [{"type": "text", "content": user}]})
+    if results:
+        inputs.append(
+            {
+                "role": "tool",
+                "parts": [
+                    {"type": "tool_call_response", "id": i, "response": r} for i, r in results
+                ],
+            }
+        )
+    parts: list[dict[str, Any]] = [{"type": "tool_call", **c} for c in calls]
+    if answer is not None:
+        parts.append({"type": "text", "content": answer})
+    attributes: dict[str, object] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.input.messages": json.dumps(inputs),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": parts}]),
+    }
+    if conversation is not None:
+        attributes["gen_ai.conversation.id"] = conversation
+    span = f.span("chat gpt", trace_id=trace_id, attributes=attributes)
+    span.start_time_unix_nano = at
+    span.end_time_unix_nano = at + 100
+    return span
+
+
+def _tool(
+    conversation: str | None,
+    name: str,
+    *,
+    at: int,
+    call_id: str | None = None,
+    arguments: Any = None,
+    result: Any = None,
+    trace_id: bytes | None = None,
+    parent: bytes | None = None,
+) -> trace_pb2.Span:
+    attributes: dict[str, object] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+    }
+    if conversation is not None:
+        attributes["gen_ai.conversation.id"] = conversation
+    if call_id is not None:
+        attributes["gen_ai.tool.call.id"] = call_id
+    if arguments is not None:
+        attributes["gen_ai.tool.call.arguments"] = json.dumps(arguments)
+    if result is not None:
+        attributes["gen_ai.tool.call.result"] = json.dumps(result)
+    span = f.span(f"execute_tool {name}", trace_id=trace_id, attributes=attributes)
+    if parent is not None:
+        span.parent_span_id = parent
+    span.start_time_unix_nano = at
+    span.end_time_unix_nano = at + 100
+    return span
+
+
+T0 = 1_700_000_000_000_000_000
+
+
+def test_a_requested_call_that_never_ran_is_listed_by_both(
+    collector: Collector, lake_dir: Path
+) -> None:
+    # The model asks for x and y; only x runs.
+    x = {"id": "c-x", "name": "x", "arguments": {"a": 1}}
+    y = {"id": "c-y", "name": "y", "arguments": {"b": 2}}
+    _post(
+        collector,
+        [
+            _chat("req-1", user="go", calls=[x, y], at=T0),
+            _tool("req-1", "x", call_id="c-x", arguments={"a": 1}, result="ok", at=T0 + 200),
+            _chat("req-1", user="go", results=[("c-x", "ok")], answer="done", at=T0 + 400),
+        ],
+    )
+    t = _agree(lake_dir, "req-1")
+    assert [(c.name, c.source) for c in t.tool_calls] == [
+        ("x", "span+messages"),
+        ("y", "messages"),
+    ]
+
+
+def test_a_model_call_without_a_user_message_does_not_start_a_turn(
+    collector: Collector, lake_dir: Path
+) -> None:
+    # The middle call is chained (previous_response_id): its input holds no user message.
+    a = {"id": "c-1", "name": "a", "arguments": {}}
+    b = {"id": "c-2", "name": "b", "arguments": {}}
+    _post(
+        collector,
+        [
+            _chat("nouser-1", user="hello", calls=[a], at=T0),
+            _tool("nouser-1", "a", call_id="c-1", result=1, at=T0 + 200),
+            _chat("nouser-1", user=None, results=[("c-1", 1)], calls=[b], at=T0 + 400),
+            _tool("nouser-1", "b", call_id="c-2", result=2, at=T0 + 600),
+            _chat("nouser-1", user="hello", results=[("c-2", 2)], answer="hi", at=T0 + 800),
+            _chat("nouser-1", user="again", answer="yes", at=T0 + 1000),
+        ],
+    )
+    t = _agree(lake_dir, "nouser-1")
+    assert [turn.user_message for turn in t.turns] == ["hello", "again"]
+
+
+def test_a_tool_span_without_call_id_or_arguments_takes_them_from_the_request(
+    collector: Collector, lake_dir: Path
+) -> None:
+    calls = [
+        {"id": "c-1", "name": "lookup", "arguments": {"q": "first"}},
+        {"id": "c-2", "name": "lookup", "arguments": {"q": "second"}},
+    ]
+    _post(
+        collector,
+        [
+            _chat("noid-1", user="find", calls=calls, at=T0),
+            _tool("noid-1", "lookup", result="r1", at=T0 + 200),
+            _tool("noid-1", "lookup", result="r2", at=T0 + 300),
+            _chat("noid-1", user="find", answer="found", at=T0 + 500),
+        ],
+    )
+    t = _agree(lake_dir, "noid-1")
+    assert [(c.arguments, c.result, c.call_id) for c in t.tool_calls] == [
+        ({"q": "first"}, "r1", "c-1"),
+        ({"q": "second"}, "r2", "c-2"),
+    ]
+
+
+def test_a_conversation_id_on_a_root_span_without_an_operation(
+    collector: Collector, lake_dir: Path
+) -> None:
+    # An HTTP server span carries session.id; the GenAI spans below it carry only the trace.
+    trace = bytes.fromhex("ab" * 16)
+    root = f.span("POST /chat", trace_id=trace, attributes={"session.id": "sess-1"})
+    root.kind = trace_pb2.Span.SPAN_KIND_SERVER
+    root.start_time_unix_nano = T0
+    root.end_time_unix_nano = T0 + 2000
+    chat = _chat(None, user="hi", calls=[{"id": "c", "name": "t", "arguments": {}}], at=T0 + 10)
+    chat.trace_id = trace
+    chat.parent_span_id = root.span_id
+    tool = _tool(None, "t", call_id="c", result="r", at=T0 + 200, trace_id=trace)
+    tool.parent_span_id = root.span_id
+    # Children exported before their root.
+    _post(collector, [chat, tool])
+    _post(collector, [root])
+    t = _agree(lake_dir, "sess-1")
+    assert [c.name for c in t.tool_calls] == ["t"]
+    assert t.span_count == 3
+    # Stored, not recomputed: the children were rewritten when their root was committed.
+    assert query(lake_dir, "SELECT conversation_id, count(*) FROM spans GROUP BY ALL") == [
+        ("sess-1", 3)
+    ]
+
+
+def _root_with_late_children(trace: bytes, session: str) -> tuple[trace_pb2.Span, ...]:
+    root = f.span("POST /chat", trace_id=trace, attributes={"session.id": session})
+    root.start_time_unix_nano, root.end_time_unix_nano = T0, T0 + 2000
+    chat = _chat(None, user="hi", answer="hello", at=T0 + 10, trace_id=trace)
+    chat.parent_span_id = root.span_id
+    return root, chat
+
+
+def test_a_root_exported_after_a_restart_still_resolves_its_children(
+    make_collector: Callable[..., Collector], lake_dir: Path
+) -> None:
+    trace = bytes.fromhex("cd" * 16)
+    root, chat = _root_with_late_children(trace, "sess-restart")
+    first = make_collector()
+    _post(first, [chat])
+    first.stop(timeout=10)
+    assert query(lake_dir, "SELECT conversation_id FROM spans") == [(trace.hex(),)]
+    second = make_collector()  # remembers the newest traces of the lake
+    _post(second, [root])
+    assert query(lake_dir, "SELECT DISTINCT conversation_id FROM spans") == [("sess-restart",)]
+
+
+def test_maintenance_resolves_what_no_collector_saw_together(lake_dir: Path) -> None:
+    # Two collectors behind a round-robin balancer: the child went to one, the root to the
+    # other, so neither could resolve it. Maintenance does, once, and holds nothing else.
+    from spanscore import lake
+
+    trace = "ef" * 16
+    con = lake.connect(lake_dir, create=True)
+    try:
+        rows = [
+            (trace, "01" * 8, trace),
+            (trace, "02" * 8, "sess-split"),
+            ("aa" * 16, "03" * 8, "aa" * 16),
+        ]
+        for trace_id, span_id, conversation in rows:
+            con.execute(
+                "INSERT INTO spans (trace_id, span_id, name, conversation_id) "
+                "VALUES (?, ?, 'x', ?)",
+                [trace_id, span_id, conversation],
+            )
+        # On a cursor, as the collector's maintenance thread runs it.
+        assert lake.maintain(con.cursor())["spans_resolved"] == 1
+        assert lake.maintain(con.cursor())["spans_resolved"] == 0
+        assert con.execute(
+            "SELECT span_id, conversation_id FROM spans ORDER BY span_id"
+        ).fetchall() == [("01" * 8, "sess-split"), ("02" * 8, "sess-split"), ("03" * 8, "aa" * 16)]
+    finally:
+        con.close()
+
+
+def test_conversations_without_an_id_are_counted_and_warned_about(
+    collector: Collector, lake_dir: Path, tmp_path: Path
+) -> None:
+    # An agent that forgot conversation(): each model call is a trace of its own.
+    forgot = [_chat(None, user=f"q{i}", answer="ok", at=T0 + i * 1000) for i in range(3)]
+    _post(collector, [*forgot, _chat("kept-1", user="q", answer="ok", at=T0 + 5000)])
+    runner = CliRunner()
+    status = runner.invoke(
+        main, ["status", "--endpoint", f"http://127.0.0.1:{collector.http_port}"]
+    )
+    assert status.exit_code == 0, status.output
+    assert "spans_without_conversation_id" in status.output
+    assert "3 of 4 spans carried no conversation id" in status.output
+    sources = runner.invoke(
+        main,
+        ["sql", "--lake", str(lake_dir), "--format", "csv",
+         "SELECT conversation_source, count(*) AS n FROM conversations GROUP BY ALL ORDER BY 1"],
+    )  # fmt: skip
+    assert sources.output == "conversation_source,n\nattribute,1\ntrace,3\n", sources.output
+    suite = tmp_path / "suite.json"
+    suite.write_text(
+        json.dumps(
+            {
+                "name": "ids",
+                "scenarios": [
+                    {
+                        "id": "answers",
+                        "assertions": [{"type": "response", "name": "ok", "keywords": ["ok"]}],
+                    }
+                ],
+            }
+        )
+    )
+    collector.stop(timeout=10)
+    done = runner.invoke(
+        main, ["evaluate", "--lake", str(lake_dir), "--suite", str(suite), "--settle", "0"]
+    )
+    assert done.exit_code == 0, done.output
+    assert "3 of the 4 conversations in the window carried no conversation id" in done.output
+    strict = runner.invoke(
+        main,
+        ["evaluate", "--lake", str(lake_dir), "--suite", str(suite), "--settle", "0",
+         "--strict", "--since", "2020-01-01T00:00:00Z"],
+    )  # fmt: skip
+    assert strict.exit_code == 1, strict.output
+
+
+def test_log_records_take_their_conversation_from_the_same_keys_as_spans(
+    collector: Collector, lake_dir: Path
+) -> None:
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+    from opentelemetry.proto.logs.v1 import logs_pb2
+
+    request = logs_service_pb2.ExportLogsServiceRequest()
+    records = request.resource_logs.add().scope_logs.add().log_records
+    for i, key in enumerate(("session.id", "traceloop.association.properties.session_id")):
+        records.append(
+            logs_pb2.LogRecord(
+                time_unix_nano=T0 + i,
+                event_name="gen_ai.user.message",
+                attributes=[f.attr(key, f"by-{key}")],
+            )
+        )
+    conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
+    conn.request(
+        "POST", "/v1/logs", request.SerializeToString(), {"Content-Type": "application/x-protobuf"}
+    )
+    assert conn.getresponse().status == 200
+    con = open_lake(lake_dir)
+    stored = con.execute("SELECT conversation_id FROM logs ORDER BY 1").fetchall()
+    assert stored == [
+        ("by-session.id",),
+        ("by-traceloop.association.properties.session_id",),
+    ]

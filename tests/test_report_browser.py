@@ -1,0 +1,400 @@
+"""The report page in a real browser: Debian's Chromium, headless, driven by Playwright (no
+browser download: its `executable_path` is the system's Chromium).
+
+On a report of a real evaluated lake (tests/report_lake.py): the plots are drawn, the table
+filters, sorts and pages, a failing conversation opens with the failing assertion next to its
+tool call, markup planted in a tool result and a user message stays text and never runs, and
+no request leaves the page. Screenshots are kept as artifacts (in pytest's temporary directory,
+and in $SPANSCORE_TEST_ARTIFACTS when set); a blank one fails the test. Every browser process
+started here is gone at the end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from spanscore.evaluation import load_suite
+from spanscore.evaluation.report import ReportOptions, write_report
+from spanscore.evaluation.run import RunOptions, evaluate
+from spanscore.examples.synthetic import build_lake
+
+from .conftest import query
+from .report_lake import PLANTED, PLANTED_MESSAGE, EvaluatedLake, evaluated_lake
+
+__all__ = ["evaluated_lake"]  # the session fixture, imported for pytest
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TRACE_URL = "https://tracing.example/trace/{trace_id}?span={span_id}"
+WAIT_MS = 60_000  # generous: the machine may be loaded
+
+
+def ensure_chromium() -> str:
+    """Debian's Chromium, installed when missing and we may (root with apt-get)."""
+    found = shutil.which("chromium")
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-q"], check=True, env=env, timeout=900)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "chromium"], check=True, env=env, timeout=1800
+        )
+        found = shutil.which("chromium")
+    if found is None:
+        message = "Chromium is not installed (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def _command(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # gone meanwhile
+        return ""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    executable = ensure_chromium()
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    playwright = sync_playwright().start()
+    started: list[psutil.Process] = []
+    try:
+        # Playwright gives every launch a fresh temporary profile (user data directory).
+        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        assert any(
+            "chromium" in _command(p) for p in me.children(recursive=True) if p.pid not in before
+        )
+        yield chromium
+        # Everything started since (the driver, the browser, its renderers): all must go.
+        started = [p for p in me.children(recursive=True) if p.pid not in before]
+        chromium.close()
+    finally:
+        playwright.stop()
+    _, alive = psutil.wait_procs(started, timeout=30)
+    assert not alive, f"browser processes left running: {[p.pid for p in alive]}"
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("report-screenshots")
+
+
+@pytest.fixture(scope="module")
+def report(evaluated_lake: EvaluatedLake, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("report") / "report.html"
+    write_report(evaluated_lake.lake, path, evaluated_lake.run, ReportOptions(trace_url=TRACE_URL))
+    return path
+
+
+@dataclass
+class Opened:
+    page: Any
+    url: str
+    requests: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def violations(self) -> list[str]:
+        return list(self.page.evaluate("window.__violations"))
+
+
+@pytest.fixture
+def open_report(browser: Any) -> Iterator[Any]:
+    contexts: list[Any] = []
+
+    def open_(path: Path, fragment: str = "") -> Opened:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        opened = Opened(page, path.as_uri())
+        page.on("request", lambda request: opened.requests.append(request.url))
+        page.on("pageerror", lambda error: opened.errors.append(str(error)))
+        page.on(
+            "console",
+            lambda m: opened.errors.append(m.text) if m.type == "error" else None,
+        )
+        # Anything the Content-Security-Policy had to stop would be recorded here.
+        page.add_init_script(
+            "window.__violations = [];"
+            "document.addEventListener('securitypolicyviolation',"
+            " e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));"
+        )
+        page.goto(opened.url + fragment)
+        page.wait_for_selector("html[data-ready]")
+        return opened
+
+    yield open_
+    for context in contexts:
+        context.close()
+
+
+def screenshot(opened: Opened, artifacts: Path, name: str, **options: Any) -> Path:
+    """Save a screenshot as an artifact; fail if it is blank."""
+    from PIL import Image
+
+    data = opened.page.screenshot(**options)
+    path = artifacts / f"{name}.png"
+    path.write_bytes(data)
+    if os.environ.get("SPANSCORE_TEST_ARTIFACTS"):
+        target = Path(os.environ["SPANSCORE_TEST_ARTIFACTS"])
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target / path.name)
+    image = Image.open(io.BytesIO(data)).convert("RGB").resize((280, 200))
+    raw = image.tobytes()
+    pixels = [raw[i : i + 3] for i in range(0, len(raw), 3)]
+    inked = sum(1 for p in pixels if sum(p) < 600) / len(pixels)
+    assert len(set(pixels)) > 16, f"{path} is blank (one colour)"
+    assert inked > 0.02, f"{path} is blank ({inked:.1%} of it has anything drawn)"
+    return path
+
+
+def rows(opened: Opened) -> list[str]:
+    return list(
+        opened.page.eval_on_selector_all("table.convs tbody tr", "r => r.map(x => x.dataset.id)")
+    )
+
+
+def set_filter(opened: Opened, name: str, value: str) -> None:
+    opened.page.select_option(f"#filters select[name={name}]", value)
+
+
+def search(opened: Opened, text: str) -> None:
+    opened.page.fill("#filters input[name=q]", text)
+
+
+def open_conversation(opened: Opened, conversation_id: str) -> None:
+    opened.page.click(f'table.convs tbody tr[data-id="{conversation_id}"] td:nth-child(2)')
+    opened.page.wait_for_selector(f'#conversation[data-loaded="{conversation_id}"]')
+
+
+def assert_stayed_offline(opened: Opened) -> None:
+    assert opened.requests == [opened.url], opened.requests
+    assert opened.violations() == []
+    assert opened.errors == []
+
+
+# --- the tests ---------------------------------------------------------------------------------
+
+
+def test_the_plots_are_drawn_and_nothing_leaves_the_page(
+    open_report: Any, report: Path, artifacts: Path
+):
+    opened = open_report(report)
+    page = opened.page
+    for plot in ("rates", "dists", "trend", "tools"):
+        drawn = page.eval_on_selector_all(
+            f"svg.plot.{plot} .value, svg.plot.{plot} .point, svg.plot.{plot} .line",
+            "els => els.filter(e => { const b = e.getBBox(); return b.width > 0 && b.height > 0"
+            " || e.tagName === 'circle' }).length",
+        )
+        assert drawn > 0, f"the {plot} plot is empty"
+        box = page.eval_on_selector(f"svg.plot.{plot}", "e => e.getBoundingClientRect().height")
+        assert box > 40
+    assert page.locator("svg.plot.trend circle.point.current").count() == 1
+    assert page.locator("ul.gates li.fail").count() == 1
+    screenshot(opened, artifacts, "report-page", full_page=True)
+    assert_stayed_offline(opened)
+
+
+def test_the_table_filters_sorts_and_searches(
+    open_report: Any, report: Path, evaluated_lake: EvaluatedLake, artifacts: Path
+):
+    opened = open_report(report)
+    everything = {
+        r[0] for r in query(evaluated_lake.lake, "SELECT conversation_id FROM conversations")
+    }
+    assert set(rows(opened)) == everything
+    set_filter(opened, "result", "failed")
+    assert set(rows(opened)) == {"cs-budget-search-2", "cs-cancel-2"}
+    set_filter(opened, "result", "")
+    set_filter(
+        opened,
+        "failing",
+        opened.page.eval_on_selector(
+            "#filters select[name=failing]",
+            "s => [...s.options].find(o => o.textContent === 'verify_before_cancel/order').value",
+        ),
+    )
+    assert rows(opened) == ["cs-cancel-2"]
+    set_filter(opened, "failing", "")
+    # Free text over the first user message, as the lake has it.
+    wanted = {
+        r[0]
+        for r in query(
+            evaluated_lake.lake,
+            "SELECT conversation_id FROM conversations WHERE first_user_message ILIKE '%ORD-1003%'",
+        )
+    }
+    search(opened, "ord-1003")
+    assert set(rows(opened)) == wanted
+    assert len(wanted) == 2
+    assert opened.page.text_content("#filters .count") == f"2 of {len(everything)} conversations"
+    search(opened, "<b>laptop")
+    assert rows(opened) == ["cs-planted-1"]
+    search(opened, "")
+    opened.page.click("table.convs th[data-key=id]")
+    assert rows(opened) == sorted(everything)
+    opened.page.click("table.convs th[data-key=id]")
+    assert rows(opened) == sorted(everything, reverse=True)
+    set_filter(opened, "change", "regressed")
+    assert rows(opened) == ["cs-budget-search-2"]
+    screenshot(opened, artifacts, "table-filtered")
+    assert_stayed_offline(opened)
+
+
+def test_a_failing_conversation_shows_the_failing_assertion_at_its_tool_call(
+    open_report: Any, report: Path, evaluated_lake: EvaluatedLake, artifacts: Path
+):
+    opened = open_report(report)
+    set_filter(opened, "result", "failed")
+    open_conversation(opened, "cs-cancel-2")
+    page = opened.page
+    view = page.locator("#conversation")
+    # The failing scores come first, each with its explanation.
+    first = view.locator("table.scores tbody tr").first
+    assert "fail" in (first.get_attribute("class") or "")
+    policy = view.locator("table.scores tr", has_text="verify_before_cancel/order")
+    assert "cancel_order call(s) before any verify_customer" in policy.inner_text()
+    # The judge's explanation of its (failed) rubric, as the lake has it.
+    explanation = query(
+        evaluated_lake.lake,
+        "SELECT explanation FROM scores WHERE run_id = ? AND conversation_id = 'cs-cancel-2' "
+        "AND metric = 'verification_compliance'",
+        [evaluated_lake.run],
+    )[0][0]
+    judged = view.locator("table.scores tr", has_text="verification_compliance")
+    assert "fail" in (judged.get_attribute("class") or "")
+    assert judged.locator(".expl").inner_text() == explanation
+    # The tool call that broke the policy carries the verdict, next to its arguments.
+    cancel = view.locator(".step.tool", has=page.locator(".name", has_text="cancel_order"))
+    assert cancel.count() == 1
+    marks = cancel.locator(".mark.fail").all_inner_texts()
+    assert any("verify_before_cancel/order" in m and "breaks this rule" in m for m in marks)
+    assert any("auth_cancel_order/tool_calls" in m and "not expected here" in m for m in marks)
+    assert '"order_id":"ORD-1003"' in cancel.locator("pre.args").inner_text()
+    missing = view.locator(".missing-calls").inner_text()
+    assert "missing get_order" in missing
+    # The link to the same trace in the tracing UI, from the template.
+    trace_id = query(
+        evaluated_lake.lake,
+        "SELECT trace_id, span_id FROM tool_calls WHERE conversation_id = 'cs-cancel-2' "
+        "AND tool_name = 'cancel_order'",
+    )[0]
+    href = cancel.locator("a.trace").get_attribute("href")
+    assert href == f"https://tracing.example/trace/{trace_id[0]}?span={trace_id[1]}"
+    screenshot(opened, artifacts, "failing-conversation")
+    # Escape closes it; the address says which conversation is open, so it can be shared.
+    assert opened.page.url.endswith("#c=cs-cancel-2")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#conversation", state="hidden")
+    assert_stayed_offline(opened)
+
+
+def test_planted_markup_stays_text_and_never_runs(open_report: Any, report: Path, artifacts: Path):
+    opened = open_report(report, "#c=cs-planted-1")
+    page = opened.page
+    page.wait_for_selector('#conversation[data-loaded="cs-planted-1"]')
+    view = page.locator("#conversation")
+    search_call = view.locator(".step.tool", has=page.locator(".name", has_text="search_products"))
+    products = json.loads(search_call.locator("pre.result").inner_text())
+    assert PLANTED + " laptop stand" in [p["name"] for p in products]
+    assert PLANTED_MESSAGE in view.locator(".user").inner_text()
+    assert view.locator(".step.handoff").inner_text() == "hand-off customer-service → billing"
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert page.locator("#conversation script, #conversation img").count() == 0
+    assert page.locator("#conversation b", has_text="laptop stand").count() == 0
+    assert page.locator("script").count() == page.evaluate(
+        "document.querySelectorAll('script[type=\"application/octet-stream\"]').length + 2"
+    )
+    screenshot(opened, artifacts, "planted-markup")
+    assert_stayed_offline(opened)
+
+
+def test_regressions_are_listed_first_and_open_their_conversation(
+    open_report: Any, report: Path, evaluated_lake: EvaluatedLake
+):
+    opened = open_report(report)
+    page = opened.page
+    directions = page.eval_on_selector_all(
+        "#baseline table.changes tbody tr", "r => r.map(x => x.className)"
+    )
+    assert directions == ["regressed", "improved"]
+    assert evaluated_lake.baseline_run in page.text_content("#baseline h2")
+    page.click("#baseline .regressed a.conv")
+    page.wait_for_selector('#conversation[data-loaded="cs-budget-search-2"]')
+    marks = page.locator("#conversation .mark.fail").all_inner_texts()
+    assert any(
+        "product_search_with_budget/tool_calls" in m and "not allowed" in m for m in marks
+    ), marks
+    assert page.locator("#baseline .fixed a.conv").inner_text() == "cs-order-status-1"
+    assert_stayed_offline(opened)
+
+
+def test_a_conversation_without_its_trajectory_says_how_to_see_it(
+    open_report: Any, evaluated_lake: EvaluatedLake, tmp_path: Path
+):
+    path = tmp_path / "one.html"
+    write_report(evaluated_lake.lake, path, evaluated_lake.run, ReportOptions(max_trajectories=1))
+    opened = open_report(path)
+    open_conversation(opened, "cs-budget-search-2")  # the regressed one is embedded first
+    assert opened.page.locator("#conversation .step.tool").count() == 2
+    opened.page.keyboard.press("Escape")
+    open_conversation(opened, "cs-cancel-1")
+    assert "spanscore show cs-cancel-1" in opened.page.inner_text("#conversation .note")
+    assert_stayed_offline(opened)
+
+
+def test_many_conversations_are_paged(open_report: Any, tmp_path: Path, artifacts: Path):
+    lake = tmp_path / "lake"
+    build_lake(lake, 120)
+    suite = {
+        "name": "paged",
+        "metrics": [
+            {"type": "tool_calls", "mode": "strict", "expected": ["get_order"]},
+            {"type": "efficiency"},
+        ],
+    }
+    since = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+    run = evaluate(lake, load_suite(suite), RunOptions(settle_s=0, workers=1, since=since))
+    path = tmp_path / "paged.html"
+    write_report(lake, path, run.run_id)
+    opened = open_report(path)
+    page = opened.page
+    first = rows(opened)
+    assert len(first) == 50
+    assert page.text_content("#pager .page") == "page 1 of 3"
+    page.click("#pager button:text('next')")
+    second = rows(opened)
+    assert len(second) == 50
+    assert not set(first) & set(second)
+    page.click("#pager button:text('next')")
+    assert len(rows(opened)) == 20
+    assert page.is_disabled("#pager button:text('next')")
+    screenshot(opened, artifacts, "paged-table")
+    assert_stayed_offline(opened)
