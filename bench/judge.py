@@ -11,8 +11,9 @@ scores ``--conversations`` conversations (default 10,000, so 20,000 judge calls)
 - the client's CPU per judged call (target < 1 ms): the process CPU of the judged run minus
   that of the deterministic-only run of the same conversations, over the calls; beside it the
   floor, the bare ``AsyncOpenAI`` client's CPU per call for requests of the same shape and size
-  against the same server (no spanscore code: what any client built on ``openai`` pays), and
-  spanscore's own share above that floor;
+  against the same server, called as spanscore calls it (no spanscore code: what any client
+  built on ``openai`` pays), spanscore's own share above that floor, and for comparison the
+  common way (``chat.completions.create`` on the default transport);
 - the re-run with a warm cache: zero calls, conversations/s against the deterministic-only run
   (target within 2x);
 - batch mode (the Batch API) against direct calls: cost of the same questions.
@@ -97,13 +98,15 @@ def start_server(capacity: int, latency_ms: int) -> tuple[subprocess.Popen[bytes
             time.sleep(0.05)
 
 
-def openai_floor(url: str, calls: int, concurrency: int) -> float:
+def openai_floor(url: str, calls: int, concurrency: int, *, as_spanscore: bool) -> float:
     """CPU ms per call of the bare `AsyncOpenAI` client: a judge-sized request (instructions,
     a transcript, a strict JSON Schema answer) `calls` times, `concurrency` at once (below the
-    server's capacity, so that no 429 is counted)."""
+    server's capacity, so that no 429 is counted). `as_spanscore`: the way spanscore calls it
+    (the aiohttp transport, `client.post` with the JSON returned as is); else the way most
+    code does (`chat.completions.create` on the default transport)."""
     import asyncio
 
-    from openai import AsyncOpenAI
+    from openai import AsyncOpenAI, DefaultAioHttpClient
 
     instructions = "# Metric: floor\nJudge the transcript below. " + "Rubric text. " * 100
     transcript = 'USER: where is my order?\nTOOL CALL 1: get_order({"id": 7})\n' * 40
@@ -115,25 +118,30 @@ def openai_floor(url: str, calls: int, concurrency: int) -> float:
     }
 
     async def run() -> None:
-        client = AsyncOpenAI(base_url=url, api_key="bench", max_retries=20)
+        transport = DefaultAioHttpClient() if as_spanscore else None
+        client = AsyncOpenAI(base_url=url, api_key="bench", max_retries=20, http_client=transport)
         limit = asyncio.Semaphore(concurrency)
+        body: dict[str, Any] = {
+            "model": "gpt-4o-mini",
+            "messages": [
+                {"role": "system", "content": instructions},
+                {"role": "user", "content": transcript},
+            ],
+            "temperature": 0,
+            "seed": 0,
+            "max_tokens": 512,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "verdict", "schema": schema, "strict": True},
+            },
+        }
 
         async def one() -> None:
             async with limit:
-                await client.chat.completions.create(
-                    model="gpt-4o-mini",
-                    messages=[
-                        {"role": "system", "content": instructions},
-                        {"role": "user", "content": transcript},
-                    ],
-                    temperature=0,
-                    seed=0,
-                    max_tokens=512,
-                    response_format={
-                        "type": "json_schema",
-                        "json_schema": {"name": "verdict", "schema": schema, "strict": True},
-                    },
-                )
+                if as_spanscore:
+                    await client.post("/chat/completions", cast_to=object, body=body)
+                else:
+                    await client.chat.completions.create(**body)
 
         await asyncio.gather(*(one() for _ in range(calls)))
         await client.close()
@@ -202,10 +210,13 @@ def main() -> None:
             f"  client CPU per judged call: {per_call:.3f} ms "
             f"({judged_cpu:.1f} s CPU against {base_cpu:.1f} s deterministic-only)"
         )
-        floor = openai_floor(url, min(calls, 5000) or 1000, max(1, args.capacity // 2))
+        floor_calls, floor_concurrency = min(calls, 5000) or 1000, max(1, args.capacity // 2)
+        floor = openai_floor(url, floor_calls, floor_concurrency, as_spanscore=True)
+        common = openai_floor(url, floor_calls, floor_concurrency, as_spanscore=False)
         print(
-            f"  floor, the bare AsyncOpenAI client: {floor:.3f} ms per call; spanscore's own "
-            f"share above it: {per_call - floor:.3f} ms"
+            f"  floor, the bare AsyncOpenAI client called as spanscore calls it: {floor:.3f} ms "
+            f"per call (spanscore's own share above it: {per_call - floor:.3f} ms); "
+            f"chat.completions.create on the default transport: {common:.3f} ms"
         )
         print(
             f"  cost: ${info.get('cost_usd', 0):.4f} ({info.get('prompt_tokens')} prompt tokens, "

@@ -247,8 +247,33 @@ def test_adaptive_limit_slow_start_then_cuts_once_per_burst():
         seen.append(limit.limit)  # additive now: +1/limit
         return seen
 
-    # 8 after slow start; three in flight when refused: 3 x 0.8; then +1/limit per success.
-    assert asyncio.run(scenario()) == pytest.approx([8.0, 2.4, 2.4 + 1 / 2.4])
+    # 8 after slow start; three in flight when refused: 3 x 0.9; then +1/limit per success.
+    assert asyncio.run(scenario()) == pytest.approx([8.0, 2.7, 2.7 + 1 / 2.7])
+
+
+def test_adaptive_limit_climbs_back_fast_to_the_refused_level_then_probes_slowly():
+    import asyncio
+
+    async def scenario() -> list[float]:
+        limit = AdaptiveLimit(ceiling=100, start=100)
+        epochs = [await limit.acquire() for _ in range(40)]
+        await limit.release(epochs[0], throttled=True)  # refused with 40 in flight: 36
+        cut = limit.limit
+        for epoch in epochs[1:37]:  # one round trip at 36: half the gap (2) per round trip
+            await limit.release(epoch, throttled=False)
+        climbed = limit.limit
+        for epoch in epochs[37:]:
+            await limit.release(epoch, throttled=False)
+        limit.limit = 41.0  # above the refused level: +1 per round trip
+        epochs = [await limit.acquire() for _ in range(41)]
+        for epoch in epochs:
+            await limit.release(epoch, throttled=False)
+        return [cut, climbed, limit.limit]
+
+    cut, climbed, probing = asyncio.run(scenario())
+    assert cut == pytest.approx(36.0)
+    assert 37.4 < climbed < 37.7  # half the gap (2) per round trip, shrinking as it climbs
+    assert probing == pytest.approx(42.0, abs=0.02)
 
 
 # --- runs: cache, budget, batch, interruption --------------------------------------------------

@@ -41,11 +41,15 @@ T = TypeVar("T")
 
 
 class JudgeCache:
-    """The lake's `judge_cache` table: answers by cache key (thread-safe)."""
+    """The lake's `judge_cache` table: answers by cache key (thread-safe).
+
+    `put` runs on the judge's event loop for every answer, so it only appends to a buffer under
+    its own lock: it never waits for a lake query or a flush that holds the connection."""
 
     def __init__(self, lake: str) -> None:
         self._con = connect(lake)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the connection
+        self._buffer_lock = threading.Lock()
         self._buffer: list[dict[str, Any]] = []
 
     def get_many(self, keys: list[str]) -> dict[str, JudgeAnswer]:
@@ -66,7 +70,7 @@ class JudgeCache:
         }
 
     def put(self, key: str, request: JudgeRequest, answer: JudgeAnswer, run_id: str) -> None:
-        with self._lock:
+        with self._buffer_lock:
             self._buffer.append(
                 {
                     "key": key,
@@ -84,10 +88,11 @@ class JudgeCache:
             )
 
     def flush(self) -> int:
-        with self._lock:
+        with self._buffer_lock:
             rows, self._buffer = self._buffer, []
-            if not rows:
-                return 0
+        if not rows:
+            return 0
+        with self._lock:
             table = pa.Table.from_pylist(rows, schema=arrow_schema(JUDGE_CACHE))
             columns = ", ".join(f'"{c.name}"' for c in JUDGE_CACHE)
 
@@ -101,14 +106,23 @@ class JudgeCache:
                 finally:
                     self._con.unregister("spanscore_cache_rows")
 
-            retrying(write, what="store judge answers")
+            try:
+                retrying(write, what="store judge answers")
+            except BaseException:
+                with self._buffer_lock:  # kept for the next flush, in their order
+                    self._buffer[:0] = rows
+                raise
             return len(rows)
 
     def close(self) -> None:
         try:
             self.flush()
         finally:
-            self._con.close()
+            # Under the lock: a lookup or flush whose awaiting task was cancelled at shutdown
+            # may still be running on an executor thread, and closing a DuckDB connection
+            # under a running query crashes the process.
+            with self._lock:
+                self._con.close()
 
 
 @dataclass
@@ -206,6 +220,9 @@ class JudgeRunner:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.client.aclose()
+        # A cancelled task's lake lookup or flush goes on in its executor thread: wait for it,
+        # so that nothing uses the cache's connection once it closes.
+        await self._loop.shutdown_default_executor()
 
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
