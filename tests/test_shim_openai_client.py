@@ -324,6 +324,57 @@ def test_streams_pass_through_and_record_the_requested_calls(
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_parse_helpers_are_recorded_once(
+    memory: InMemorySpanExporter, llm: ScriptedLLM, api: str, is_async: bool
+) -> None:
+    """`parse()` (structured outputs) posts by itself, not through `create`."""
+
+    async def parse_async() -> Any:
+        client = openai.AsyncOpenAI(base_url=llm.base_url, api_key="test", max_retries=0)
+        if api == "chat":
+            return await client.chat.completions.parse(
+                model=MODEL, messages=[{"role": "user", "content": TURN_1}]
+            )
+        return await client.responses.parse(model=MODEL, input=TURN_1)
+
+    def parse_sync() -> Any:
+        client = openai.OpenAI(base_url=llm.base_url, api_key="test", max_retries=0)
+        if api == "chat":
+            return client.chat.completions.parse(
+                model=MODEL, messages=[{"role": "user", "content": TURN_1}]
+            )
+        return client.responses.parse(model=MODEL, input=TURN_1)
+
+    parsed = asyncio.run(parse_async()) if is_async else parse_sync()
+    assert parsed is not None
+    (span,) = memory.get_finished_spans()
+    assert span.name == f"chat {MODEL}"
+    assert _requested(span) == ORDERS_REQUESTED
+    assert _attributes(span)["gen_ai.response.finish_reasons"] == ("tool_call",)
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_the_stream_helper_is_recorded_once(
+    memory: InMemorySpanExporter, llm: ScriptedLLM, api: str
+) -> None:
+    client = openai.OpenAI(base_url=llm.base_url, api_key="test", max_retries=0)
+    if api == "chat":
+        with client.chat.completions.stream(
+            model=MODEL, messages=[{"role": "user", "content": TURN_1}]
+        ) as stream:
+            events = sum(1 for _ in stream)
+            assert stream.get_final_completion().choices[0].message.tool_calls
+    else:
+        with client.responses.stream(model=MODEL, input=TURN_1) as stream:
+            events = sum(1 for _ in stream)
+            assert stream.get_final_response().output
+    assert events > 2
+    (span,) = memory.get_finished_spans()
+    assert _requested(span) == ORDERS_REQUESTED
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
 def test_a_stream_closed_early_still_ends_its_span(
     memory: InMemorySpanExporter, llm: ScriptedLLM, api: str
 ) -> None:

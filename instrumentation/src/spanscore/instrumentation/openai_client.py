@@ -9,10 +9,11 @@ Usage::
 
 `spanscore.instrumentation.instrument()` does this itself when `openai` is installed.
 
-Patched: `chat.completions.create` and `responses.create` of the sync and async clients
-(`openai.resources.chat.completions.Completions` / `AsyncCompletions`,
+Patched: `create` and `parse` of `chat.completions` and `responses`, on the sync and async
+clients (`openai.resources.chat.completions.Completions` / `AsyncCompletions`,
 `openai.resources.responses.Responses` / `AsyncResponses`), so every client, made before or
-after, is covered. Not patched: the `.stream()` / `.parse()` helpers and the Realtime API.
+after, is covered; the `.stream()` helpers go through `create` and are recorded there, once.
+Not covered: the Realtime API.
 
 Each call is a CLIENT span `chat {model}`, current while the request runs, with
 `gen_ai.operation.name=chat`, `gen_ai.provider.name=openai`, `gen_ai.request.model`,
@@ -41,6 +42,7 @@ skipped with a warning.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import logging
@@ -64,12 +66,20 @@ DISTRIBUTION = "openai"
 SUPPORTED = ((1, 66), (4, 0))  # [min, max)
 _instruments = ("openai >= 1.66, < 4",)
 
-# (module, class, api) of each patched `create`
+# (module, class, api) of each patched class
 TARGETS = (
     ("openai.resources.chat.completions", "Completions", "chat"),
     ("openai.resources.chat.completions", "AsyncCompletions", "chat"),
     ("openai.resources.responses", "Responses", "responses"),
     ("openai.resources.responses", "AsyncResponses", "responses"),
+)
+# The methods patched on each: `parse` (structured outputs) posts by itself, not through
+# `create`; the `stream` helpers call `create` and are recorded there.
+METHODS = ("create", "parse")
+# Set while a patched method runs: a method that calls another one (an openai version whose
+# `parse` goes through `create`) is recorded once, by the outer one.
+_recording: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "spanscore_openai_recording", default=False
 )
 
 _FINISH = {"tool_calls": "tool_call", "function_call": "tool_call"}
@@ -457,7 +467,7 @@ def _inside_agents_model_span() -> bool:
 def _begin(tracer: Tracer, api: str, instance: Any, kwargs: Mapping[str, Any]) -> ModelCall | None:
     """The call's span, made current; None when it is not recorded (or our code failed)."""
     try:
-        if _inside_agents_model_span():
+        if _recording.get() or _inside_agents_model_span():
             return None
         call = ModelCall(tracer, api, instance, kwargs)
         call.enter()
@@ -515,12 +525,15 @@ def _wrap_sync(original: Callable[..., Any], api: str, tracer: Tracer) -> Callab
         call = _begin(tracer, api, self, kwargs)
         if call is None:
             return original(self, *args, **kwargs)
+        token = _recording.set(True)
         try:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
             call.leave()
             call.fail(exc)
             raise
+        finally:
+            _recording.reset(token)
         return _after(call, result, kwargs.get("stream") is True, is_async=False)
 
     create.__spanscore_original__ = original  # type: ignore[attr-defined]
@@ -533,12 +546,15 @@ def _wrap_async(original: Callable[..., Any], api: str, tracer: Tracer) -> Calla
         call = _begin(tracer, api, self, kwargs)
         if call is None:
             return await original(self, *args, **kwargs)
+        token = _recording.set(True)
         try:
             result = await original(self, *args, **kwargs)
         except BaseException as exc:
             call.leave()
             call.fail(exc)
             raise
+        finally:
+            _recording.reset(token)
         return _after(call, result, kwargs.get("stream") is True, is_async=True)
 
     create.__spanscore_original__ = original  # type: ignore[attr-defined]
@@ -554,7 +570,8 @@ def supported_version() -> str | None:
 
 
 class OpenAIInstrumentor:
-    """Patches the client's `create` methods; one per process (instances share the state).
+    """Patches the client's `create` and `parse` methods; one per process (instances share
+    the state).
 
     `instrument()` a second time only warns; `uninstrument()` puts the originals back.
     """
@@ -580,15 +597,16 @@ class OpenAIInstrumentor:
             import importlib
 
             for module_name, class_name, api in TARGETS:
-                try:
-                    cls = getattr(importlib.import_module(module_name), class_name)
-                    original = cls.__dict__["create"]
-                except (ImportError, AttributeError, KeyError):
-                    log.info("openai shim: %s.%s.create not found", module_name, class_name)
-                    continue
-                wrap = _wrap_async if class_name.startswith("Async") else _wrap_sync
-                cls.create = wrap(original, api, tracer)
-                OpenAIInstrumentor._originals[(cls, "create")] = original
+                for method in METHODS:
+                    try:
+                        cls = getattr(importlib.import_module(module_name), class_name)
+                        original = cls.__dict__[method]
+                    except (ImportError, AttributeError, KeyError):
+                        log.info("openai shim: %s.%s.%s not found", module_name, class_name, method)
+                        continue
+                    wrap = _wrap_async if class_name.startswith("Async") else _wrap_sync
+                    setattr(cls, method, wrap(original, api, tracer))
+                    OpenAIInstrumentor._originals[(cls, method)] = original
             return bool(OpenAIInstrumentor._originals)
 
     def uninstrument(self) -> None:
