@@ -208,6 +208,52 @@ def test_a_failure_in_the_handler_never_reaches_the_agent(
     assert "bug in the shim" in caplog.text
 
 
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_spanscore_tool_used_as_a_langchain_tool_is_recorded_once(
+    clean: None, is_async: bool
+) -> None:
+    """LangChain's handler sees the run first and records it; the `@tool` function it runs
+    is not recorded again. Called outside LangChain, the same function is recorded."""
+    import asyncio
+
+    from spanscore.instrumentation import tool
+
+    exporter = InMemorySpanExporter()
+    instrumentation.instrument(tracer_provider=TracerProvider(), exporter=exporter)
+
+    if is_async:
+
+        @lc_tool
+        @tool
+        async def lookup(order_id: str) -> dict[str, Any]:
+            """Look an order up"""
+            return {"order_id": order_id}
+
+        call = {"name": "lookup", "args": {"order_id": "A1"}, "id": "call_1", "type": "tool_call"}
+        asyncio.run(lookup.ainvoke(call))
+        direct = asyncio.run(lookup.coroutine(order_id="B2"))  # type: ignore[misc]
+    else:
+
+        @lc_tool
+        @tool
+        def lookup(order_id: str) -> dict[str, Any]:
+            """Look an order up"""
+            return {"order_id": order_id}
+
+        call = {"name": "lookup", "args": {"order_id": "A1"}, "id": "call_1", "type": "tool_call"}
+        lookup.invoke(call)
+        direct = lookup.func(order_id="B2")  # type: ignore[misc]
+    assert direct == {"order_id": "B2"}
+    instrumentation.uninstrument()  # flushes
+    spans = [s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup"]
+    assert len(spans) == 2, [s.name for s in spans]
+    through_langchain, called_directly = sorted(spans, key=lambda s: s.start_time or 0)
+    assert (through_langchain.attributes or {}).get("gen_ai.tool.call.id") == "call_1"
+    assert json.loads(str((called_directly.attributes or {})["gen_ai.tool.call.arguments"])) == {
+        "order_id": "B2"
+    }
+
+
 @pytest.mark.parametrize(
     ("output", "expected"),
     [

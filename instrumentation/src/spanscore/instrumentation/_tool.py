@@ -32,6 +32,7 @@ Telemetry never breaks the tool: our part is guarded and logs.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -160,6 +161,34 @@ class PendingCalls:
 _pending: contextvars.ContextVar[PendingCalls | None] = contextvars.ContextVar(
     "spanscore_pending_tool_calls", default=None
 )
+
+
+# A framework shim that records a tool run itself (LangChain's callback handler sees the run
+# before the function is called) marks the run here: a `@tool` function it runs under that
+# name is then not recorded a second time. The check says whether the run is still open, so a
+# mark left behind (a callback that ended in another context) can never hide a later call.
+_framework_run: contextvars.ContextVar[tuple[str, Callable[[], bool]] | None] = (
+    contextvars.ContextVar("spanscore_framework_tool_run", default=None)
+)
+
+
+def framework_run_started(
+    name: str, is_open: Callable[[], bool]
+) -> contextvars.Token[tuple[str, Callable[[], bool]] | None]:
+    """Called by a framework shim as it starts recording the tool run `name`."""
+    return _framework_run.set((name, is_open))
+
+
+def framework_run_ended(token: contextvars.Token[tuple[str, Callable[[], bool]] | None]) -> None:
+    # Ended in another context (ValueError): the open check covers the mark left there.
+    with contextlib.suppress(ValueError):
+        _framework_run.reset(token)
+
+
+def recorded_by_framework(name: str) -> bool:
+    """True inside a framework's still-open recording of a tool run of this name."""
+    run = _framework_run.get()
+    return run is not None and run[0] == name and run[1]()
 
 
 def remember_requested_calls(calls: list[tuple[str, str, str]]) -> None:
@@ -330,6 +359,8 @@ def _decorate(fn: F, name: str, tool_type: ToolType, description: str | None) ->
 
         @functools.wraps(fn)
         async def run_async(*args: Any, **kwargs: Any) -> Any:
+            if recorded_by_framework(name):
+                return await fn(*args, **kwargs)
             with execution(args, kwargs) as t:
                 t.result = await fn(*args, **kwargs)
                 return t.result
@@ -338,6 +369,8 @@ def _decorate(fn: F, name: str, tool_type: ToolType, description: str | None) ->
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
+        if recorded_by_framework(name):
+            return fn(*args, **kwargs)
         with execution(args, kwargs) as t:
             t.result = fn(*args, **kwargs)
             return t.result

@@ -55,7 +55,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 from . import _versions
 from ._content import content_policy
 from ._conversation import reset_ambient_conversation, set_ambient_conversation
-from ._tool import as_json_text, error_type
+from ._tool import as_json_text, error_type, framework_run_ended, framework_run_started
 
 log = logging.getLogger("spanscore.instrumentation")
 
@@ -123,6 +123,7 @@ class SpanscoreCallbackHandler:
         self._lock = threading.Lock()
         self._spans: OrderedDict[Any, Span] = OrderedDict()
         self._ambient: OrderedDict[Any, contextvars.Token[str | None]] = OrderedDict()
+        self._marks: OrderedDict[Any, contextvars.Token[Any]] = OrderedDict()
         self.enabled = True
 
     # -- the callbacks; each guarded ----------------------------------------------------------
@@ -225,8 +226,13 @@ class SpanscoreCallbackHandler:
             kind=SpanKind.INTERNAL,
             attributes={k: v for k, v in attributes.items() if v is not None},
         )
+        # A spanscore `@tool` function this run calls is recorded by this span only.
+        mark = framework_run_started(name, lambda: run_id in self._spans)
         with self._lock:
             self._spans[run_id] = span
+            self._marks[run_id] = mark
+            while len(self._marks) > MAX_OPEN:
+                self._marks.popitem(last=False)
             overflow = (
                 [self._spans.popitem(last=False)[1] for _ in range(len(self._spans) - MAX_OPEN)]
                 if len(self._spans) > MAX_OPEN
@@ -238,6 +244,9 @@ class SpanscoreCallbackHandler:
     def _end(self, run_id: Any, output: Any, error: BaseException | None) -> None:
         with self._lock:
             span = self._spans.pop(run_id, None)
+            mark = self._marks.pop(run_id, None)
+        if mark is not None:
+            framework_run_ended(mark)
         if span is None:
             return
         try:
