@@ -148,3 +148,50 @@ def test_a_running_evaluations_snapshot_is_never_expired(tmp_path: Path) -> None
             lake.connect(where, snapshot=pinned)
     finally:
         con.close()
+
+
+def test_compaction_leaves_merged_files_alone_so_each_run_is_bounded(tmp_path: Path) -> None:
+    """Compaction merges only files under `merge_below_bytes`: the file one run made is not
+    merged again with the next run's small files (before, every run rewrote everything written
+    so far, and held the writer longer each time)."""
+    from spanscore.lake import maintain
+
+    lake = tmp_path / "lake"
+    con = connect(lake, create=True)
+
+    def commit_small_files(count: int, first: int) -> None:
+        for i in range(first, first + count):  # one Parquet file per commit
+            con.execute(
+                "INSERT INTO judge_cache (key, kind, answer) "
+                "SELECT ? || '-' || range, 'chat', '{}' FROM range(2000)",
+                [str(i)],
+            )
+
+    def data_files() -> list[tuple[str, int]]:
+        return [
+            (str(path), int(size))
+            for path, size in con.execute(
+                "SELECT data_file, data_file_size_bytes "
+                "FROM ducklake_list_files('lake', 'judge_cache')"
+            ).fetchall()
+        ]
+
+    try:
+        commit_small_files(6, 0)
+        first = maintain(con, merge_below_bytes=1 << 20)
+        assert (first["files_merged"], first["files_created"]) == (6, 1)
+        [(merged, size)] = data_files()
+        # The merged file is past the bound the next run uses; six new small files are not.
+        commit_small_files(6, 6)
+        bound = size  # files of this size or more are left alone
+        assert all(s < bound for p, s in data_files() if p != merged)
+        second = maintain(con, merge_below_bytes=bound)
+        assert (second["files_merged"], second["files_created"]) == (6, 1)
+        assert merged in [p for p, _ in data_files()]  # not rewritten
+        assert con.execute("SELECT count(*) FROM judge_cache").fetchone() == (24_000,)
+        # Without the bound (the old behaviour), everything is merged again.
+        commit_small_files(2, 12)
+        everything = maintain(con, merge_below_bytes=1 << 40)
+        assert everything["files_merged"] == 4
+    finally:
+        con.close()
