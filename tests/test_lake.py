@@ -297,3 +297,33 @@ def test_an_evaluation_run_on_a_postgres_catalog(postgres_lake: str) -> None:
     ).fetchone() == (300, 300)
     again = evaluate(postgres_lake, suite, RunOptions(settle_s=0, workers=1))
     assert (again.candidates, again.scored) == (0, 0)  # the window starts where the last ended
+
+
+def test_ctrl_c_during_a_duckdb_query_is_recognised_as_an_interrupt() -> None:
+    """SIGINT while DuckDB runs a query reaches Python as DuckDB's own error, caused by the
+    KeyboardInterrupt (CI saw `evaluate` exit 1 instead of 130 that way)."""
+    import threading
+
+    import duckdb
+
+    from spanscore.lake import is_interrupt
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as ctrl_c:
+            raise RuntimeError("Query interrupted") from ctrl_c
+    except RuntimeError as exc:
+        assert is_interrupt(exc)
+    assert not is_interrupt(RuntimeError("Query interrupted"))
+    assert not is_interrupt(ValueError("bad"))
+    con = duckdb.connect()
+    stopper = threading.Timer(0.2, con.interrupt)
+    stopper.start()
+    try:
+        with pytest.raises(duckdb.InterruptException) as raised:
+            con.execute("SELECT count(*) FROM range(10000000000) a, range(1000) b").fetchall()
+        assert is_interrupt(raised.value)
+    finally:
+        stopper.cancel()
+        con.close()

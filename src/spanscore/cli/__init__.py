@@ -41,6 +41,13 @@ class _Main(click.Group):
             if exc.exit_code == 1:
                 raise InputError(exc.format_message()) from exc
             raise
+        except Exception as exc:
+            from spanscore.lake import is_interrupt
+
+            if is_interrupt(exc):  # Ctrl-C during a DuckDB query, raised as DuckDB's error
+                click.echo("interrupted", err=True)
+                raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+            raise
 
 
 @click.group(

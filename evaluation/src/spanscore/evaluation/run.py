@@ -42,7 +42,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from spanscore.lake import arrow_schema, connect, current_snapshot, retrying
+from spanscore.lake import arrow_schema, connect, current_snapshot, is_interrupt, retrying
 from spanscore.lake.schema import EVAL_RUNS, SCORES, quote_identifier
 
 from .judge import JudgeAnswer, JudgeConfig, JudgeRequest
@@ -389,15 +389,17 @@ def _run(
                 commit(scores, batch_size, written)
         else:
             _judged_batches(batches, suite, runner, commit)
-    except KeyboardInterrupt:
-        result.status = "interrupted"
-        result.elapsed_s = time.monotonic() - started
-        if own_watchdog:
-            suite.stop_watchdog()
-        _close_judge(runner, result)
-        _finish_run(con, result, timings)
-        raise RunInterrupted(result) from None
-    except BaseException:
+    except BaseException as exc:
+        if is_interrupt(exc):
+            result.status = "interrupted"
+            result.elapsed_s = time.monotonic() - started
+            if own_watchdog:
+                suite.stop_watchdog()
+            _close_judge(runner, result)
+            with contextlib.suppress(Exception):  # a write the interrupt cut short
+                con.execute("ROLLBACK")
+            _finish_run(con, result, timings)
+            raise RunInterrupted(result) from None
         result.status = "failed"
         result.elapsed_s = time.monotonic() - started
         if own_watchdog:

@@ -296,6 +296,19 @@ def is_transient(exc: BaseException) -> bool:
     )
 
 
+def is_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C, also when it arrived during a DuckDB query: DuckDB then raises its own error
+    ("Query interrupted"), caused by the KeyboardInterrupt."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt | duckdb.InterruptException):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def retrying(
     fn: Callable[[], T],
     *,
