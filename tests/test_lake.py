@@ -308,13 +308,15 @@ def test_ctrl_c_during_a_duckdb_query_is_recognised_as_an_interrupt() -> None:
 
     from spanscore.lake import is_interrupt
 
-    try:
+    def query_cut_short() -> None:
         try:
             raise KeyboardInterrupt
         except KeyboardInterrupt as ctrl_c:
             raise RuntimeError("Query interrupted") from ctrl_c
-    except RuntimeError as exc:
-        assert is_interrupt(exc)
+
+    with pytest.raises(RuntimeError) as cut_short:
+        query_cut_short()
+    assert is_interrupt(cut_short.value)
     assert not is_interrupt(RuntimeError("Query interrupted"))
     assert not is_interrupt(ValueError("bad"))
     con = duckdb.connect()
