@@ -154,6 +154,64 @@ def test_a_request_the_endpoint_refuses_is_not_retried(llm: ScriptedLLM):
     assert answer.attempts == 1
 
 
+class ForwardingProxy:
+    """An HTTP forward proxy on 127.0.0.1 (absolute-URI requests), counting what it forwards."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+        import urllib.request
+
+        proxy = self
+        self.forwarded = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                upstream = urllib.request.Request(self.path, data=body, headers=headers)
+                with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+                    upstream, timeout=30
+                ) as answer:
+                    payload = answer.read()
+                    status = answer.status
+                proxy.forwarded += 1
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_proxy_in_the_environment_carries_the_judges_calls(
+    llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+):
+    """The judge's aiohttp transport honours the proxy variables, as the default one does
+    (teams reach their provider through a corporate proxy)."""
+    proxy = ForwardingProxy()
+    try:
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        result = answer_all(llm, 3)
+    finally:
+        proxy.close()
+    assert all(a.ok for a in result["answers"]), [a.error for a in result["answers"]]
+    assert proxy.forwarded == 3
+
+
 # --- concurrency -------------------------------------------------------------------------------
 
 
