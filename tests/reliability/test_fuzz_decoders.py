@@ -181,6 +181,26 @@ def test_regressions(case: str) -> None:
         log_record_messages("gen_ai.assistant.message", attrs, None)
 
 
+def test_regression_an_exception_type_that_is_not_text() -> None:
+    """Found by fuzzing in CI: a failed span whose exception event's `exception.type` is an int
+    failed the whole batch (Arrow: expected bytes, got int); it is stored as text."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.span_id, span.name = b"\x01" * 16, b"\x02" * 8, "execute_tool f"
+    span.status.code = 2  # ERROR
+    event = span.events.add()
+    event.name = "exception"
+    attribute = event.attributes.add()
+    attribute.key, attribute.value.int_value = "exception.type", 0
+    flat = flatten_request(FLATTENER, "spans", request.SerializeToString(), False)
+    assert (flat.rows, flat.rejected) == (1, 0)
+    check_contract("spans", request.SerializeToString(), False, sent=1)
+
+
 # --- through the real collector ----------------------------------------------------------------
 
 

@@ -350,7 +350,10 @@ class Flattener:
             for ev in span.events:
                 ev_attrs, _ = mapping(ev.attributes, len(ev.attributes), notes)
                 if ev.name == "exception" and exception_type is None:
-                    exception_type = ev_attrs.get("exception.type")
+                    found = ev_attrs.get("exception.type")  # any type: a text column
+                    exception_type = (
+                        found if found is None or isinstance(found, str) else str(found)
+                    )
                 events.append(
                     {
                         "name": ev.name,
