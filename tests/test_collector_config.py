@@ -63,12 +63,44 @@ def test_setting_precedence(
         ({"tls_cert": "cert.pem"}, "tls_cert and tls_key go together"),
         ({"batch_rows": 10, "queue_rows": 5}, "batch_rows must not exceed queue_rows"),
         ({"unknown_setting": 1}, "unknown_setting"),
+        ({"memory_limit": "100"}, "memory_limit.*such as 512MiB or 2GB"),
     ],
-    ids=["non-loopback-needs-auth", "bad-int", "half-tls", "batch-over-queue", "unknown-key"],
+    ids=[
+        "non-loopback-needs-auth",
+        "bad-int",
+        "half-tls",
+        "batch-over-queue",
+        "unknown-key",
+        "memory-limit-without-unit",
+    ],
 )
 def test_invalid_settings_name_the_problem(settings: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(overrides={"lake": "x", **settings}, environ={})
+
+
+def test_duckdb_memory_is_bounded_by_default_and_by_the_setting(
+    make_collector: Callable[..., Collector],
+) -> None:
+    # Unbounded, DuckDB may cache 80 % of the machine: a collector running for days grows.
+    def limit(collector: Collector) -> str:
+        cursor = collector._con.cursor()
+        return str(cursor.sql("SELECT current_setting('memory_limit')").fetchone()[0])
+
+    collector = make_collector()
+    assert limit(collector) == "1.0 GiB"
+    # Nor does it keep what compaction read from data files: that cache grew by a run's worth
+    # of data each time, up to the limit.
+    cursor = collector._con.cursor()
+    assert cursor.sql("SELECT current_setting('enable_external_file_cache')").fetchone() == (False,)
+
+
+def test_the_memory_limit_setting_reaches_duckdb(
+    make_collector: Callable[..., Collector],
+) -> None:
+    collector = make_collector(memory_limit="256MiB")
+    cursor = collector._con.cursor()
+    assert cursor.sql("SELECT current_setting('memory_limit')").fetchone() == ("256.0 MiB",)
 
 
 def test_non_loopback_is_allowed_with_a_token_or_insecure() -> None:

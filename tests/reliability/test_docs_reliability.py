@@ -48,7 +48,7 @@ def _is_limit(name: str) -> bool:
 def test_the_limits_table_is_the_code() -> None:
     table = _limits_table()
     fields = CollectorConfig.model_fields
-    limits = {name for name in fields if _is_limit(name)} | {"dedup_keys"}
+    limits = {name for name in fields if _is_limit(name)} | {"dedup_keys", "memory_limit"}
     assert set(table) == limits, "docs/reliability.md: limits missing or unknown"
     for name, documented in table.items():
         assert documented == str(fields[name].default), f"{name}: the documented default"

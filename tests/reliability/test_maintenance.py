@@ -11,6 +11,7 @@ never pauses; the test polls, it never times anything.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -193,5 +194,53 @@ def test_compaction_leaves_merged_files_alone_so_each_run_is_bounded(tmp_path: P
         commit_small_files(2, 12)
         everything = maintain(con, merge_below_bytes=1 << 40)
         assert everything["files_merged"] == 4
+    finally:
+        con.close()
+
+
+def test_compaction_writes_one_file_per_step_and_lets_the_writer_in_between(
+    tmp_path: Path,
+) -> None:
+    """Merging a run's worth of small files in one step held the collector's writer for
+    seconds; each step now writes one file of about `merged_file_bytes`, and the writer is let
+    in between steps (`exclusive` is entered once per step)."""
+    from spanscore.lake import maintain
+
+    con = connect(tmp_path / "lake", create=True)
+    try:
+        for i in range(12):  # one small Parquet file per commit
+            con.execute(
+                "INSERT INTO judge_cache (key, kind, answer) "
+                "SELECT ? || '-' || range, 'chat', to_json(repeat('x', 200)) FROM range(2000)",
+                [str(i)],
+            )
+        [(small,)] = con.execute(
+            "SELECT max(data_file_size_bytes) FROM ducklake_list_files('lake', 'judge_cache')"
+        ).fetchall()
+        holds = 0
+
+        @contextlib.contextmanager
+        def exclusive() -> Iterator[None]:
+            nonlocal holds
+            holds += 1
+            yield
+
+        done = maintain(
+            con,
+            exclusive=exclusive,
+            merge_below_bytes=small + 1,
+            merged_file_bytes=small * 3,  # about three small files per merged file
+        )
+        assert done["files_merged"] == 12
+        assert done["files_created"] >= 3, done
+        # One step per merged file, and a last one that found nothing left to merge.
+        assert done["merge_steps"] == done["files_created"] + 1
+        assert holds >= done["merge_steps"]
+        steps_ms = [v for k, v in done.items() if k.endswith("_ms") and k != "longest_step_ms"]
+        assert done["longest_step_ms"] <= sum(steps_ms)
+        assert con.execute("SELECT count(*) FROM judge_cache").fetchone() == (24_000,)
+        # Merged files are past the bound: the next run leaves them alone.
+        again = maintain(con, merge_below_bytes=small + 1, merged_file_bytes=small * 3)
+        assert again["files_merged"] == 0
     finally:
         con.close()

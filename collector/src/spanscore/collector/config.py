@@ -7,12 +7,23 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+MEMORY_SIZE = re.compile(r"(?i)^\s*\d+(\.\d+)?\s*(kb|mb|gb|tb|kib|mib|gib|tib)\s*$")  # DuckDB's
 
 
 class ConfigError(Exception):
@@ -104,9 +115,21 @@ class CollectorConfig(BaseModel):
         description="identities of recent spans, and of recent log records, remembered so "
         "that a retried export is not stored twice (0: off)",
     )
+    memory_limit: str = Field(
+        "1GiB",
+        description="memory DuckDB may keep for the lake (its buffer pool; such as 512MiB or "
+        "2GB): without a bound, a long-running collector caches most of the machine's memory",
+    )
     log_format: Literal["text", "json"] = Field("text", description="log line format")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)  # setting -> where it came from
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _memory_size(cls, value: str) -> str:
+        if not MEMORY_SIZE.match(value):
+            raise ValueError(f"expected a size with its unit, such as 512MiB or 2GB, not {value!r}")
+        return value.strip()
 
     @model_validator(mode="after")
     def _check(self) -> CollectorConfig:
