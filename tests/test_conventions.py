@@ -400,3 +400,222 @@ def test_choice_event_with_tool_calls_beside_the_message() -> None:
     assert row["tool_calls_requested"] == [
         {"id": "c1", "name": "get_order", "arguments": {"order_id": "A1"}}
     ]
+
+
+# --- Strands Agents (strands-agents 1.62), its three convention settings ----------------------
+# Shapes as its tracer writes them (recorded from a real run with a scripted model).
+
+STRANDS_COMMON = {
+    "gen_ai.system": "strands-agents",
+    "session.id": "conv-s",
+}
+_BLOCKS_IN = [
+    ("gen_ai.user.message", {"content": json.dumps([{"text": "where are my orders?"}])}),
+    (
+        "gen_ai.assistant.message",
+        {
+            "content": json.dumps(
+                [{"toolUse": {"toolUseId": "tu_1", "name": "get_order", "input": {"id": "A"}}}]
+            )
+        },
+    ),
+    (
+        "gen_ai.tool.message",
+        {
+            "content": json.dumps(
+                [
+                    {
+                        "toolResult": {
+                            "toolUseId": "tu_1",
+                            "status": "success",
+                            "content": [{"text": '{"status": "shipped"}'}],
+                        }
+                    }
+                ]
+            )
+        },
+    ),
+]
+
+
+def _events(pairs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [{"name": name, "attributes": attributes} for name, attributes in pairs]
+
+
+def test_strands_default_events_with_bedrock_content_blocks() -> None:
+    choice = (
+        "gen_ai.choice",
+        {
+            "finish_reason": "tool_use",
+            "message": json.dumps(
+                [
+                    {"text": "Let me look."},
+                    {"toolUse": {"toolUseId": "tu_2", "name": "get_order", "input": {"id": "B"}}},
+                    {"toolUse": {"toolUseId": "tu_3", "name": "get_order", "input": {"id": "C"}}},
+                ]
+            ),
+        },
+    )
+    out = extract(
+        {**STRANDS_COMMON, "gen_ai.operation.name": "chat"},
+        "chat",
+        _events([*_BLOCKS_IN, choice]),
+    )
+    assert out["conversation_id"] == "conv-s"
+    assert out["user_message"] == "where are my orders?"
+    assert out["tool_calls_requested"] == [
+        {"id": "tu_2", "name": "get_order", "arguments": {"id": "B"}},
+        {"id": "tu_3", "name": "get_order", "arguments": {"id": "C"}},
+    ]
+    # The tool's result, unwrapped from its single text block and parsed.
+    assert out["tool_results"] == [{"id": "tu_1", "result": {"status": "shipped"}}]
+    assert out["response_text"] == "Let me look."
+
+
+def test_strands_default_tool_span_reads_its_events() -> None:
+    out = extract(
+        {
+            **STRANDS_COMMON,
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "cancel_order",
+            "gen_ai.tool.call.id": "tu_9",
+        },
+        "execute_tool cancel_order",
+        _events(
+            [
+                ("gen_ai.tool.message", {"role": "tool", "content": '{"order_id": "A"}'}),
+                (
+                    "gen_ai.choice",
+                    {"message": '[{"text": "Error: RuntimeError - shipped"}]', "id": "tu_9"},
+                ),
+            ]
+        ),
+        is_error=True,
+        exception_type="RuntimeError",
+    )
+    assert out["operation"] == "execute_tool"
+    assert (out["tool_name"], out["tool_call_id"]) == ("cancel_order", "tu_9")
+    assert out["tool_arguments"] == {"order_id": "A"}
+    assert out["tool_result"] == "Error: RuntimeError - shipped"
+    assert out["error_type"] == "RuntimeError"
+
+
+def test_strands_latest_conventions_as_span_events() -> None:
+    # OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental: the whole lists, as span events
+    # named gen_ai.client.inference.operation.details (one for the input, one for the output).
+    inputs = [
+        {"role": "user", "parts": [{"type": "text", "content": "where are my orders?"}]},
+        {
+            "role": "assistant",
+            "parts": [{"type": "tool_call", "name": "get_order", "id": "tu_1", "arguments": {}}],
+        },
+        {
+            "role": "user",  # tool results travel in a user message: not the user's words
+            "parts": [
+                {"type": "tool_call_response", "id": "tu_1", "response": [{"text": '{"a": 1}'}]}
+            ],
+        },
+    ]
+    outputs = [
+        {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "Both shipped."}],
+            "finish_reason": "end_turn",
+        }
+    ]
+    details = "gen_ai.client.inference.operation.details"
+    out = extract(
+        {**STRANDS_COMMON, "gen_ai.operation.name": "chat"},
+        "chat",
+        _events(
+            [
+                (details, {"gen_ai.input.messages": json.dumps(inputs)}),
+                (details, {"gen_ai.output.messages": json.dumps(outputs)}),
+            ]
+        ),
+    )
+    assert out["user_message"] == "where are my orders?"
+    assert out["tool_results"] == [{"id": "tu_1", "result": {"a": 1}}]
+    assert out["response_text"] == "Both shipped."
+    # gen_ai_span_attributes_only: the same lists as attributes, read the same way.
+    as_attributes = extract(
+        {
+            **STRANDS_COMMON,
+            "gen_ai.operation.name": "chat",
+            "gen_ai.input.messages": json.dumps(inputs),
+            "gen_ai.output.messages": json.dumps(outputs),
+        },
+        "chat",
+    )
+    assert as_attributes == out
+
+
+def test_strands_latest_tool_span_result_is_unwrapped() -> None:
+    out = extract(
+        {
+            **STRANDS_COMMON,
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "get_order",
+            "gen_ai.tool.call.id": "tu_1",
+            "gen_ai.tool.call.arguments": '{"order_id": "A"}',
+            "gen_ai.tool.call.result": '[{"text": "{\\"status\\": \\"shipped\\"}"}]',
+        },
+        "execute_tool get_order",
+    )
+    assert out["tool_arguments"] == {"order_id": "A"}
+    assert json.loads(out["tool_result"]) == {"status": "shipped"}
+
+
+@pytest.mark.parametrize("operation", ["invoke_agent", "execute_event_loop_cycle"])
+def test_agent_level_spans_never_add_requested_calls(operation: str) -> None:
+    # An agent's span (and Strands' loop cycle) repeats its model calls' messages: counted
+    # there, the calls were doubled in the tool_calls view and turns were split.
+    out = extract(
+        {
+            **STRANDS_COMMON,
+            "gen_ai.operation.name": operation,
+            "gen_ai.input.messages": GENAI_CHAT["gen_ai.input.messages"],
+            "gen_ai.output.messages": GENAI_CHAT["gen_ai.output.messages"],
+        },
+        operation,
+    )
+    assert out["operation"] == operation
+    assert out["tool_calls_requested"] is None
+    assert out["tool_results"] is None
+    assert out["user_message"] == "And ORD-2?"  # kept: it says what the turn was about
+
+
+def test_provider_content_blocks_anthropic_and_google() -> None:
+    from spanscore.collector.conventions import content_blocks, unwrap_result
+
+    anthropic = [
+        {"type": "text", "text": "Checking."},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_order", "input": {"id": 1}},
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_0",
+            "content": [{"type": "text", "text": "7"}],
+        },
+    ]
+    assert content_blocks(anthropic) == (
+        ["Checking."],
+        [{"id": "toolu_1", "name": "get_order", "arguments": {"id": 1}}],
+        [{"id": "toolu_0", "result": 7}],
+    )
+    google = {
+        "role": "model",
+        "parts": [
+            {"function_call": {"id": "fc1", "name": "get_order", "args": {"id": 2}}},
+            {"function_response": {"id": "fc0", "name": "get_order", "response": {"ok": True}}},
+        ],
+    }
+    assert content_blocks(google) == (
+        [],
+        [{"id": "fc1", "name": "get_order", "arguments": {"id": 2}}],
+        [{"id": "fc0", "result": {"ok": True}}],
+    )
+    # Only a single text (or json) block is unwrapped; anything else is kept as it is.
+    assert unwrap_result('[{"text": "plain words"}]') == "plain words"
+    assert unwrap_result([{"json": {"a": 1}}]) == {"a": 1}
+    assert unwrap_result([{"text": "a"}, {"text": "b"}]) == [{"text": "a"}, {"text": "b"}]
+    assert unwrap_result([{"text": "a", "cache": True}]) == [{"text": "a", "cache": True}]

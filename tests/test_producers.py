@@ -21,6 +21,10 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   opentelemetry-semantic-conventions-ai 0.5.1, without traceloop-sdk.
 - smolagents: smolagents 1.26.0 (ToolCallingAgent, its own `OpenAIModel` with a scripted
   client answering from the plan) under openinference-instrumentation-smolagents 0.1.43.
+- strands, strands-latest, strands-attributes: strands-agents 1.62.0 with its own tracer
+  (opentelemetry-sdk 1.45.1, as it resolves), a `Model` subclass scripted from the plan; the
+  default conventions, `gen_ai_latest_experimental`, and that with
+  `gen_ai_span_attributes_only`.
 - openai-v2-events: the openai-v2 venv with content capture `event_only`: messages only in
   log records, merged into their spans when read.
 - spanscore-agents: spanscore's own OpenAI Agents SDK shim, run in the project's venv (the dev
@@ -135,10 +139,13 @@ def _key(name: str, arguments: Any) -> str:
 OUTCOME = {_key(o["name"], o["arguments"]): o for o in OUTCOMES}
 
 
-def sent_back(name: str, arguments: Any) -> Any:
-    """What the agent sends the model for this call (parsed): the result, or {"error": ...}."""
+def sent_back(name: str, arguments: Any, producer: Producer | None = None) -> Any:
+    """What the agent sends the model for this call (parsed): the result, or its error as the
+    producer sends it ({"error": ...} by default)."""
     outcome = OUTCOME[_key(name, arguments)]
-    return {"error": outcome["error"]} if "error" in outcome else outcome["result"]
+    if "error" not in outcome:
+        return outcome["result"]
+    return producer.sent_error(outcome["error"]) if producer else {"error": outcome["error"]}
 
 
 # --- the producers ------------------------------------------------------------------------------
@@ -157,6 +164,11 @@ class Producer:
     venv: str = ""  # the requirements file (default: the name); "project": this test's venv
     messages_on_spans: bool = True  # False: the messages are only in its log records
     results_in_messages: bool = True  # False: the model sees results as text of its own
+    error_sent: str | None = None  # how a failure is sent to the model (default: JSON)
+
+    def sent_error(self, message: str) -> Any:
+        """What the agent sends the model for a failed call (parsed)."""
+        return {"error": message} if self.error_sent is None else self.error_sent.format(message)
 
     @property
     def requirements(self) -> str:
@@ -270,6 +282,24 @@ PRODUCERS = {
             failed_tool_error_type="__main__.ToolError",
             log_events=None,
             results_in_messages=False,
+        ),
+        # Strands Agents, its three convention settings, one venv. Messages are Bedrock
+        # Converse content blocks (default) or the current GenAI form, on span events or
+        # attributes; its agent and loop-cycle spans repeat the model calls' messages.
+        *(
+            Producer(
+                name,
+                convention="genai",
+                scope="strands.telemetry.tracer",
+                spans_carry_conversation=True,
+                tool_spans=True,
+                tool_span_call_ids=True,
+                failed_tool_error_type="__main__.ToolError",
+                log_events=None,
+                venv="strands",
+                error_sent="Error: ToolError - {}",
+            )
+            for name in ("strands", "strands-latest", "strands-attributes")
         ),
     )
 }
@@ -521,7 +551,8 @@ def expected_model_calls(run: Run) -> list[dict[str, Any]]:
             if not run.producer.results_in_messages:
                 continue
             results += [
-                {"id": c["id"], "result": sent_back(c["name"], c["arguments"])} for c in requested
+                {"id": c["id"], "result": sent_back(c["name"], c["arguments"], run.producer)}
+                for c in requested
             ]
         calls.append(
             {"user": turn.user, "requested": None, "results": list(results), "text": turn.reply}
@@ -612,7 +643,8 @@ def test_model_calls_tool_results_include_the_failure(run: Run) -> None:
     if not run.producer.results_in_messages:
         return
     failed = run.call_id("get_order", {"order_id": "ORD-9999"})
-    assert {"id": failed, "result": {"error": MISSING}} in got[1]  # answered in the same turn
+    sent = run.producer.sent_error(MISSING)
+    assert {"id": failed, "result": sent} in got[1]  # answered in the same turn
 
 
 @pytest.mark.parametrize("producer", producers())
@@ -653,7 +685,7 @@ def test_tool_spans(run: Run) -> None:
             assert error_type == run.producer.failed_tool_error_type
             assert outcome["error"] in error_text + (result or "")
             if result is not None:  # openinference-agents: what the model was sent
-                assert _value(result) == {"error": outcome["error"]}
+                assert _value(result) == run.producer.sent_error(outcome["error"])
         else:
             assert status != "ERROR"
             assert error_type is None
@@ -750,11 +782,11 @@ def test_rebuilt_tool_call_results_are_the_values_sent(run: Run) -> None:
     finally:
         con.close()
     rebuilt = [(c.name, c.arguments, c.result) for c in trajectory.tool_calls]
-    for name, arguments, result in [(n, _json(a), _json(r)) for n, a, r in view] + rebuilt:
+    for name, arguments, result in [(n, _json(a), _value(r)) for n, a, r in view] + rebuilt:
         if result is None:  # a failed tool span without output: its error says it
             assert "error" in OUTCOME[_key(name, arguments)]
         else:
-            assert result == sent_back(name, arguments)
+            assert result == sent_back(name, arguments, run.producer)
 
 
 @pytest.mark.parametrize("producer", producers())

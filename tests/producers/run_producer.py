@@ -73,6 +73,13 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     "spanscore-agents": {},
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
     "smolagents": {},
+    # Strands Agents' three convention settings: per-message span events holding Bedrock
+    # Converse blocks (default); the current GenAI form as span events; and as attributes.
+    "strands": {},
+    "strands-latest": {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"},
+    "strands-attributes": {
+        "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental,gen_ai_span_attributes_only"
+    },
 }
 # Two producers again, with spanscore's conversation() carrying the id in the same process.
 CONTENT_SWITCHES |= {
@@ -575,7 +582,114 @@ def run_smolagents(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> 
         executed["id"] = given[_key(executed["name"], executed["arguments"])]
 
 
+def run_strands(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    """Strands Agents with its own tracer, under the convention setting of `CONTENT_SWITCHES`.
+
+    The model is a Strands `Model` subclass answering from `spec["plan"]` as a Bedrock
+    Converse stream would (each turn's steps of parallel `toolUse` blocks, then the reply), so
+    the messages go through Strands' real event loop, tool execution and tracing. A failing
+    tool raises (Strands sends the model "Error: ToolError - <message>"); the conversation id
+    is the agent's `trace_attributes` `session.id`, as Strands documents.
+    """
+    import itertools
+
+    from strands import Agent, tool
+    from strands.models.model import Model
+
+    plan = {turn["user"]: turn for turn in spec["plan"]}
+    ids = itertools.count()
+    given: dict[str, str] = {}  # the call ids the model gave, by name and arguments
+    answered: dict[str, int] = {}  # model responses given so far, per user message
+
+    class ScriptedModel(Model):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.config: dict[str, Any] = {"model_id": spec["model"]}
+
+        def update_config(self, **config: Any) -> None:
+            self.config.update(config)
+
+        def get_config(self) -> dict[str, Any]:
+            return self.config
+
+        async def structured_output(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError("not used by this conversation")
+            yield  # an async generator, as the interface wants
+
+        async def stream(self, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+            user = [
+                block["text"]
+                for m in messages
+                if m["role"] == "user"
+                for block in m["content"]
+                if "text" in block
+            ][-1]
+            turn = plan[user]
+            step = answered[user] = answered.get(user, -1) + 1
+            yield {"messageStart": {"role": "assistant"}}
+            if step < len(turn["steps"]):
+                for call in turn["steps"][step]:
+                    call_id = given[_key(call["name"], call["arguments"])] = f"tooluse_{next(ids)}"
+                    start = {"toolUse": {"toolUseId": call_id, "name": call["name"]}}
+                    yield {"contentBlockStart": {"start": start}}
+                    delta = {"toolUse": {"input": json.dumps(call["arguments"])}}
+                    yield {"contentBlockDelta": {"delta": delta}}
+                    yield {"contentBlockStop": {}}
+                yield {"messageStop": {"stopReason": "tool_use"}}
+            else:
+                yield {"contentBlockDelta": {"delta": {"text": turn["reply"]}}}
+                yield {"contentBlockStop": {}}
+                yield {"messageStop": {"stopReason": "end_turn"}}
+            usage = {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15}
+            yield {"metadata": {"usage": usage, "metrics": {"latencyMs": 1}}}
+
+    def run_tool(name: str, arguments: dict[str, Any]) -> str:
+        try:
+            result = tools.call(name, arguments)
+        except ToolError as exc:
+            sent = f"Error: ToolError - {exc}"
+            tools.record("", name, arguments, sent, str(exc))
+            raise
+        tools.record("", name, arguments, result, None)
+        return result
+
+    @tool
+    def get_order(order_id: str) -> str:
+        """Get order details by order ID
+
+        Args:
+            order_id: the order's id, like ORD-1001
+        """
+        return run_tool("get_order", {"order_id": order_id})
+
+    @tool
+    def search_products(query: str, max_price: float) -> str:
+        """Search the product catalog by keyword and price limit
+
+        Args:
+            query: a keyword
+            max_price: the highest price
+        """
+        return run_tool("search_products", {"query": query, "max_price": max_price})
+
+    agent = Agent(
+        model=ScriptedModel(),
+        tools=[get_order, search_products],
+        name=spec["agent_name"],
+        system_prompt=SYSTEM_PROMPT,
+        trace_attributes={"session.id": spec["conversation_id"]},
+        callback_handler=None,
+    )
+    for index, turn in enumerate(spec["turns"]):
+        tools.turn = index
+        agent(turn["user"])
+    for executed in tools.executed:
+        executed["id"] = given[_key(executed["name"], executed["arguments"])]
+
+
 PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
+    "strands": run_strands,
+    "strands-latest": run_strands,
+    "strands-attributes": run_strands,
     "openai-v2": run_openai_v2,
     "openai-v2-events": run_openai_v2,
     "openai-v2+spanscore": run_openai_v2,

@@ -31,6 +31,8 @@ from typing import Any
 
 import orjson
 
+from spanscore.lake.schema import AGENT_OPERATIONS
+
 # Extracted fields, in the order `extract` returns them (the collector's row layout).
 FIELDS = (
     "conversation_id",
@@ -124,7 +126,81 @@ def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
     }
 
 
+# --- provider-shaped content ------------------------------------------------------------------
+# Producers that pass their provider's content through put it in messages as is: Bedrock
+# Converse blocks (Strands: `{"text"}`, `{"toolUse"}`, `{"toolResult"}`), Anthropic blocks
+# (`{"type": "text" | "tool_use" | "tool_result"}`, OpenAI's text parts too), google.genai
+# `Content` (`{"parts": [{"text"}, {"function_call"}, {"function_response"}]}`). Read here,
+# once, into the canonical message's text, tool calls and tool results.
+
+
+def unwrap_result(value: Any) -> Any:
+    """A tool's output without its provider's wrapping: one text block (`[{"text": ...}]`,
+    `[{"type": "text", "text": ...}]`) is its text, parsed when it is JSON; one `{"json": v}`
+    block is `v`. Anything else is kept as it is."""
+    parsed = _loads(value)
+    if isinstance(parsed, list) and len(parsed) == 1 and isinstance(parsed[0], dict):
+        block = parsed[0]
+        if "json" in block and len(block) == 1:
+            return block["json"]
+        text = block.get("text")
+        if isinstance(text, str) and set(block) <= {"text", "type"}:
+            return _loads(text)
+    return parsed
+
+
+def _block_result(content: Any) -> Any:
+    return unwrap_result(content) if isinstance(content, list) else _loads(content)
+
+
+def content_blocks(value: Any) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(texts, tool calls, tool results) of a provider's content: a list of blocks, or a
+    google.genai `Content` (a dict with `parts`)."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    if isinstance(value, dict) and isinstance(value.get("parts"), list):
+        value = value["parts"]
+    for block in value if isinstance(value, list) else []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        call = block.get("toolUse") or block.get("function_call") or block.get("functionCall")
+        answer = (
+            block.get("toolResult")
+            or block.get("function_response")
+            or block.get("functionResponse")
+        )
+        if isinstance(block.get("text"), str) and kind in (None, "text"):
+            texts.append(block["text"])
+        elif isinstance(call, dict):
+            calls.append(
+                _call(
+                    call.get("toolUseId") or call.get("id"),
+                    call.get("name"),
+                    call.get("input", call.get("args")),
+                )
+            )
+        elif kind == "tool_use":
+            calls.append(_call(block.get("id"), block.get("name"), block.get("input")))
+        elif isinstance(answer, dict):
+            result = answer.get("content", answer.get("response"))
+            results.append(
+                {"id": answer.get("toolUseId") or answer.get("id"), "result": _block_result(result)}
+            )
+        elif kind == "tool_result":
+            results.append(
+                {"id": block.get("tool_use_id"), "result": _block_result(block.get("content"))}
+            )
+    return texts, calls, results
+
+
 # --- OpenTelemetry GenAI ---------------------------------------------------------------------
+
+
+# The event carrying whole message lists (`gen_ai.input.messages` / `gen_ai.output.messages`),
+# as a log record or a span event.
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 
 
 def _genai_message(message: Any) -> Message | None:
@@ -146,7 +222,7 @@ def _genai_message(message: Any) -> Message | None:
         elif kind == "tool_call_response":
             # Producers send the tool's output as the text the model saw: parse it when it is
             # JSON, as the OpenInference and indexed readers do.
-            result = _loads(part.get("response", part.get("result")))
+            result = unwrap_result(part.get("response", part.get("result")))
             out.setdefault("tool_results", []).append({"id": part.get("id"), "result": result})
     if texts:
         out["text"] = "\n".join(texts)
@@ -180,6 +256,7 @@ def deprecated_event_message(name: str, payload: Mapping[str, Any]) -> tuple[str
     }.get(name)
     source: Mapping[str, Any] = payload
     side = "input"
+    message: Any = None
     if name == "gen_ai.choice":
         side, role = "output", "assistant"
         message = _loads(payload.get("message"))
@@ -187,11 +264,20 @@ def deprecated_event_message(name: str, payload: Mapping[str, Any]) -> tuple[str
     elif role is None:
         return None
     content = _loads(source.get("content"))
+    if isinstance(message, list | str):
+        content = message  # Strands: the choice's message is its content blocks, or the text
     out: Message = {
         "role": role,
         "text": content if isinstance(content, str) else None,
         "tool_calls": [],
     }
+    if isinstance(content, list | dict):
+        texts, calls_in_blocks, results_in_blocks = content_blocks(content)
+        out["text"] = "\n".join(texts) if texts else None
+        out["tool_calls"].extend(calls_in_blocks)
+        if results_in_blocks:
+            out["tool_results"] = results_in_blocks
+            return side, out
     # OpenLLMetry's gen_ai.choice events carry `tool_calls` beside `message`, not inside it
     calls = _loads(source.get("tool_calls", payload.get("tool_calls")))
     for call in calls if isinstance(calls, list) else []:
@@ -217,7 +303,13 @@ def genai_messages(
     outputs = _genai_list(attrs.get("gen_ai.output.messages"))
     if not inputs and not outputs:
         for event in events:
-            found = deprecated_event_message(str(event.get("name")), _event_payload(event))
+            name = str(event.get("name"))
+            if name == DETAILS_EVENT:  # the current form, as span events (Strands, say)
+                details = event.get("attributes") or {}
+                inputs.extend(_genai_list(details.get("gen_ai.input.messages")))
+                outputs.extend(_genai_list(details.get("gen_ai.output.messages")))
+                continue
+            found = deprecated_event_message(name, _event_payload(event))
             if found is not None:
                 (inputs if found[0] == "input" else outputs).append(found[1])
     return inputs, outputs
@@ -457,7 +549,16 @@ def summarize_messages(
     inputs: list[Message], outputs: list[Message]
 ) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]], str | None]:
     """(latest user message, tool calls requested, tool results received, response text)."""
-    user = next((m.get("text") for m in reversed(inputs) if m.get("role") == "user"), None)
+    # The latest user message with words: a user message may carry only tool results
+    # (Anthropic's and Bedrock's way of sending them back).
+    user = next(
+        (
+            m.get("text")
+            for m in reversed(inputs)
+            if m.get("role") == "user" and m.get("text") is not None
+        ),
+        None,
+    )
     if user is not None:
         for frame in USER_MESSAGE_FRAMES:
             if user.startswith(frame):
@@ -476,6 +577,28 @@ def summarize_messages(
                 requested.append(call)
     results = [r for m in inputs for r in m.get("tool_results", [])]
     return user, requested, results, ("\n".join(texts) if texts else None)
+
+
+def tool_span_events(events: Iterable[dict[str, Any]]) -> tuple[Any, Any]:
+    """(arguments, result) a tool span's events carry, for producers that put them there
+    rather than in attributes: Strands' `gen_ai.tool.message` (the input) and `gen_ai.choice`
+    (the output), or the two `gen_ai.client.inference.operation.details` events."""
+    arguments = result = None
+    for event in events:
+        name = event.get("name")
+        attributes = event.get("attributes") or {}
+        if name == "gen_ai.tool.message" and arguments is None:
+            arguments = attributes.get("content")
+        elif name == "gen_ai.choice" and result is None:
+            result = attributes.get("message")
+        elif name == DETAILS_EVENT:
+            for message in _genai_list(attributes.get("gen_ai.input.messages")):
+                for call in message["tool_calls"]:
+                    arguments = call["arguments"] if arguments is None else arguments
+            for message in _genai_list(attributes.get("gen_ai.output.messages")):
+                for answer in message.get("tool_results", []):
+                    result = answer["result"] if result is None else result
+    return arguments, result
 
 
 class Extractor:
@@ -551,6 +674,17 @@ class Extractor:
             out[2] = None  # the answer, read from the model call that asked for it
         if out[2] != "execute_tool":
             out[3] = out[4] = out[5] = out[6] = None  # tool fields only describe tool spans
+        else:
+            if (out[5] is None or out[6] is None) and events:
+                arguments, result = tool_span_events(events)
+                out[5] = out[5] if out[5] is not None else _as_text(arguments)
+                out[6] = out[6] if out[6] is not None else _as_text(result)
+            if out[6] is not None and out[6][:1] == "[":  # a provider's wrapping: unwrapped
+                out[6] = _as_text(unwrap_result(out[6]))
+        if out[2] in AGENT_OPERATIONS:
+            # An agent's span repeats its model calls' messages: it never adds requested calls
+            # or results (its user message and answer stay, for the turn).
+            out[8] = out[9] = None
         if out[5] is not None:  # tool arguments: JSON text, or a non-JSON value as a string
             out[5] = _json_text(unwrap_arguments(out[5]))
         if out[11] is None and is_error:

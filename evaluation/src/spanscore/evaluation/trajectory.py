@@ -36,7 +36,12 @@ import orjson
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
-from spanscore.lake.schema import ERROR_MESSAGE_SQL, SPAN_ORDER, SPANS_WITH_EVENTS
+from spanscore.lake.schema import (
+    AGENT_OPERATIONS,
+    ERROR_MESSAGE_SQL,
+    SPAN_ORDER,
+    SPANS_WITH_EVENTS,
+)
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -179,6 +184,15 @@ WITH {chosen}picked AS (
 SELECT {selected} FROM picked
 ORDER BY conversation_id, {order}
 """
+
+
+def is_model_call(r: SpanRow) -> bool:
+    """`spanscore.lake.schema.MODEL_CALL_SQL`, for one row (the views and the builder agree)."""
+    if r.operation == "chat":
+        return True
+    return (r.tool_calls_requested is not None or r.response_text is not None) and (
+        r.operation or ""
+    ) not in AGENT_OPERATIONS
 
 
 @dataclass
@@ -457,7 +471,7 @@ def build_trajectory(
             for key, value in zip(attribute_keys, r.attribute_values[n_tokens:], strict=False):
                 if value is not None and key not in attributes:
                     attributes[key] = parse_value(value)
-        if r.operation == "chat" or r.tool_calls_requested or r.response_text:
+        if is_model_call(r):
             has_model_calls = True
         if r.tool_results:
             for item in _json_list(r.tool_results, warnings, f"tool results of span {r.span_id}"):
@@ -500,7 +514,7 @@ def build_trajectory(
     open_requests: dict[int, list[ToolCall]] = {}
     group = 0
     for r in rows:
-        if r.operation == "chat" or r.tool_calls_requested or r.response_text:
+        if is_model_call(r):
             if current is None or (
                 r.user_message is not None and (r.user_message != last_user or answered)
             ):

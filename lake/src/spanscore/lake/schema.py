@@ -276,6 +276,15 @@ WHERE s.conversation_id = s.trace_id"""
 _RESOLVED = f"""
     resolved AS (SELECT s.*, s.conversation_id AS conv FROM {SPANS_WITH_EVENTS} s)"""
 
+# Spans of an agent, a workflow or an agent loop: they repeat what their model calls said, so
+# they are never model calls themselves, whatever messages they carry (the collector stores
+# no requested calls for them). One list, read by the collector, the views and the builder.
+AGENT_OPERATIONS = ("invoke_agent", "create_agent", "execute_event_loop_cycle", "workflow", "task")
+# Which spans are model calls (`models` below; `evaluation.trajectory.is_model_call`).
+MODEL_CALL_SQL = f"""(operation = 'chat' OR (
+    (tool_calls_requested IS NOT NULL OR response_text IS NOT NULL)
+    AND coalesce(operation, '') NOT IN ({", ".join(f"'{o}'" for o in AGENT_OPERATIONS)})))"""
+
 # The order of a conversation's spans, everywhere (the builder reads them in this order too).
 SPAN_ORDER = "start_time_unix_nano, end_time_unix_nano DESC, span_id"
 
@@ -294,8 +303,7 @@ _TURNS = f"""
                     THEN 1 ELSE 0 END AS starts_turn,
                row_number() OVER w AS model_order
         FROM resolved
-        WHERE operation = 'chat' OR tool_calls_requested IS NOT NULL
-            OR response_text IS NOT NULL
+        WHERE {MODEL_CALL_SQL}
         WINDOW w AS (PARTITION BY conv ORDER BY {SPAN_ORDER})
     ),
     model_turns AS (
