@@ -619,3 +619,91 @@ def test_provider_content_blocks_anthropic_and_google() -> None:
     assert unwrap_result([{"json": {"a": 1}}]) == {"a": 1}
     assert unwrap_result([{"text": "a"}, {"text": "b"}]) == [{"text": "a"}, {"text": "b"}]
     assert unwrap_result([{"text": "a", "cache": True}]) == [{"text": "a", "cache": True}]
+
+
+# --- Google ADK 2.13, its two schemas ----------------------------------------------------------
+
+
+def test_adk_legacy_call_llm_reads_genai_contents() -> None:
+    # ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1: the model call is `call_llm`, with the google.genai
+    # request and response; the session id is `gcp.vertex.agent.session_id`.
+    request = {
+        "model": "gemini",
+        "contents": [
+            {"role": "user", "parts": [{"text": "where is A?"}]},
+            {
+                "role": "model",
+                "parts": [{"function_call": {"id": "c1", "name": "get", "args": {}}}],
+            },
+            {
+                "role": "user",
+                "parts": [{"function_response": {"id": "c1", "name": "get", "response": {"a": 1}}}],
+            },
+        ],
+    }
+    response = {"content": {"role": "model", "parts": [{"text": "A is here."}]}}
+    out = extract(
+        {
+            "gen_ai.system": "gcp.vertex.agent",
+            "gcp.vertex.agent.session_id": "conv-adk",
+            "gcp.vertex.agent.llm_request": json.dumps(request),
+            "gcp.vertex.agent.llm_response": json.dumps(response),
+        },
+        "call_llm",
+    )
+    assert (out["convention"], out["operation"]) == ("adk", "chat")
+    assert out["conversation_id"] == "conv-adk"
+    # the tool results travel in a user message: the user's words are the earlier one
+    assert out["user_message"] == "where is A?"
+    assert out["tool_results"] == [{"id": "c1", "result": {"a": 1}}]
+    assert out["response_text"] == "A is here."
+
+
+def test_adk_legacy_tool_span_and_the_merged_span() -> None:
+    tool = extract(
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "get_order",
+            "gen_ai.tool.call.id": "c1",
+            "gcp.vertex.agent.tool_call_args": '{"order_id": "A"}',
+            "gcp.vertex.agent.tool_response": '{"status": "shipped"}',
+            "gcp.vertex.agent.llm_request": "{}",
+        },
+        "execute_tool get_order",
+    )
+    assert (tool["operation"], tool["tool_name"], tool["tool_call_id"]) == (
+        "execute_tool",
+        "get_order",
+        "c1",
+    )
+    assert tool["tool_arguments"] == {"order_id": "A"}
+    # The span wrapping the calls of one response, beside their own spans: no tool call.
+    merged = extract(
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "(merged tools)",
+            "gen_ai.tool.call.id": "event-1",
+            "gcp.vertex.agent.tool_call_args": "N/A",
+        },
+        "execute_tool (merged)",
+    )
+    assert merged["operation"] is None
+    assert merged["tool_name"] is None
+
+
+def test_elided_content_is_no_content() -> None:
+    # ADK's legacy per-message log records, with content capture off, say "<elided>".
+    from spanscore.collector.conventions import log_record_messages
+
+    assert log_record_messages("gen_ai.user.message", {}, {"content": "<elided>"}) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert log_record_messages("gen_ai.choice", {}, {"content": "<elided>", "index": 0}) == (
+        None,
+        None,
+        None,
+        None,
+    )

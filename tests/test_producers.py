@@ -21,6 +21,10 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   opentelemetry-semantic-conventions-ai 0.5.1, without traceloop-sdk.
 - smolagents: smolagents 1.26.0 (ToolCallingAgent, its own `OpenAIModel` with a scripted
   client answering from the plan) under openinference-instrumentation-smolagents 0.1.43.
+- adk, adk-legacy: google-adk 2.13.0 with google-genai 2.34.0 (opentelemetry-sdk 1.44.0, as
+  it resolves), a `BaseLlm` subclass scripted from the plan, in ADK's current schema (content
+  on spans: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY`) and its legacy one
+  (`ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1`).
 - strands, strands-latest, strands-attributes: strands-agents 1.62.0 with its own tracer
   (opentelemetry-sdk 1.45.1, as it resolves), a `Model` subclass scripted from the plan; the
   default conventions, `gen_ai_latest_experimental`, and that with
@@ -81,7 +85,7 @@ from spanscore.evaluation import load_trajectories
 from spanscore.examples.customer_service.scripted import Conversation, Turn
 from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy
 from spanscore.lake import connect
-from spanscore.lake.schema import SPANS_WITH_EVENTS
+from spanscore.lake.schema import MODEL_CALL_SQL, SPANS_WITH_EVENTS
 
 from .conftest import query
 
@@ -144,11 +148,18 @@ def sent_back(name: str, arguments: Any, producer: Producer | None = None) -> An
     producer sends it ({"error": ...} by default)."""
     outcome = OUTCOME[_key(name, arguments)]
     if "error" not in outcome:
-        return outcome["result"]
+        result = outcome["result"]
+        if producer and producer.wraps_non_dict_results and not isinstance(result, dict):
+            return {"result": result}
+        return result
     return producer.sent_error(outcome["error"]) if producer else {"error": outcome["error"]}
 
 
 # --- the producers ------------------------------------------------------------------------------
+
+
+# `Producer.log_events` of a producer sending a record per message with its content elided.
+PER_MESSAGE_ELIDED = "per-message, elided"
 
 
 @dataclass(frozen=True)
@@ -165,6 +176,7 @@ class Producer:
     messages_on_spans: bool = True  # False: the messages are only in its log records
     results_in_messages: bool = True  # False: the model sees results as text of its own
     error_sent: str | None = None  # how a failure is sent to the model (default: JSON)
+    wraps_non_dict_results: bool = False  # ADK: a result that is no dict goes as {"result": v}
 
     def sent_error(self, message: str) -> Any:
         """What the agent sends the model for a failed call (parsed)."""
@@ -282,6 +294,33 @@ PRODUCERS = {
             failed_tool_error_type="__main__.ToolError",
             log_events=None,
             results_in_messages=False,
+        ),
+        # Google ADK, its two schemas, one venv: the model call is a `generate_content` span
+        # (current) or a `call_llm` span reading google.genai `Content` (legacy).
+        Producer(
+            "adk",
+            convention="genai",
+            scope="gcp.vertex.agent",
+            spans_carry_conversation=False,
+            tool_spans=True,
+            tool_span_call_ids=True,
+            failed_tool_error_type="TOOL_ERROR",
+            # one per model call, even with content on the spans only (then without content)
+            log_events="gen_ai.client.inference.operation.details",
+            venv="adk",
+            wraps_non_dict_results=True,
+        ),
+        Producer(
+            "adk-legacy",
+            convention="adk",
+            scope="gcp.vertex.agent",
+            spans_carry_conversation=False,
+            tool_spans=True,
+            tool_span_call_ids=True,
+            failed_tool_error_type="TOOL_ERROR",
+            log_events=PER_MESSAGE_ELIDED,
+            venv="adk",
+            wraps_non_dict_results=True,
         ),
         # Strands Agents, its three convention settings, one venv. Messages are Bedrock
         # Converse content blocks (default) or the current GenAI form, on span events or
@@ -523,7 +562,7 @@ def model_calls(run: Run) -> list[dict[str, Any]]:
     rows = run.sql(
         f"""SELECT span_id, user_message, tool_calls_requested, tool_results, response_text,
                   convention, scope_name
-           FROM {source} s WHERE operation = 'chat' ORDER BY start_time_unix_nano"""
+           FROM {source} s WHERE {MODEL_CALL_SQL} ORDER BY start_time_unix_nano"""
     )
     return [
         {
@@ -573,6 +612,18 @@ def test_spans_arrive_read_as_the_producers_convention(run: Run) -> None:
     events = run.sql("SELECT event_name, span_id FROM logs ORDER BY time_unix_nano")
     if run.producer.log_events is None:
         assert events == []
+    elif run.producer.log_events == PER_MESSAGE_ELIDED:
+        # ADK's legacy schema: a record per message of each request, content "<elided>",
+        # tied to its generate_content spans (not model calls: they say nothing).
+        assert {e for e, _ in events} == {
+            "gen_ai.system.message",
+            "gen_ai.user.message",
+            "gen_ai.choice",
+        }
+        assert run.sql(
+            f"SELECT count(*) FROM {SPANS_WITH_EVENTS} s WHERE operation = 'generate_content' "
+            "AND (user_message IS NOT NULL OR response_text IS NOT NULL)"
+        ) == [(0,)]
     else:  # one record per model call, tied to its span
         assert [e for e, _ in events] == [run.producer.log_events] * len(calls)
         assert sorted(s for _, s in events) == sorted(c["span_id"] for c in calls)
@@ -590,7 +641,8 @@ def test_conversation_id_as_each_span_carries_it(run: Run) -> None:
             [CONVERSATION_ID],
         )
         assert stamped == [(len(spans),)]
-    if run.producer.spans_carry_conversation:
+    if run.producer.spans_carry_conversation or not run.producer.name.startswith("openai-v2"):
+        # ADK: its tool spans (and, legacy, its root) carry none, stored with their trace's.
         assert {s[4] for s in spans} == {CONVERSATION_ID}
         return
     # openai-v2: the id is on each turn's invoke_agent span (its trace's root) only; the other
@@ -689,7 +741,7 @@ def test_tool_spans(run: Run) -> None:
         else:
             assert status != "ERROR"
             assert error_type is None
-            assert _value(result) == outcome["result"]
+            assert _value(result) == sent_back(name, arguments, run.producer)
 
 
 def planned_calls() -> list[tuple[int, str, Any]]:

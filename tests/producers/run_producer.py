@@ -73,6 +73,10 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     "spanscore-agents": {},
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
     "smolagents": {},
+    # Google ADK: its current schema, content on the spans (ADK's default captures none);
+    # and its legacy schema, content in its `gcp.vertex.agent.*` attributes (on by default).
+    "adk": {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"},
+    "adk-legacy": {"ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN": "1"},
     # Strands Agents' three convention settings: per-message span events holding Bedrock
     # Converse blocks (default); the current GenAI form as span events; and as attributes.
     "strands": {},
@@ -686,7 +690,103 @@ def run_strands(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> Non
         executed["id"] = given[_key(executed["name"], executed["arguments"])]
 
 
+def run_adk(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    """Google ADK's `LlmAgent` under ADK's own tracing, in the schema `CONTENT_SWITCHES` pins.
+
+    The model is an ADK `BaseLlm` subclass answering from `spec["plan"]` with google.genai
+    `Content` (each turn's steps of parallel `function_call` parts, then the reply), so the
+    requests go through ADK's real flow, tool execution and tracing. A failing tool raises;
+    ADK's `on_tool_error_callback` sends the model `{"error": message}` (without one, ADK ends
+    the run). The conversation id is the ADK session's id.
+    """
+    import asyncio
+    import itertools
+
+    from google.adk.agents import LlmAgent
+    from google.adk.models import BaseLlm, LlmResponse
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    plan = {turn["user"]: turn for turn in spec["plan"]}
+    ids = itertools.count()
+    given: dict[str, str] = {}  # the call ids the model gave, by name and arguments
+    answered: dict[str, int] = {}  # model responses given so far, per user message
+
+    class ScriptedModel(BaseLlm):  # type: ignore[misc]
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            user = [
+                part.text
+                for content in llm_request.contents
+                if content.role == "user"
+                for part in content.parts or []
+                if part.text
+            ][-1]
+            turn = plan[user]
+            step = answered[user] = answered.get(user, -1) + 1
+            if step < len(turn["steps"]):
+                parts = []
+                for call in turn["steps"][step]:
+                    # not "adk-...": ADK takes those for its own ids and strips them
+                    call_id = given[_key(call["name"], call["arguments"])] = f"call_{next(ids)}"
+                    function_call = types.FunctionCall(
+                        id=call_id, name=call["name"], args=call["arguments"]
+                    )
+                    parts.append(types.Part(function_call=function_call))
+            else:
+                parts = [types.Part(text=turn["reply"])]
+            yield LlmResponse(content=types.Content(role="model", parts=parts))
+
+    def run_tool(name: str, arguments: dict[str, Any]) -> Any:
+        # The value itself: ADK sends one that is not a dict as {"result": value}.
+        try:
+            result = tools.call(name, arguments)
+        except ToolError as exc:
+            tools.record("", name, arguments, json.dumps({"error": str(exc)}), str(exc))
+            raise
+        tools.record("", name, arguments, result, None)
+        return json.loads(result)
+
+    def get_order(order_id: str) -> Any:
+        """Get order details by order ID"""
+        return run_tool("get_order", {"order_id": order_id})
+
+    def search_products(query: str, max_price: float) -> Any:
+        """Search the product catalog by keyword and price limit"""
+        return run_tool("search_products", {"query": query, "max_price": max_price})
+
+    def on_tool_error(tool: Any, args: Any, tool_context: Any, error: Exception) -> Any:
+        return {"error": str(error)}
+
+    agent = LlmAgent(
+        name=spec["agent_name"].replace("-", "_"),
+        model=ScriptedModel(model=spec["model"]),
+        tools=[get_order, search_products],
+        instruction=SYSTEM_PROMPT,
+        on_tool_error_callback=on_tool_error,
+    )
+    runner = InMemoryRunner(agent=agent, app_name="producer")
+
+    async def converse() -> None:
+        session = spec["conversation_id"]
+        await runner.session_service.create_session(
+            app_name="producer", user_id="user-1", session_id=session
+        )
+        for index, turn in enumerate(spec["turns"]):
+            tools.turn = index
+            message = types.Content(role="user", parts=[types.Part(text=turn["user"])])
+            async for _ in runner.run_async(
+                user_id="user-1", session_id=session, new_message=message
+            ):
+                pass
+
+    asyncio.run(converse())
+    for executed in tools.executed:
+        executed["id"] = given[_key(executed["name"], executed["arguments"])]
+
+
 PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
+    "adk": run_adk,
+    "adk-legacy": run_adk,
     "strands": run_strands,
     "strands-latest": run_strands,
     "strands-attributes": run_strands,

@@ -56,6 +56,7 @@ CONVERSATION_KEYS = (
     "gen_ai.conversation.id",
     "session.id",
     "traceloop.association.properties.session_id",
+    "gcp.vertex.agent.session_id",  # Google ADK's legacy schema
 )
 
 Message = dict[str, Any]
@@ -99,6 +100,9 @@ USER_MESSAGE_FRAMES = ("New task:\n",)
 # holding the answer (smolagents ends every run with `final_answer`). A requested call of one
 # is the model call's response text; the tool's own span is no tool call.
 ANSWER_TOOLS = {"final_answer": "answer"}
+# Tool spans that are no tool call: Google ADK wraps the calls of one model response in an
+# `execute_tool (merged)` span named so, beside each call's own span.
+NOT_TOOL_CALLS = frozenset({"(merged tools)"})
 
 
 def unwrap_arguments(value: Any) -> Any:
@@ -236,6 +240,11 @@ def _genai_list(raw: Any) -> list[Message]:
     return [m for m in (_genai_message(x) for x in data) if m is not None]
 
 
+# What some producers write in place of content they were told not to capture (Google ADK's
+# legacy per-message log records): no content, not the text "<elided>".
+ELIDED = "<elided>"
+
+
 def _event_payload(event: dict[str, Any]) -> dict[str, Any]:
     attrs = event.get("attributes") or {}
     content = attrs.get("gen_ai.event.content")
@@ -264,6 +273,8 @@ def deprecated_event_message(name: str, payload: Mapping[str, Any]) -> tuple[str
     elif role is None:
         return None
     content = _loads(source.get("content"))
+    if content == ELIDED or message == ELIDED:
+        return None
     if isinstance(message, list | str):
         content = message  # Strands: the choice's message is its content blocks, or the text
     out: Message = {
@@ -454,6 +465,36 @@ def traceloop_messages(
     return genai_messages(attrs, events)  # current OpenLLMetry releases write the GenAI form
 
 
+# --- Google ADK's legacy schema ----------------------------------------------------------------
+
+
+def _genai_contents(contents: Any) -> list[Message]:
+    """google.genai `Content` objects (role `user` / `model`) as canonical messages."""
+    messages = []
+    for content in contents if isinstance(contents, list) else []:
+        if not isinstance(content, dict):
+            continue
+        texts, calls, results = content_blocks(content)
+        role = "assistant" if content.get("role") == "model" else content.get("role")
+        message: Message = {"role": role, "text": "\n".join(texts) or None, "tool_calls": calls}
+        if results:
+            message["tool_results"] = results
+        messages.append(message)
+    return messages
+
+
+def adk_messages(
+    attrs: Mapping[str, Any], events: list[dict[str, Any]]
+) -> tuple[list[Message], list[Message]]:
+    """`gcp.vertex.agent.llm_request` (a google.genai request: `contents`) and `.llm_response`
+    (`content`) of ADK's `call_llm` span (ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1)."""
+    request = _loads(attrs.get("gcp.vertex.agent.llm_request"))
+    response = _loads(attrs.get("gcp.vertex.agent.llm_response"))
+    inputs = _genai_contents(request.get("contents")) if isinstance(request, dict) else []
+    outputs = _genai_contents([response.get("content")]) if isinstance(response, dict) else []
+    return inputs, outputs
+
+
 # --- the conventions -------------------------------------------------------------------------
 
 OPENINFERENCE = Convention(
@@ -519,7 +560,26 @@ GENAI = Convention(
     operation_from_name={"execute_tool": "execute_tool", "invoke_agent": "invoke_agent"},
 )
 
-CONVENTIONS: tuple[Convention, ...] = (OPENINFERENCE, TRACELOOP, GENAI)
+# Google ADK with ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1 (its legacy schema): content in
+# `gcp.vertex.agent.*` attributes, the model call a `call_llm` span without an operation. Its
+# current schema is the GenAI form above.
+ADK_LEGACY = Convention(
+    name="adk",
+    markers=("gcp.vertex.agent.llm_request", "gcp.vertex.agent.tool_call_args"),
+    keys={
+        "agent_name": ("gen_ai.agent.name",),
+        "operation": ("gen_ai.operation.name",),
+        "tool_name": ("gen_ai.tool.name",),
+        "tool_call_id": ("gen_ai.tool.call.id",),
+        "tool_arguments": ("gcp.vertex.agent.tool_call_args", "gen_ai.tool.call.arguments"),
+        "tool_result": ("gcp.vertex.agent.tool_response", "gen_ai.tool.call.result"),
+        "error_type": ("error.type",),
+    },
+    messages=adk_messages,
+    operation_from_name={"call_llm": "chat", "execute_tool": "execute_tool"},
+)
+
+CONVENTIONS: tuple[Convention, ...] = (OPENINFERENCE, TRACELOOP, ADK_LEGACY, GENAI)
 
 
 # --- reading one span ------------------------------------------------------------------------
@@ -670,8 +730,8 @@ class Extractor:
                     out[10] = text
             out[12] = convention.name
             break
-        if out[2] == "execute_tool" and out[3] in ANSWER_TOOLS:
-            out[2] = None  # the answer, read from the model call that asked for it
+        if out[2] == "execute_tool" and (out[3] in ANSWER_TOOLS or out[3] in NOT_TOOL_CALLS):
+            out[2] = None  # the answer, read from the model call that asked for it; or none
         if out[2] != "execute_tool":
             out[3] = out[4] = out[5] = out[6] = None  # tool fields only describe tool spans
         else:

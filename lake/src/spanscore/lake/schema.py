@@ -208,12 +208,16 @@ TABLES: dict[str, tuple[Column, ...]] = {
 #   name and order; a tool span joined to no request is a call of its own. A joined call takes
 #   the span's arguments and result where the span has them, else the messages'. The calls one
 #   model response requested share a `parallel_group`.
-# A failed span's error message, beside its type: the status description, else the
-# `exception.message` of its first exception event (where record_exception put it). One rule
+# A failed span's error message, beside its type: the status description (unless it only
+# repeats the type, as Google ADK's does), else the `exception.message` of its first exception
+# event (where record_exception put it), else the `error` of a result shaped `{"error": ...}`
+# (ADK's tools report failures so), else the status description. One rule
 # for the `tool_calls` view and the trajectory builder; `s` is the spans' alias.
 ERROR_MESSAGE_SQL = """CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL THEN
-    coalesce(s.status_message, list_filter(from_json(s.events, '["JSON"]'),
-        lambda e: e->>'$.name' = 'exception')[1]->>'$.attributes."exception.message"') END"""
+    coalesce(nullif(s.status_message, s.error_type), list_filter(from_json(s.events, '["JSON"]'),
+        lambda e: e->>'$.name' = 'exception')[1]->>'$.attributes."exception.message"',
+        CASE WHEN json_valid(s.tool_result) THEN s.tool_result->>'$.error' END,
+        s.status_message) END"""
 
 _CALLS_TYPE = """'[{"id": "VARCHAR", "name": "VARCHAR", "arguments": "JSON"}]'"""
 _RESULTS_TYPE = """'[{"id": "VARCHAR", "result": "JSON"}]'"""
@@ -279,7 +283,14 @@ _RESOLVED = f"""
 # Spans of an agent, a workflow or an agent loop: they repeat what their model calls said, so
 # they are never model calls themselves, whatever messages they carry (the collector stores
 # no requested calls for them). One list, read by the collector, the views and the builder.
-AGENT_OPERATIONS = ("invoke_agent", "create_agent", "execute_event_loop_cycle", "workflow", "task")
+AGENT_OPERATIONS = (
+    "invoke_agent",
+    "create_agent",
+    "invoke_workflow",
+    "execute_event_loop_cycle",
+    "workflow",
+    "task",
+)
 # Which spans are model calls (`models` below; `evaluation.trajectory.is_model_call`).
 MODEL_CALL_SQL = f"""(operation = 'chat' OR (
     (tool_calls_requested IS NOT NULL OR response_text IS NOT NULL)
