@@ -112,6 +112,10 @@ def exported(collector: Collector, lake_dir: Path, clean: None) -> tuple[Path, l
     instrumentation.uninstrument()
     # 4 model calls, 3 tool runs
     wait_for(lambda: query(lake_dir, "SELECT count(*) FROM spans") == [(7,)])
+    # Each model call once, by the LangChain shim that sees it first (not by the openai one).
+    assert query(
+        lake_dir, "SELECT scope_name, count(*) FROM spans WHERE operation = 'chat' GROUP BY 1"
+    ) == [("spanscore.instrumentation.langchain", 4)]
     return lake_dir, messages
 
 
@@ -170,6 +174,91 @@ def test_trajectory_of_the_two_turns(exported: tuple[Path, list[Any]]) -> None:
     assert MISSING in str(trajectory.tool_calls[1].result)  # what ToolNode sent the model
     groups = [c.parallel_group for c in trajectory.tool_calls]
     assert groups[0] == groups[1] != groups[2]
+
+
+# --- a chat model that is not ChatOpenAI ------------------------------------------------------
+
+
+def scripted_chat_model() -> Any:
+    """A LangChain chat model of no provider the `openai` shim sees (as ChatAnthropic,
+    ChatBedrock, ChatOllama are): langchain-core's own fake model, answering the plan's AI
+    messages (tool calls with the provider's ids, Anthropic-style content blocks, usage)."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    def calls(step: int, names: list[tuple[str, dict[str, Any]]]) -> AIMessage:
+        return AIMessage(
+            content=[{"type": "text", "text": "Let me check."}] if step == 0 else "",
+            tool_calls=[
+                {"name": n, "args": a, "id": f"toolu_{step}{i}", "type": "tool_call"}
+                for i, (n, a) in enumerate(names)
+            ],
+            usage_metadata={"input_tokens": 20, "output_tokens": 5, "total_tokens": 25},
+        )
+
+    answers = iter(
+        [
+            calls(
+                0,
+                [("get_order", {"order_id": "ORD-1001"}), ("get_order", {"order_id": "ORD-9999"})],
+            ),
+            AIMessage(content=REPLY_1),
+            calls(1, [("search_products", SEARCH)]),
+            AIMessage(content=[{"type": "text", "text": REPLY_2}]),
+        ]
+    )
+
+    class ScriptedChatModel(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    return ScriptedChatModel(messages=answers)
+
+
+def test_a_chat_model_of_another_provider_is_recorded(
+    collector: Collector, lake_dir: Path, clean: None
+) -> None:
+    """Before, only ChatOpenAI's calls were recorded (by the openai shim): with any other
+    provider the conversation had tool calls but no user message, no answer, no turns."""
+    instrumentation.instrument(
+        tracer_provider=TracerProvider(), endpoint=f"http://127.0.0.1:{collector.http_port}"
+    )
+    tools = ToolNode([get_order, search_products], handle_tool_errors=True)
+    agent = create_react_agent(scripted_chat_model(), tools, checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": THREAD}}
+    for user in (TURN_1, TURN_2):
+        agent.invoke({"messages": [{"role": "user", "content": user}]}, config)
+    instrumentation.uninstrument()
+    wait_for(lambda: query(lake_dir, "SELECT count(*) FROM spans") == [(7,)])
+    models = query(
+        lake_dir,
+        """SELECT name, user_message, tool_calls_requested, response_text, conversation_id
+           FROM spans WHERE operation = 'chat' ORDER BY start_time_unix_nano""",
+    )
+    assert [(m[1], m[3], m[4]) for m in models] == [
+        (TURN_1, "Let me check.", THREAD),
+        (TURN_1, REPLY_1, THREAD),
+        (TURN_2, None, THREAD),
+        (TURN_2, REPLY_2, THREAD),
+    ]
+    assert json.loads(models[0][2]) == [
+        {"id": "toolu_00", "name": "get_order", "arguments": {"order_id": "ORD-1001"}},
+        {"id": "toolu_01", "name": "get_order", "arguments": {"order_id": "ORD-9999"}},
+    ]
+    trajectory = load_trajectory(open_lake(lake_dir), THREAD)
+    assert trajectory is not None
+    assert trajectory.warnings == []
+    assert [(t.user_message, t.final_response) for t in trajectory.turns] == [
+        (TURN_1, REPLY_1),
+        (TURN_2, REPLY_2),
+    ]
+    assert [(c.name, c.call_id, c.source) for c in trajectory.tool_calls] == [
+        ("get_order", "toolu_00", "span+messages"),
+        ("get_order", "toolu_01", "span+messages"),
+        ("search_products", "toolu_10", "span+messages"),
+    ]
+    assert MISSING in (trajectory.tool_calls[1].error_message or "")
+    assert trajectory.tool_calls[0].parallel_group == trajectory.tool_calls[1].parallel_group
 
 
 # --- the handler alone ---------------------------------------------------------------------------

@@ -29,10 +29,14 @@ Conversation: a thread id in the run's metadata (`thread_id`, which LangGraph co
 `configurable.thread_id`; else `conversation_id` or `session_id`) becomes
 `gen_ai.conversation.id` (a surrounding `conversation()` block wins).
 
-Model calls are not recorded here: a model backed by the `openai` client (`ChatOpenAI`) is
-recorded by the OpenAI client shim, with the tool calls it requested and their ids; while a
-chat model runs, the run's thread id is handed to that shim's span (a context variable set in
-`on_chat_model_start`, reset in `on_llm_end` / `on_llm_error`).
+Chat model runs (`on_chat_model_start` / `on_llm_end` / `on_llm_error`), whatever the provider
+(`ChatOpenAI`, `ChatAnthropic`, `ChatBedrock`, `ChatGoogleGenerativeAI`, `ChatOllama`, ...),
+become `chat {model}` spans: `gen_ai.request.model` and `gen_ai.provider.name` (LangChain's
+`ls_model_name` / `ls_provider`), `gen_ai.input.messages` and `gen_ai.output.messages` in the
+GenAI form (text, `tool_call` parts with LangChain's call ids, `tool_call_response` parts), the
+token usage, and the thread id. This shim sees the call first, so it records it: while the
+model runs, the `openai` client shim records nothing (`_model.recorded_by_framework`), and a
+`ChatOpenAI` call is recorded once.
 
 The handler runs inline (`run_inline`), never raises (every callback is guarded and logs),
 and keeps at most `MAX_OPEN` unfinished tool spans.
@@ -42,7 +46,9 @@ Supported: langchain-core >= 0.3, < 2 (tested with 1.7.2, LangGraph 1.2.22).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -52,7 +58,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
-from . import _versions
+from . import _model, _versions
 from ._content import content_policy
 from ._conversation import reset_ambient_conversation, set_ambient_conversation
 from ._tool import as_json_text, error_type, framework_run_ended, framework_run_started
@@ -122,7 +128,7 @@ class SpanscoreCallbackHandler:
         self._tracer = tracer
         self._lock = threading.Lock()
         self._spans: OrderedDict[Any, Span] = OrderedDict()
-        self._ambient: OrderedDict[Any, contextvars.Token[str | None]] = OrderedDict()
+        self._models: OrderedDict[Any, tuple[Span, list[Any]]] = OrderedDict()
         self._marks: OrderedDict[Any, contextvars.Token[Any]] = OrderedDict()
         self.enabled = True
 
@@ -156,33 +162,81 @@ class SpanscoreCallbackHandler:
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """The model's client call comes next, in this context: it takes the run's thread id
-        (the OpenAI client shim's `chat` span is stamped with it) until the model ends."""
+        """The model call's span; the provider's client call comes next, in this context: it
+        takes the run's thread id and records nothing of its own until the model ends."""
         if not self.enabled:
             return
         try:
-            conversation_id = conversation_of(metadata)
-            if conversation_id is not None:
-                token = set_ambient_conversation(conversation_id)
-                with self._lock:
-                    self._ambient[run_id] = token
-                    while len(self._ambient) > MAX_OPEN:
-                        self._ambient.popitem(last=False)
+            self._model_started(messages, run_id, metadata, kwargs)
         except Exception:
             log.warning("langchain shim: on_chat_model_start failed", exc_info=True)
 
     def on_llm_end(self, response: Any, *, run_id: Any, **kwargs: Any) -> None:
-        self._model_ended(run_id)
+        self._model_ended(run_id, response, None)
 
     def on_llm_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
-        self._model_ended(run_id)
+        self._model_ended(run_id, None, error)
 
-    def _model_ended(self, run_id: Any) -> None:
+    def _model_started(
+        self, messages: Any, run_id: Any, metadata_: Any, kwargs: Mapping[str, Any]
+    ) -> None:
+        conversation_id = conversation_of(metadata_)
+        params = kwargs.get("invocation_params")
+        model = (
+            _get(metadata_, "ls_model_name") or _get(params, "model") or _get(params, "model_name")
+        )
+        history = messages[0] if isinstance(messages, list) and messages else []
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": model,
+            "gen_ai.provider.name": _get(metadata_, "ls_provider"),
+            "gen_ai.conversation.id": conversation_id,
+            "gen_ai.input.messages": content_policy().record(
+                "messages", json.dumps(genai_messages(history), default=str)
+            ),
+        }
+        span = self._tracer.start_span(
+            f"chat {model}" if model else "chat",
+            kind=SpanKind.CLIENT,
+            attributes={k: v for k, v in attributes.items() if v is not None},
+        )
+        tokens: list[Any] = [_model.recorded_by_framework.set(True)]
+        if conversation_id is not None:
+            tokens.append(set_ambient_conversation(conversation_id))
+        with self._lock:
+            self._models[run_id] = (span, tokens)
+            overflow = (
+                [
+                    self._models.popitem(last=False)[1][0]
+                    for _ in range(len(self._models) - MAX_OPEN)
+                ]
+                if len(self._models) > MAX_OPEN
+                else []
+            )
+        for stale in overflow:
+            stale.end()
+
+    def _model_ended(self, run_id: Any, response: Any, error: BaseException | None) -> None:
         try:
             with self._lock:
-                token = self._ambient.pop(run_id, None)
-            if token is not None:
-                reset_ambient_conversation(token)
+                span, tokens = self._models.pop(run_id, (None, []))
+            for token in reversed(tokens):  # in this context: the run's callbacks run inline
+                with contextlib.suppress(ValueError):
+                    if token.var is _model.recorded_by_framework:
+                        _model.recorded_by_framework.reset(token)
+                    else:
+                        reset_ambient_conversation(token)
+            if span is None:
+                return
+            try:
+                if error is not None:
+                    span.set_attribute("error.type", error_type(error))
+                    span.set_status(Status(StatusCode.ERROR, str(error) or None))
+                    return
+                for key, value in model_output_attributes(response).items():
+                    span.set_attribute(key, value)
+            finally:
+                span.end()
         except Exception:
             log.warning("langchain shim: on_llm_end failed", exc_info=True)
 
@@ -268,10 +322,88 @@ class SpanscoreCallbackHandler:
 
     def end_all(self) -> None:
         with self._lock:
-            spans = list(self._spans.values())
+            spans = list(self._spans.values()) + [span for span, _ in self._models.values()]
             self._spans.clear()
+            self._models.clear()
         for span in spans:
             span.end()
+
+
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+
+
+def _text(content: Any) -> str | None:
+    """A message's text: a string, or the text blocks of a list of content blocks."""
+    if isinstance(content, str):
+        return content or None
+    if isinstance(content, list):
+        texts = [
+            block if isinstance(block, str) else block.get("text")
+            for block in content
+            if isinstance(block, str) or (isinstance(block, dict) and block.get("type") == "text")
+        ]
+        return "\n".join(t for t in texts if isinstance(t, str)) or None
+    return None
+
+
+def genai_messages(messages: Any) -> list[dict[str, Any]]:
+    """LangChain messages in the GenAI form (`{"role", "parts"}`), whatever the provider."""
+    out = []
+    for message in messages if isinstance(messages, list) else []:
+        kind = getattr(message, "type", None)
+        parts: list[dict[str, Any]] = []
+        if kind == "tool":
+            content = message.content
+            parts.append(
+                {
+                    "type": "tool_call_response",
+                    "id": getattr(message, "tool_call_id", None),
+                    "response": content if isinstance(content, str) else _text(content),
+                }
+            )
+        else:
+            text = _text(getattr(message, "content", None))
+            if text is not None:
+                parts.append({"type": "text", "content": text})
+            for call in getattr(message, "tool_calls", None) or []:
+                parts.append(
+                    {
+                        "type": "tool_call",
+                        "id": _get(call, "id"),
+                        "name": _get(call, "name"),
+                        "arguments": _get(call, "args"),
+                    }
+                )
+        out.append({"role": _ROLES.get(str(kind), str(kind)), "parts": parts})
+    return out
+
+
+def model_output_attributes(response: Any) -> dict[str, Any]:
+    """A chat model run's answer (`LLMResult`): its output messages and token usage."""
+    generations = _get(response, "generations") or []
+    first = generations[0][0] if generations and generations[0] else None
+    message = _get(first, "message")
+    if message is None:
+        return {}
+    output = genai_messages([message])
+    reason = _get(_get(message, "response_metadata") or {}, "finish_reason") or _get(
+        _get(first, "generation_info") or {}, "finish_reason"
+    )
+    if reason:
+        output[0]["finish_reason"] = str(reason)
+    attributes: dict[str, Any] = {
+        "gen_ai.output.messages": content_policy().record(
+            "messages", json.dumps(output, default=str)
+        ),
+    }
+    usage = _get(message, "usage_metadata") or {}
+    for source, target in (
+        ("input_tokens", "gen_ai.usage.input_tokens"),
+        ("output_tokens", "gen_ai.usage.output_tokens"),
+    ):
+        if isinstance(_get(usage, source), int):
+            attributes[target] = _get(usage, source)
+    return {k: v for k, v in attributes.items() if v is not None}
 
 
 def _has(span: Span, key: str) -> bool:

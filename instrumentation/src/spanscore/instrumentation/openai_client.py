@@ -55,7 +55,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
-from . import _tool, _versions
+from . import _model, _tool, _versions
 from ._content import content_policy
 from .openai_agents import _get, _usage_attributes, chat_messages, responses_output
 from .openai_agents import responses_input_messages as _responses_input
@@ -467,7 +467,7 @@ def _inside_agents_model_span() -> bool:
 def _begin(tracer: Tracer, api: str, instance: Any, kwargs: Mapping[str, Any]) -> ModelCall | None:
     """The call's span, made current; None when it is not recorded (or our code failed)."""
     try:
-        if _recording.get() or _inside_agents_model_span():
+        if _recording.get() or _model.recorded_by_framework.get() or _inside_agents_model_span():
             return None
         call = ModelCall(tracer, api, instance, kwargs)
         call.enter()
