@@ -707,3 +707,99 @@ def test_elided_content_is_no_content() -> None:
         None,
         None,
     )
+
+
+# --- the Vercel AI SDK (ai 6.0 `experimental_telemetry`; ai 7's legacy integration) -----------
+
+VERCEL_COMMON = {
+    "ai.telemetry.functionId": "shop",
+    "ai.telemetry.metadata.sessionId": "conv-v",
+    "ai.model.provider": "mock-provider",
+    "gen_ai.system": "mock-provider",
+    "gen_ai.request.model": "mock-model-id",
+}
+
+
+def test_vercel_model_call_span() -> None:
+    prompt = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "where are my orders?"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool-call", "toolCallId": "c0", "toolName": "get", "input": {"id": "A"}}
+            ],
+        },
+        {
+            "role": "tool",
+            "content": [
+                {
+                    "type": "tool-result",
+                    "toolCallId": "c0",
+                    "toolName": "get",
+                    "output": {"type": "json", "value": {"status": "shipped"}},
+                },
+                {
+                    "type": "tool-result",
+                    "toolCallId": "c9",
+                    "toolName": "cancel",
+                    "output": {"type": "error-text", "value": "already shipped"},
+                },
+            ],
+        },
+    ]
+    out = extract(
+        {
+            **VERCEL_COMMON,
+            "ai.operationId": "ai.generateText.doGenerate",
+            "ai.prompt.messages": json.dumps(prompt),
+            "ai.response.toolCalls": json.dumps(
+                [{"toolCallId": "c1", "toolName": "get", "input": '{"id": "B"}'}]
+            ),
+            "ai.response.text": "",
+        },
+        "ai.generateText.doGenerate",
+    )
+    assert (out["convention"], out["operation"]) == ("vercel-ai", "chat")
+    assert out["conversation_id"] == "conv-v"
+    assert out["agent_name"] == "shop"
+    assert out["user_message"] == "where are my orders?"
+    assert out["tool_calls_requested"] == [{"id": "c1", "name": "get", "arguments": {"id": "B"}}]
+    assert out["tool_results"] == [
+        {"id": "c0", "result": {"status": "shipped"}},
+        {"id": "c9", "result": "already shipped"},
+    ]
+    assert out["response_text"] is None
+
+
+def test_vercel_tool_span_and_the_whole_call() -> None:
+    tool = extract(
+        {
+            **VERCEL_COMMON,
+            "ai.operationId": "ai.toolCall",
+            "ai.toolCall.name": "get",
+            "ai.toolCall.id": "c1",
+            "ai.toolCall.args": '{"id": "B"}',
+            "ai.toolCall.result": '{"status": "shipped"}',
+        },
+        "ai.toolCall",
+    )
+    assert (tool["operation"], tool["tool_name"], tool["tool_call_id"]) == (
+        "execute_tool",
+        "get",
+        "c1",
+    )
+    assert tool["tool_arguments"] == {"id": "B"}
+    # The generateText span covers every step: an agent's span, never a model call.
+    whole = extract(
+        {
+            **VERCEL_COMMON,
+            "ai.operationId": "ai.generateText",
+            "ai.prompt": json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
+            "ai.response.text": "Both shipped.",
+        },
+        "ai.generateText",
+    )
+    assert whole["operation"] == "invoke_agent"
+    assert (whole["user_message"], whole["response_text"]) == ("hi", "Both shipped.")
+    assert whole["tool_calls_requested"] is None

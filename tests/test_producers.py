@@ -21,6 +21,12 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   opentelemetry-semantic-conventions-ai 0.5.1, without traceloop-sdk.
 - smolagents: smolagents 1.26.0 (ToolCallingAgent, its own `OpenAIModel` with a scripted
   client answering from the plan) under openinference-instrumentation-smolagents 0.1.43.
+- vercel-ai6, vercel-ai6-grpc: a Node project (tests/producers/node/vercel-ai6/package.json,
+  built by `npm install` under `.venv-producers/`) with ai 6.0.326 and the OpenTelemetry JS SDK
+  (@opentelemetry/sdk-trace 2.12.1, OTLP exporters 0.223.1), running run_vercel.mjs: the
+  SDK's `MockLanguageModelV3` scripted from the plan, `generateText` with
+  `experimental_telemetry`, exported over OTLP HTTP/protobuf and over gRPC. JavaScript has
+  one number type: the arguments it sends carry 100, not 100.0 (compared as numbers).
 - adk, adk-legacy: google-adk 2.13.0 with google-genai 2.34.0 (opentelemetry-sdk 1.44.0, as
   it resolves), a `BaseLlm` subclass scripted from the plan, in ADK's current schema (content
   on spans: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY`) and its legacy one
@@ -94,6 +100,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "tests" / "producers"
 RUNNER = HERE / "run_producer.py"
+NODE_RUNNER = HERE / "run_vercel.mjs"
 VENVS = ROOT / ".venv-producers"
 
 # --- the conversation ---------------------------------------------------------------------------
@@ -137,7 +144,18 @@ OUTCOMES: list[dict[str, Any]] = [
 
 
 def _key(name: str, arguments: Any) -> str:
-    return json.dumps([name, arguments], sort_keys=True)
+    return json.dumps([name, _integral(arguments)], sort_keys=True)
+
+
+def _integral(value: Any) -> Any:
+    """100.0 as 100: JSON from JavaScript has one number type (the Node producers)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
 
 
 OUTCOME = {_key(o["name"], o["arguments"]): o for o in OUTCOMES}
@@ -177,6 +195,8 @@ class Producer:
     results_in_messages: bool = True  # False: the model sees results as text of its own
     error_sent: str | None = None  # how a failure is sent to the model (default: JSON)
     wraps_non_dict_results: bool = False  # ADK: a result that is no dict goes as {"result": v}
+    protocol: str = "http"  # how it exports: OTLP "http" (Python: JSON-less protobuf) or "grpc"
+    node: bool = False  # a Node producer: tests/producers/node/<venv>/ and run_vercel.mjs
 
     def sent_error(self, message: str) -> Any:
         """What the agent sends the model for a failed call (parsed)."""
@@ -322,6 +342,26 @@ PRODUCERS = {
             venv="adk",
             wraps_non_dict_results=True,
         ),
+        # The Vercel AI SDK 6 (`experimental_telemetry`, scope `ai`), in Node with the
+        # OpenTelemetry JS SDK, over OTLP HTTP/protobuf and over gRPC. The failure reaches the
+        # model as an `error-text` tool result: its message.
+        *(
+            Producer(
+                name,
+                convention="vercel-ai",
+                scope="spanscore-producer",
+                spans_carry_conversation=True,
+                tool_spans=True,
+                tool_span_call_ids=True,
+                failed_tool_error_type="ToolError",  # its exception event's type
+                log_events=None,
+                venv="vercel-ai6",
+                error_sent="{}",
+                protocol=protocol,
+                node=True,
+            )
+            for name, protocol in (("vercel-ai6", "http"), ("vercel-ai6-grpc", "grpc"))
+        ),
         # Strands Agents, its three convention settings, one venv. Messages are Bedrock
         # Converse content blocks (default) or the current GenAI form, on span events or
         # attributes; its agent and loop-cycle spans repeat the model calls' messages.
@@ -377,17 +417,57 @@ class Venv:
     failed: str | None = None  # why it could not be built otherwise (pip's log)
     seconds: float = 0.0
     reused: bool = False
+    project: Path | None = None  # a Node producer's project (its node_modules)
 
 
 def build_venv(name: str) -> Venv:
-    """The producer's venv, reused when its requirements file (and Python) are unchanged."""
+    """The producer's venv, reused when its requirements file (and Python) are unchanged; for
+    a Node producer, its Node project (`node/<name>/package.json`)."""
     VENVS.mkdir(exist_ok=True)
     with (VENVS / f".{name}.lock").open("w") as lock:  # one builder at a time (other sessions)
         if os.name != "nt":
             import fcntl
 
             fcntl.flock(lock, fcntl.LOCK_EX)
+        if (HERE / "node" / name / "package.json").is_file():
+            return _build_node_project(name)
         return _build_venv(name)
+
+
+def _build_node_project(name: str) -> Venv:
+    """`npm install` of the pinned package.json into `.venv-producers/<name>-<hash>/`."""
+    started = time.monotonic()
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        return Venv(failed=f"the {name} producer needs Node.js and npm (node: {node}, npm: {npm})")
+    manifest = HERE / "node" / name / "package.json"
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=False)
+    digest = hashlib.sha256(manifest.read_bytes() + version.stdout.encode()).hexdigest()[:12]
+    target = VENVS / f"{name}-{digest}"
+    stamp = target / ".complete"
+    if stamp.is_file():
+        return Venv(Path(node), seconds=time.monotonic() - started, reused=True, project=target)
+    stale = re.compile(re.escape(name) + r"-[0-9a-f]{12}")
+    for old in VENVS.glob(f"{name}-*"):
+        if stale.fullmatch(old.name):
+            shutil.rmtree(old, ignore_errors=True)
+    target.mkdir(parents=True)
+    shutil.copy(manifest, target / "package.json")
+    install = subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=target,
+        capture_output=True,
+        text=True,
+        timeout=1000,
+    )
+    if install.returncode != 0:
+        log = install.stdout + install.stderr
+        shutil.rmtree(target, ignore_errors=True)
+        if any(m in log for m in ("ENOTFOUND", "ECONNREFUSED", "ETIMEDOUT", "EAI_AGAIN")):
+            return Venv(unreachable=f"package registry unreachable: cannot build {name}")
+        return Venv(failed=f"npm install of {manifest} failed:\n{log[-6000:]}")
+    stamp.write_text(manifest.read_text())
+    return Venv(Path(node), seconds=time.monotonic() - started, project=target)
 
 
 def _build_venv(name: str) -> Venv:
@@ -470,12 +550,17 @@ def runs() -> dict[str, Run]:
     return {}
 
 
-def run_producer(python: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """run_producer.py in the producer's venv; its transcript of executed tool calls."""
-    prefixes = ("OTEL_", "OPENAI_", "TRACELOOP_", "OPENINFERENCE_", "PYTHON")
+def run_producer(venv: Venv, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """run_producer.py in the producer's venv (run_vercel.mjs in a Node producer's project,
+    where its imports resolve); its transcript of executed tool calls."""
+    prefixes = ("OTEL_", "OPENAI_", "TRACELOOP_", "OPENINFERENCE_", "PYTHON", "NODE_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    runner = RUNNER
+    if venv.project is not None:
+        runner = venv.project / NODE_RUNNER.name
+        shutil.copy(NODE_RUNNER, runner)
     proc = subprocess.run(
-        [str(python), str(RUNNER)],
+        [str(venv.python), str(runner)],
         input=json.dumps(spec),
         capture_output=True,
         text=True,
@@ -510,6 +595,8 @@ def run(
             "producer": producer,
             "llm_base_url": llm.base_url,
             "otlp_endpoint": f"http://127.0.0.1:{collector.http_port}",
+            "otlp_grpc_endpoint": f"http://127.0.0.1:{collector.grpc_port}",
+            "protocol": PRODUCERS[producer].protocol,
             "service_name": f"producer-{producer}",
             "model": MODEL,
             "agent_name": AGENT,
@@ -533,7 +620,7 @@ def run(
             ),
             "outcomes": OUTCOMES,
         }
-        executed = run_producer(venv.python, spec)
+        executed = run_producer(venv, spec)
         assert not llm.errors, llm.errors
     planned = sorted(_key(n, a) for turn in PLAN.turns for step in turn.steps for n, a in step)
     assert sorted(_key(c["name"], c["arguments"]) for c in executed) == planned
@@ -862,7 +949,9 @@ def test_show(run: Run) -> None:
         call_id = run.call_id(name, arguments)
         (at,) = [i for i, line in enumerate(lines) if f" tool {name}  {call_id} " in line]
         assert ("[parallel group" in lines[at]) == (name == "get_order"), lines[at]
-        assert lines[at + 1].lstrip(" │") == f"args   {json.dumps(arguments)}"
+        shown_args = lines[at + 1].lstrip(" │")
+        assert shown_args.startswith("args   ")
+        assert json.loads(shown_args.removeprefix("args   ")) == arguments  # 100 == 100.0
         if "error" in OUTCOME[_key(name, arguments)] and run.producer.tool_spans:
             assert lines[at + 2].lstrip(" │").startswith("ERROR  "), lines[at + 2]
             assert MISSING in lines[at + 2]

@@ -57,6 +57,12 @@ CONVERSATION_KEYS = (
     "session.id",
     "traceloop.association.properties.session_id",
     "gcp.vertex.agent.session_id",  # Google ADK's legacy schema
+    # The Vercel AI SDK: the caller's `experimental_telemetry.metadata` (ai <= 6), or its
+    # `context` (ai 7's legacy integration)
+    "ai.telemetry.metadata.sessionId",
+    "ai.telemetry.metadata.conversationId",
+    "ai.settings.context.sessionId",
+    "ai.settings.context.conversationId",
 )
 
 Message = dict[str, Any]
@@ -187,6 +193,14 @@ def content_blocks(value: Any) -> tuple[list[str], list[dict[str, Any]], list[di
             )
         elif kind == "tool_use":
             calls.append(_call(block.get("id"), block.get("name"), block.get("input")))
+        elif kind == "tool-call":  # the Vercel AI SDK
+            arguments = block.get("input", block.get("args"))
+            calls.append(_call(block.get("toolCallId"), block.get("toolName"), arguments))
+        elif kind == "tool-result":
+            output = block.get("output", block.get("result"))
+            if isinstance(output, dict) and "type" in output and "value" in output:
+                output = output["value"]  # {"type": "json" | "text" | "error-text" | ..., ...}
+            results.append({"id": block.get("toolCallId"), "result": _loads(output)})
         elif isinstance(answer, dict):
             result = answer.get("content", answer.get("response"))
             results.append(
@@ -495,6 +509,61 @@ def adk_messages(
     return inputs, outputs
 
 
+# --- the Vercel AI SDK (ai <= 6 `experimental_telemetry`, ai 7 `LegacyOpenTelemetry`) ----------
+
+
+def _vercel_list(raw: Any) -> list[Message]:
+    messages = []
+    parsed = _loads(raw)
+    for message in parsed if isinstance(parsed, list) else []:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        out: Message = {"role": message.get("role"), "text": None, "tool_calls": []}
+        if isinstance(content, str):
+            out["text"] = content
+        else:
+            texts, calls, results = content_blocks(content)
+            out["text"] = "\n".join(texts) or None
+            out["tool_calls"] = calls
+            if results:
+                out["tool_results"] = results
+        messages.append(out)
+    return messages
+
+
+def vercel_messages(
+    attrs: Mapping[str, Any], events: list[dict[str, Any]]
+) -> tuple[list[Message], list[Message]]:
+    """A model call's `ai.prompt.messages`, and its answer: `ai.response.toolCalls` (input as
+    a JSON string or an object) and `ai.response.text`. The whole call's span has its
+    messages in `ai.prompt` (`{"messages": [...]}` or `{"prompt": "..."}`)."""
+    inputs = _vercel_list(attrs.get("ai.prompt.messages"))
+    if not inputs:
+        prompt = _loads(attrs.get("ai.prompt"))
+        if isinstance(prompt, dict):
+            inputs = _vercel_list(prompt.get("messages"))
+            if isinstance(prompt.get("prompt"), str):
+                inputs.append({"role": "user", "text": prompt["prompt"], "tool_calls": []})
+    calls = _loads(attrs.get("ai.response.toolCalls"))
+    text = attrs.get("ai.response.text")
+    requested = [
+        _call(c.get("toolCallId"), c.get("toolName"), c.get("input", c.get("args")))
+        for c in (calls if isinstance(calls, list) else [])
+        if isinstance(c, dict)
+    ]
+    outputs: list[Message] = []
+    if requested or isinstance(text, str):
+        outputs.append(
+            {
+                "role": "assistant",
+                "text": text if isinstance(text, str) and text else None,
+                "tool_calls": requested,
+            }
+        )
+    return inputs, outputs
+
+
 # --- the conventions -------------------------------------------------------------------------
 
 OPENINFERENCE = Convention(
@@ -579,7 +648,34 @@ ADK_LEGACY = Convention(
     operation_from_name={"call_llm": "chat", "execute_tool": "execute_tool"},
 )
 
-CONVENTIONS: tuple[Convention, ...] = (OPENINFERENCE, TRACELOOP, ADK_LEGACY, GENAI)
+# The Vercel AI SDK's own spans (scope `ai`): `ai.operationId` names what each is.
+_VERCEL_CALLS = ("generateText", "streamText", "generateObject", "streamObject")
+VERCEL = Convention(
+    name="vercel-ai",
+    markers=("ai.operationId",),
+    keys={
+        "agent_name": ("ai.telemetry.functionId",),
+        "tool_name": ("ai.toolCall.name",),
+        "tool_call_id": ("ai.toolCall.id",),
+        "tool_arguments": ("ai.toolCall.args", "ai.toolCall.input"),
+        "tool_result": ("ai.toolCall.result", "ai.toolCall.output"),
+        "error_type": ("error.type",),
+    },
+    operations=(
+        "ai.operationId",
+        {
+            "ai.toolCall": "execute_tool",
+            # the whole call, every step of it: an agent's span
+            **{f"ai.{name}": "invoke_agent" for name in _VERCEL_CALLS},
+            # one model call each
+            **{f"ai.{name}.doGenerate": "chat" for name in _VERCEL_CALLS},
+            **{f"ai.{name}.doStream": "chat" for name in _VERCEL_CALLS},
+        },
+    ),
+    messages=vercel_messages,
+)
+
+CONVENTIONS: tuple[Convention, ...] = (OPENINFERENCE, TRACELOOP, VERCEL, ADK_LEGACY, GENAI)
 
 
 # --- reading one span ------------------------------------------------------------------------

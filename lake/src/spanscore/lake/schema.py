@@ -297,7 +297,13 @@ MODEL_CALL_SQL = f"""(operation = 'chat' OR (
     AND coalesce(operation, '') NOT IN ({", ".join(f"'{o}'" for o in AGENT_OPERATIONS)})))"""
 
 # The order of a conversation's spans, everywhere (the builder reads them in this order too).
-SPAN_ORDER = "start_time_unix_nano, end_time_unix_nano DESC, span_id"
+# At the same start time a tool span comes after the rest: producers that stamp times to the
+# millisecond (the OpenTelemetry JS SDK under the Vercel AI SDK) start a model call and the
+# tool call it requested in the same millisecond, and the longer tool span came first.
+SPAN_ORDER = (
+    "start_time_unix_nano, operation IS NOT DISTINCT FROM 'execute_tool', "
+    "end_time_unix_nano DESC, span_id"
+)
 
 # Model calls with the turn each belongs to and the parallel group of what each requested;
 # `trace_turns` numbers the turns of conversations without model calls (a trace each).
