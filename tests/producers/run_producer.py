@@ -464,6 +464,30 @@ def run_spanscore_agents(spec: dict[str, Any], telemetry: Telemetry, tools: Tool
     _agents_conversation(spec, tools, nullcontext, RunConfig(group_id=spec["conversation_id"]))
 
 
+def planned_tools(decorate: Callable[[Any], Any], run_tool: Callable[..., Any]) -> list[Any]:
+    """The two tools, made by a framework's `@tool` (`decorate`: smolagents', Strands'), which
+    reads their signatures and docstrings; each answers through `run_tool(name, arguments)`."""
+
+    def get_order(order_id: str) -> str:
+        """Get order details by order ID
+
+        Args:
+            order_id: the order's id, like ORD-1001
+        """
+        return str(run_tool("get_order", {"order_id": order_id}))
+
+    def search_products(query: str, max_price: float) -> str:
+        """Search the product catalog by keyword and price limit
+
+        Args:
+            query: a keyword
+            max_price: the highest price
+        """
+        return str(run_tool("search_products", {"query": query, "max_price": max_price}))
+
+    return [decorate(get_order), decorate(search_products)]
+
+
 def run_smolagents(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
     """smolagents' ToolCallingAgent under OpenInference's smolagents instrumentation.
 
@@ -551,24 +575,7 @@ def run_smolagents(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> 
         tools.record("", name, arguments, result, None)
         return result
 
-    @tool
-    def get_order(order_id: str) -> str:
-        """Get order details by order ID
-
-        Args:
-            order_id: the order's id, like ORD-1001
-        """
-        return run_tool("get_order", {"order_id": order_id})
-
-    @tool
-    def search_products(query: str, max_price: float) -> str:
-        """Search the product catalog by keyword and price limit
-
-        Args:
-            query: a keyword
-            max_price: the highest price
-        """
-        return run_tool("search_products", {"query": query, "max_price": max_price})
+    get_order, search_products = planned_tools(tool, run_tool)
 
     agent = ToolCallingAgent(
         tools=[get_order, search_products],
@@ -656,24 +663,7 @@ def run_strands(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> Non
         tools.record("", name, arguments, result, None)
         return result
 
-    @tool
-    def get_order(order_id: str) -> str:
-        """Get order details by order ID
-
-        Args:
-            order_id: the order's id, like ORD-1001
-        """
-        return run_tool("get_order", {"order_id": order_id})
-
-    @tool
-    def search_products(query: str, max_price: float) -> str:
-        """Search the product catalog by keyword and price limit
-
-        Args:
-            query: a keyword
-            max_price: the highest price
-        """
-        return run_tool("search_products", {"query": query, "max_price": max_price})
+    get_order, search_products = planned_tools(tool, run_tool)
 
     agent = Agent(
         model=ScriptedModel(),

@@ -230,8 +230,7 @@ class SpanscoreCallbackHandler:
                 return
             try:
                 if error is not None:
-                    span.set_attribute("error.type", error_type(error))
-                    span.set_status(Status(StatusCode.ERROR, str(error) or None))
+                    _failed(span, error)
                     return
                 for key, value in model_output_attributes(response).items():
                     span.set_attribute(key, value)
@@ -305,8 +304,7 @@ class SpanscoreCallbackHandler:
             return
         try:
             if error is not None:
-                span.set_attribute("error.type", error_type(error))
-                span.set_status(Status(StatusCode.ERROR, str(error) or None))
+                _failed(span, error)
                 return
             result, call_id, handled_error = tool_output(output)
             if call_id and not _has(span, "gen_ai.tool.call.id"):
@@ -404,6 +402,11 @@ def model_output_attributes(response: Any) -> dict[str, Any]:
         if isinstance(_get(usage, source), int):
             attributes[target] = _get(usage, source)
     return {k: v for k, v in attributes.items() if v is not None}
+
+
+def _failed(span: Span, error: BaseException) -> None:
+    span.set_attribute("error.type", error_type(error))
+    span.set_status(Status(StatusCode.ERROR, str(error) or None))
 
 
 def _has(span: Span, key: str) -> bool:
