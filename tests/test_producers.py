@@ -27,6 +27,10 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   SDK's `MockLanguageModelV3` scripted from the plan, `generateText` with
   `experimental_telemetry`, exported over OTLP HTTP/protobuf and over gRPC. JavaScript has
   one number type: the arguments it sends carry 100, not 100.0 (compared as numbers).
+- vercel-ai7, vercel-ai7-legacy (each also -grpc): the same with ai 7.0.173 and @ai-sdk/otel
+  1.0.173 (tests/producers/node/vercel-ai7/package.json): its `OpenTelemetry` integration (the
+  GenAI form) and its `LegacyOpenTelemetry` (the `ai.*` spans of ai 6), `MockLanguageModelV4`,
+  the conversation id as `runtimeContext.sessionId`.
 - adk, adk-legacy: google-adk 2.13.0 with google-genai 2.34.0 (opentelemetry-sdk 1.44.0, as
   it resolves), a `BaseLlm` subclass scripted from the plan, in ADK's current schema (content
   on spans: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY`) and its legacy one
@@ -361,6 +365,47 @@ PRODUCERS = {
                 node=True,
             )
             for name, protocol in (("vercel-ai6", "http"), ("vercel-ai6-grpc", "grpc"))
+        ),
+        # The Vercel AI SDK 7 with @ai-sdk/otel's LegacyOpenTelemetry: the spans of ai 6, the
+        # conversation in `ai.settings.context.sessionId`.
+        *(
+            Producer(
+                name,
+                convention="vercel-ai",
+                scope="spanscore-producer",
+                spans_carry_conversation=True,
+                tool_spans=True,
+                tool_span_call_ids=True,
+                failed_tool_error_type="ToolError",
+                log_events=None,
+                venv="vercel-ai7",
+                error_sent="ToolError: {}",  # ai 7 sends the error's name with its message
+                protocol=protocol,
+                node=True,
+            )
+            for name, protocol in (
+                ("vercel-ai7-legacy", "http"),
+                ("vercel-ai7-legacy-grpc", "grpc"),
+            )
+        ),
+        # ... and its OpenTelemetry integration: the GenAI form, the conversation id only on
+        # the invoke_agent and step spans (the others take it from their trace).
+        *(
+            Producer(
+                name,
+                convention="genai",
+                scope="spanscore-producer",
+                spans_carry_conversation=False,
+                tool_spans=True,
+                tool_span_call_ids=True,
+                failed_tool_error_type="ToolError",
+                log_events=None,
+                venv="vercel-ai7",
+                error_sent="ToolError: {}",  # ai 7 sends the error's name with its message
+                protocol=protocol,
+                node=True,
+            )
+            for name, protocol in (("vercel-ai7", "http"), ("vercel-ai7-grpc", "grpc"))
         ),
         # Strands Agents, its three convention settings, one venv. Messages are Bedrock
         # Converse content blocks (default) or the current GenAI form, on span events or

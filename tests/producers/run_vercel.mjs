@@ -1,5 +1,11 @@
 // Run one scripted conversation under the Vercel AI SDK's telemetry; export over OTLP.
 //
+// Producers: `vercel-ai6*` (ai 6: `experimental_telemetry` with the tracer and `metadata`),
+// `vercel-ai7*` (ai 7: @ai-sdk/otel's `OpenTelemetry` integration, registered once, the GenAI
+// form) and `vercel-ai7-legacy*` (its `LegacyOpenTelemetry`: the `ai.*` spans of ai 6). In ai 7
+// the conversation id is the call's `runtimeContext.sessionId`, which the integrations record
+// as `ai.settings.context.sessionId` when told to (`runtimeContext: true`).
+//
 // The Node counterpart of run_producer.py (see tests/producers/README.md): it runs inside a
 // producer's own Node project (its node_modules), reads the same JSON document on stdin
 // (`producer`, `protocol`: "http" (OTLP HTTP/protobuf) or "grpc", `otlp_endpoint`,
@@ -11,8 +17,8 @@
 // tools below, which answer from `outcomes` (a planned failure throws a ToolError, which the
 // SDK sends to the model as an `error-text` tool result). Each turn passes the whole history
 // as `messages`; the conversation id is `experimental_telemetry.metadata.sessionId`.
-import { generateText, stepCountIs, tool } from 'ai';
-import { MockLanguageModelV3 } from 'ai/test';
+import * as ai from 'ai';
+import * as aiTest from 'ai/test';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { z } from 'zod';
@@ -73,6 +79,7 @@ function run(name, args, toolCallId) {
   return outcome.result;
 }
 
+const { generateText, stepCountIs, tool } = ai;
 const tools = {
   get_order: tool({
     description: 'Get order details by order ID',
@@ -93,7 +100,9 @@ const usage = {
   inputTokens: { total: 10, noCache: 10, cacheRead: 0, cacheWrite: 0 },
   outputTokens: { total: 5, text: 5, reasoning: 0 },
 };
-const model = new MockLanguageModelV3({
+const ai7 = spec.producer.startsWith('vercel-ai7');
+const MockModel = ai7 ? aiTest.MockLanguageModelV4 : aiTest.MockLanguageModelV3;
+const model = new MockModel({
   modelId: spec.model,
   doGenerate: async ({ prompt }) => {
     const users = prompt
@@ -116,6 +125,28 @@ const model = new MockLanguageModelV3({
   },
 });
 
+let telemetry;
+if (ai7) {
+  const otel = await import('@ai-sdk/otel');
+  const Integration = spec.producer.startsWith('vercel-ai7-legacy')
+    ? otel.LegacyOpenTelemetry
+    : otel.OpenTelemetry;
+  ai.registerTelemetry(new Integration({ tracer, runtimeContext: true }));
+  telemetry = {
+    runtimeContext: { sessionId: spec.conversation_id },
+    telemetry: { functionId: spec.agent_name, includeRuntimeContext: { sessionId: true } },
+  };
+} else {
+  telemetry = {
+    experimental_telemetry: {
+      isEnabled: true,
+      tracer,
+      functionId: spec.agent_name,
+      metadata: { sessionId: spec.conversation_id },
+    },
+  };
+}
+
 const messages = [];
 for (const [index, turn] of spec.turns.entries()) {
   turnIndex = index;
@@ -125,14 +156,10 @@ for (const [index, turn] of spec.turns.entries()) {
     tools,
     messages,
     stopWhen: stepCountIs(6),
-    experimental_telemetry: {
-      isEnabled: true,
-      tracer,
-      functionId: spec.agent_name,
-      metadata: { sessionId: spec.conversation_id },
-    },
+    ...telemetry,
   });
-  messages.push(...result.response.messages);
+  // every step's messages: ai 7's `response.messages` holds the last step's only
+  messages.push(...(ai7 ? result.responseMessages : result.response.messages));
 }
 await provider.forceFlush();
 await provider.shutdown();
