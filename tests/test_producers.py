@@ -31,6 +31,9 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   1.0.173 (tests/producers/node/vercel-ai7/package.json): its `OpenTelemetry` integration (the
   GenAI form) and its `LegacyOpenTelemetry` (the `ai.*` spans of ai 6), `MockLanguageModelV4`,
   the conversation id as `runtimeContext.sessionId`.
+- pydantic-ai, pydantic-ai-v2: pydantic-ai-slim 2.68.0 with its own instrumentation
+  (opentelemetry-sdk 1.45.2), `FunctionModel` scripted from the plan, instrumentation data
+  format 5 (current) and 2 (deprecated); the failure raised as `ModelRetry`.
 - adk, adk-legacy: google-adk 2.13.0 with google-genai 2.34.0 (opentelemetry-sdk 1.44.0, as
   it resolves), a `BaseLlm` subclass scripted from the plan, in ADK's current schema (content
   on spans: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY`) and its legacy one
@@ -318,6 +321,24 @@ PRODUCERS = {
             failed_tool_error_type="__main__.ToolError",
             log_events=None,
             results_in_messages=False,
+        ),
+        # Pydantic AI, its current instrumentation data format (5) and a deprecated one (2:
+        # `running tool` spans with `tool_arguments` / `tool_response`). A failure is sent to
+        # the model through `ModelRetry`: its message.
+        *(
+            Producer(
+                name,
+                convention="genai",
+                scope="pydantic-ai",
+                spans_carry_conversation=True,
+                tool_spans=True,
+                tool_span_call_ids=True,
+                failed_tool_error_type="pydantic_ai.exceptions.ToolRetryError",
+                log_events=None,
+                venv="pydantic-ai",
+                error_sent="{}",
+            )
+            for name in ("pydantic-ai", "pydantic-ai-v2")
         ),
         # Google ADK, its two schemas, one venv: the model call is a `generate_content` span
         # (current) or a `call_llm` span reading google.genai `Content` (legacy).

@@ -77,6 +77,8 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     # and its legacy schema, content in its `gcp.vertex.agent.*` attributes (on by default).
     "adk": {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"},
     "adk-legacy": {"ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN": "1"},
+    "pydantic-ai": {},
+    "pydantic-ai-v2": {},
     # Strands Agents' three convention settings: per-message span events holding Bedrock
     # Converse blocks (default); the current GenAI form as span events; and as attributes.
     "strands": {},
@@ -774,7 +776,80 @@ def run_adk(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
         executed["id"] = given[_key(executed["name"], executed["arguments"])]
 
 
+def run_pydantic_ai(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    """Pydantic AI's `Agent` under its own instrumentation, in the data format `version`
+    (`pydantic-ai`: 5, the current one; `pydantic-ai-v2`: 2, deprecated).
+
+    The model is Pydantic AI's `FunctionModel` answering from `spec["plan"]`; a failing tool
+    raises `ModelRetry` (Pydantic AI's way of sending the model an error: its message, as the
+    call's response). Each turn is `run_sync` with the history so far and the conversation id
+    (`conversation_id=`, recorded as `gen_ai.conversation.id`).
+    """
+    from pydantic_ai import Agent, ModelRetry
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, UserPromptPart
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    plan = {turn["user"]: turn for turn in spec["plan"]}
+    answered: dict[str, int] = {}
+    given: dict[str, str] = {}
+
+    def model(messages: list[Any], info: Any) -> Any:
+        users = [
+            part.content
+            for message in messages
+            for part in getattr(message, "parts", [])
+            if isinstance(part, UserPromptPart)
+        ]
+        turn = plan[users[-1]]
+        step = answered[turn["user"]] = answered.get(turn["user"], -1) + 1
+        if step >= len(turn["steps"]):
+            return ModelResponse(parts=[TextPart(turn["reply"])])
+        parts = []
+        for call in turn["steps"][step]:
+            call_id = given[_key(call["name"], call["arguments"])] = f"call_{len(given)}"
+            parts.append(ToolCallPart(call["name"], call["arguments"], tool_call_id=call_id))
+        return ModelResponse(parts=parts)
+
+    version = 2 if spec["producer"] == "pydantic-ai-v2" else 5
+    agent = Agent(FunctionModel(model), name=spec["agent_name"], system_prompt=SYSTEM_PROMPT)
+    agent.instrument = InstrumentationSettings(
+        version=version, tracer_provider=telemetry.tracer_provider, include_content=True
+    )
+
+    def run_tool(name: str, arguments: dict[str, Any]) -> Any:
+        try:
+            result = tools.call(name, arguments)
+        except ToolError as exc:
+            tools.record("", name, arguments, str(exc), str(exc))
+            raise ModelRetry(str(exc)) from exc
+        tools.record("", name, arguments, result, None)
+        return json.loads(result)
+
+    @agent.tool_plain
+    def get_order(order_id: str) -> Any:
+        """Get order details by order ID"""
+        return run_tool("get_order", {"order_id": order_id})
+
+    @agent.tool_plain
+    def search_products(query: str, max_price: float) -> Any:
+        """Search the product catalog by keyword and price limit"""
+        return run_tool("search_products", {"query": query, "max_price": max_price})
+
+    history: list[Any] = []
+    for index, turn in enumerate(spec["turns"]):
+        tools.turn = index
+        result = agent.run_sync(
+            turn["user"], message_history=history, conversation_id=spec["conversation_id"]
+        )
+        history = result.all_messages()
+    for executed in tools.executed:
+        executed["id"] = given[_key(executed["name"], executed["arguments"])]
+
+
 PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
+    "pydantic-ai": run_pydantic_ai,
+    "pydantic-ai-v2": run_pydantic_ai,
     "adk": run_adk,
     "adk-legacy": run_adk,
     "strands": run_strands,
