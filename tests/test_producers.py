@@ -367,66 +367,33 @@ PRODUCERS = {
             venv="adk",
             wraps_non_dict_results=True,
         ),
-        # The Vercel AI SDK 6 (`experimental_telemetry`, scope `ai`), in Node with the
-        # OpenTelemetry JS SDK, over OTLP HTTP/protobuf and over gRPC. The failure reaches the
-        # model as an `error-text` tool result: its message.
+        # The Vercel AI SDK in Node with the OpenTelemetry JS SDK, over OTLP HTTP/protobuf and
+        # over gRPC: ai 6 (`experimental_telemetry`); ai 7 with @ai-sdk/otel's
+        # LegacyOpenTelemetry (the spans of ai 6, the conversation in
+        # `ai.settings.context.sessionId`) and its OpenTelemetry integration (the GenAI form,
+        # the conversation id only on the invoke_agent and step spans: the others take it from
+        # their trace). A failure reaches the model as its message (ai 7: with the error's name).
         *(
             Producer(
-                name,
-                convention="vercel-ai",
+                f"{name}{suffix}",
+                convention=convention,
                 scope="spanscore-producer",
-                spans_carry_conversation=True,
+                spans_carry_conversation=carried,
                 tool_spans=True,
                 tool_span_call_ids=True,
                 failed_tool_error_type="ToolError",  # its exception event's type
                 log_events=None,
-                venv="vercel-ai6",
-                error_sent="{}",
+                venv=project,
+                error_sent=sent,
                 protocol=protocol,
                 node=True,
             )
-            for name, protocol in (("vercel-ai6", "http"), ("vercel-ai6-grpc", "grpc"))
-        ),
-        # The Vercel AI SDK 7 with @ai-sdk/otel's LegacyOpenTelemetry: the spans of ai 6, the
-        # conversation in `ai.settings.context.sessionId`.
-        *(
-            Producer(
-                name,
-                convention="vercel-ai",
-                scope="spanscore-producer",
-                spans_carry_conversation=True,
-                tool_spans=True,
-                tool_span_call_ids=True,
-                failed_tool_error_type="ToolError",
-                log_events=None,
-                venv="vercel-ai7",
-                error_sent="ToolError: {}",  # ai 7 sends the error's name with its message
-                protocol=protocol,
-                node=True,
+            for name, project, convention, carried, sent in (
+                ("vercel-ai6", "vercel-ai6", "vercel-ai", True, "{}"),
+                ("vercel-ai7-legacy", "vercel-ai7", "vercel-ai", True, "ToolError: {}"),
+                ("vercel-ai7", "vercel-ai7", "genai", False, "ToolError: {}"),
             )
-            for name, protocol in (
-                ("vercel-ai7-legacy", "http"),
-                ("vercel-ai7-legacy-grpc", "grpc"),
-            )
-        ),
-        # ... and its OpenTelemetry integration: the GenAI form, the conversation id only on
-        # the invoke_agent and step spans (the others take it from their trace).
-        *(
-            Producer(
-                name,
-                convention="genai",
-                scope="spanscore-producer",
-                spans_carry_conversation=False,
-                tool_spans=True,
-                tool_span_call_ids=True,
-                failed_tool_error_type="ToolError",
-                log_events=None,
-                venv="vercel-ai7",
-                error_sent="ToolError: {}",  # ai 7 sends the error's name with its message
-                protocol=protocol,
-                node=True,
-            )
-            for name, protocol in (("vercel-ai7", "http"), ("vercel-ai7-grpc", "grpc"))
+            for suffix, protocol in (("", "http"), ("-grpc", "grpc"))
         ),
         # Strands Agents, its three convention settings, one venv. Messages are Bedrock
         # Converse content blocks (default) or the current GenAI form, on span events or
