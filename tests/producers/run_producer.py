@@ -153,6 +153,23 @@ class Tools:
             raise ToolError(outcome["error"])
         return json.dumps(outcome["result"])
 
+    def run(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        call_id: str = "",
+        sent_error: Callable[[str], str] = lambda message: json.dumps({"error": message}),
+    ) -> str:
+        """`call`, recorded: the result text, or ToolError, recorded with what the agent sends
+        the model for it (`sent_error`; a call id left empty is taken from the model's later)."""
+        try:
+            result = self.call(name, arguments)
+        except ToolError as exc:
+            self.record(call_id, name, arguments, sent_error(str(exc)), str(exc))
+            raise
+        self.record(call_id, name, arguments, result, None)
+        return result
+
     def record(self, call_id: str, name: str, arguments: Any, sent: str, error: str | None) -> None:
         self.executed.append(
             {
@@ -407,14 +424,7 @@ def _agents_conversation(
     set_default_openai_api("responses")
 
     def run_tool(ctx: ToolContext[Any], name: str, arguments: dict[str, Any]) -> str:
-        try:
-            result = tools.call(name, arguments)
-        except ToolError as exc:
-            sent = json.dumps({"error": str(exc)})
-            tools.record(ctx.tool_call_id, name, arguments, sent, str(exc))
-            raise
-        tools.record(ctx.tool_call_id, name, arguments, result, None)
-        return result
+        return tools.run(name, arguments, ctx.tool_call_id)
 
     def failure(ctx: Any, error: Exception) -> str:
         return json.dumps({"error": str(error)})
@@ -567,17 +577,8 @@ def run_smolagents(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> 
         def create_client(self) -> Any:
             return SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
 
-    def run_tool(name: str, arguments: dict[str, Any]) -> str:
-        # smolagents gives a tool no call id: the transcript takes the model's, by arguments
-        try:
-            result = tools.call(name, arguments)
-        except ToolError as exc:
-            tools.record("", name, arguments, json.dumps({"error": str(exc)}), str(exc))
-            raise
-        tools.record("", name, arguments, result, None)
-        return result
-
-    get_order, search_products = planned_tools(tool, run_tool)
+    # smolagents gives a tool no call id: the transcript takes the model's, by arguments
+    get_order, search_products = planned_tools(tool, tools.run)
 
     agent = ToolCallingAgent(
         tools=[get_order, search_products],
@@ -656,14 +657,9 @@ def run_strands(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> Non
             yield {"metadata": {"usage": usage, "metrics": {"latencyMs": 1}}}
 
     def run_tool(name: str, arguments: dict[str, Any]) -> str:
-        try:
-            result = tools.call(name, arguments)
-        except ToolError as exc:
-            sent = f"Error: ToolError - {exc}"
-            tools.record("", name, arguments, sent, str(exc))
-            raise
-        tools.record("", name, arguments, result, None)
-        return result
+        return tools.run(
+            name, arguments, sent_error=lambda message: f"Error: ToolError - {message}"
+        )
 
     get_order, search_products = planned_tools(tool, run_tool)
 
@@ -730,13 +726,7 @@ def run_adk(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
 
     def run_tool(name: str, arguments: dict[str, Any]) -> Any:
         # The value itself: ADK sends one that is not a dict as {"result": value}.
-        try:
-            result = tools.call(name, arguments)
-        except ToolError as exc:
-            tools.record("", name, arguments, json.dumps({"error": str(exc)}), str(exc))
-            raise
-        tools.record("", name, arguments, result, None)
-        return json.loads(result)
+        return json.loads(tools.run(name, arguments))
 
     def get_order(order_id: str) -> Any:
         """Get order details by order ID"""
@@ -819,12 +809,9 @@ def run_pydantic_ai(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) ->
 
     def run_tool(name: str, arguments: dict[str, Any]) -> Any:
         try:
-            result = tools.call(name, arguments)
+            return json.loads(tools.run(name, arguments, sent_error=str))
         except ToolError as exc:
-            tools.record("", name, arguments, str(exc), str(exc))
             raise ModelRetry(str(exc)) from exc
-        tools.record("", name, arguments, result, None)
-        return json.loads(result)
 
     @agent.tool_plain
     def get_order(order_id: str) -> Any:
