@@ -40,6 +40,12 @@ answers in under a second". What it does, in one run:
    (whose file merge rewrites the data sorted, so each row group covers a narrow range of ids
    and the Parquet reader skips the others by their min/max), and times the point queries again.
 
+5. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
+   (for example ``HEAD~1``), side by side with today's on the big lake, in the same run: one
+   conversation (warm, median of ``--runs``) and a full read of each view into Arrow (twice each,
+   alternating, so that a drift of the machine's speed hits both). What "no slower than before"
+   is measured with when a view's definition changes.
+
 A summary table ends the run. Figures are printed, never asserted: the 1 s target is shown for
 context only, next to the full scan of the same lake as a baseline.
 
@@ -49,6 +55,7 @@ Run (from the repository root)::
     .venv/bin/python bench/query.py --quick           # 500k spans, smoke test
     .venv/bin/python bench/query.py --in-flight 250   # conversations close together in the lake
     .venv/bin/python bench/query.py --try-sorted      # plus the sorted-compaction experiment
+    .venv/bin/python bench/query.py --baseline-views HEAD~1   # views against an earlier version
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ import random
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -599,6 +607,102 @@ def sorted_experiment(
     return timings, seconds
 
 
+# --- the views against an earlier definition ---------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def baseline_views(rev: str) -> dict[str, str]:
+    """`schema.VIEWS` as it was at git revision `rev`, each reading the others under a
+    `baseline_` name (a view may read another one)."""
+    shown = subprocess.run(
+        ["git", "show", f"{rev}:lake/src/spanscore/lake/schema.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    if shown.returncode != 0:
+        raise RuntimeError(f"--baseline-views {rev}: {shown.stderr.strip()}")
+    module = types.ModuleType("baseline_schema")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(shown.stdout, f"{rev}:schema.py", "exec"), module.__dict__)
+    views: dict[str, str] = module.VIEWS
+    renamed = {}
+    for name, body in views.items():
+        for other in views:
+            body = body.replace(f"FROM {other}\n", f"FROM baseline_{other}\n").replace(
+                f"FROM {other} ", f"FROM baseline_{other} "
+            )
+        renamed[name] = body
+    return renamed
+
+
+@dataclass(frozen=True)
+class ViewComparison:
+    view: str
+    point_s: tuple[float, float]  # (baseline, today): one conversation, warm, median
+    scan_s: tuple[list[float], list[float]]  # full read into Arrow, each run
+    rows: tuple[int, int]  # rows of the full read: the two definitions must agree
+
+
+def compare_views(lake_dir: Path, conversation: str, rev: str, runs: int) -> list[ViewComparison]:
+    print(f"\n== the views against their definitions at {rev} (same lake, same run)", flush=True)
+    baseline = baseline_views(rev)
+    con = connect(lake_dir)
+    results = []
+    try:
+        for name, body in baseline.items():
+            con.execute(f"CREATE TEMP VIEW baseline_{name} AS {body}")
+        for name in schema.VIEWS:
+            if name not in baseline:
+                continue
+            point = []
+            for view in (f"baseline_{name}", name):
+                sql = f"SELECT * FROM {view} WHERE conversation_id = ?"
+                con.execute(sql, [conversation]).fetchall()  # warm-up, untimed
+                times = []
+                for _ in range(runs):
+                    started = time.perf_counter()
+                    con.execute(sql, [conversation]).fetchall()
+                    times.append(time.perf_counter() - started)
+                point.append(statistics.median(times))
+            scans: tuple[list[float], list[float]] = ([], [])
+            rows = [0, 0]
+            for _ in range(2):
+                for i, view in enumerate((f"baseline_{name}", name)):
+                    started = time.perf_counter()
+                    rows[i] = con.execute(f"SELECT * FROM {view}").fetch_arrow_table().num_rows
+                    scans[i].append(time.perf_counter() - started)
+            comparison = ViewComparison(name, (point[0], point[1]), scans, (rows[0], rows[1]))
+            results.append(comparison)
+            print(
+                f"  {name:<14} one conversation (warm): {_ms(point[0])} at {rev}, "
+                f"{_ms(point[1])} today   full read: "
+                f"{', '.join(_ms(x) for x in scans[0])} at {rev}, "
+                f"{', '.join(_ms(x) for x in scans[1])} today "
+                f"({rows[0]:,} / {rows[1]:,} rows)",
+                flush=True,
+            )
+    finally:
+        con.close()
+    return results
+
+
+def print_view_comparison(results: list[ViewComparison], rev: str) -> None:
+    print(f"\nViews today against {rev} (ratio = today / {rev}; under 1 is faster)")
+    print(
+        f"{'view':<16}{'point, ' + rev:>16}{'today':>10}{'ratio':>8}"
+        f"{'full read, ' + rev:>22}{'today':>10}{'ratio':>8}"
+    )
+    for r in results:
+        before, after = statistics.mean(r.scan_s[0]), statistics.mean(r.scan_s[1])
+        print(
+            f"{r.view:<16}{_ms(r.point_s[0]):>16}{_ms(r.point_s[1]):>10}"
+            f"{r.point_s[1] / r.point_s[0]:>8.2f}{_ms(before):>22}{_ms(after):>10}"
+            f"{after / before:>8.2f}" + ("" if r.rows[0] == r.rows[1] else "   ROWS DIFFER")
+        )
+
+
 # --- main ---------------------------------------------------------------------------------------
 
 
@@ -643,6 +747,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--try-sorted",
         action="store_true",
         help="also sort the big lake by conversation_id on compaction and time it again",
+    )
+    parser.add_argument(
+        "--baseline-views",
+        metavar="REV",
+        help="also time the views as defined at this git revision, beside today's",
     )
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 500,000 + 100,000 spans, 3 runs"
@@ -728,10 +837,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  columns this benchmark leaves NULL: {', '.join(unfilled)}")
         timings, lake_dir, _layout, conversation = big_lake(args, workdir, rng)
         timings += fragmented_lake(args, workdir, rng)
+        comparison = (  # before the sorted experiment changes the lake
+            compare_views(lake_dir, conversation, args.baseline_views, args.runs)
+            if args.baseline_views
+            else []
+        )
         if args.try_sorted:
             sorted_timings, _ = sorted_experiment(args, lake_dir, conversation)
             timings += sorted_timings
         print_summary(timings, args)
+        if comparison:
+            print_view_comparison(comparison, args.baseline_views)
         print(
             f"\n(total run time {time.perf_counter() - started:.0f}s; load average now {_load()}: "
             "other work on the machine shows up in these timings)"

@@ -223,6 +223,32 @@ def test_a_tool_span_without_call_id_or_arguments_takes_them_from_the_request(
     ]
 
 
+def test_a_retried_tool_span_joins_a_request_once(collector: Collector, lake_dir: Path) -> None:
+    # The tool ran twice under the same call id (a retry). The first run is the requested call;
+    # the second joins the next open request of the same name, and with none left it is a call
+    # of its own, never a second copy of the first.
+    calls = [
+        {"id": "c-1", "name": "lookup", "arguments": {"q": "first"}},
+        {"id": "c-2", "name": "lookup", "arguments": {"q": "second"}},
+    ]
+    _post(
+        collector,
+        [
+            _chat("retry-1", user="find", calls=calls, at=T0),
+            _tool("retry-1", "lookup", call_id="c-1", result="timeout", at=T0 + 200),
+            _tool("retry-1", "lookup", call_id="c-1", result="r1", at=T0 + 300),
+            _tool("retry-1", "lookup", call_id="c-1", result="again", at=T0 + 400),
+            _chat("retry-1", user="find", answer="found", at=T0 + 600),
+        ],
+    )
+    t = _agree(lake_dir, "retry-1")
+    assert [(c.arguments, c.result, c.call_id, c.source) for c in t.tool_calls] == [
+        ({"q": "first"}, "timeout", "c-1", "span+messages"),
+        ({"q": "second"}, "r1", "c-2", "span+messages"),
+        (None, "again", "c-1", "span"),
+    ]
+
+
 def test_a_conversation_id_on_a_root_span_without_an_operation(
     collector: Collector, lake_dir: Path
 ) -> None:

@@ -6,7 +6,8 @@ collector appends with, and the README's table reference come from the same defi
 
 Schema versions: `SCHEMA_VERSION` is the version this code writes. `MIGRATIONS[n]` holds the
 statements that take a lake from version n - 1 to n (`MIGRATIONS[1]` creates everything). Views
-are recreated after every migration: a view change is a new version with no statements.
+carry a mark of their definition and are recreated wherever it differs (`connection.
+_ensure_views`): a view change needs no new version.
 """
 
 from __future__ import annotations
@@ -277,9 +278,6 @@ SEMI JOIN (SELECT trace_id FROM {spans} WHERE conversation_id <> trace_id) known
     ON known.trace_id = s.trace_id
 WHERE s.conversation_id = s.trace_id"""
 
-_RESOLVED = f"""
-    resolved AS (SELECT s.*, s.conversation_id AS conv FROM {SPANS_WITH_EVENTS} s)"""
-
 # Spans of an agent, a workflow or an agent loop: they repeat what their model calls said, so
 # they are never model calls themselves, whatever messages they carry (the collector stores
 # no requested calls for them). One list, read by the collector, the views and the builder.
@@ -291,7 +289,7 @@ AGENT_OPERATIONS = (
     "workflow",
     "task",
 )
-# Which spans are model calls (`models` below; `evaluation.trajectory.is_model_call`).
+# Which spans are model calls (`placed` below; `evaluation.trajectory.is_model_call`).
 MODEL_CALL_SQL = f"""(operation = 'chat' OR (
     (tool_calls_requested IS NOT NULL OR response_text IS NOT NULL)
     AND coalesce(operation, '') NOT IN ({", ".join(f"'{o}'" for o in AGENT_OPERATIONS)})))"""
@@ -305,160 +303,218 @@ SPAN_ORDER = (
     "end_time_unix_nano DESC, span_id"
 )
 
-# Model calls with the turn each belongs to and the parallel group of what each requested;
-# `trace_turns` numbers the turns of conversations without model calls (a trace each).
-_TURNS = f"""
-    models AS (
-        SELECT conv, trace_id, span_id, start_time_unix_nano AS t, end_time_unix_nano,
-               start_time, end_time, agent_name, service_name, convention, user_message,
-               tool_calls_requested, response_text,
-               CASE WHEN lag(span_id) OVER w IS NULL OR (user_message IS NOT NULL AND (
-                        user_message IS DISTINCT FROM last_value(user_message IGNORE NULLS)
-                            OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                        OR lag(tool_calls_requested IS NULL AND response_text IS NOT NULL)
-                            OVER w))
-                    THEN 1 ELSE 0 END AS starts_turn,
-               row_number() OVER w AS model_order
-        FROM resolved
-        WHERE {MODEL_CALL_SQL}
-        WINDOW w AS (PARTITION BY conv ORDER BY {SPAN_ORDER})
+# Every view reads a conversation's spans through `placed`, its one materialized relation, and
+# goes on from there in one chain of windows, groupings and joins on the conversation: so a
+# filter on `conversation_id` reaches the scan of `spans`. (DuckDB pushes a filter into a
+# materialized CTE only when every reference to it is filtered as optimisation starts, which a
+# reference from another materialized CTE never is: the CTEs these views were built from before
+# made every point query scan the whole lake.) Windows sort all they carry, so there are few of
+# them, each computing all it can.
+#
+# `placed`: every span with its place in the conversation: its rank in `SPAN_ORDER`, whether it
+# is a model call (`MODEL_CALL_SQL`) or a tool span, the turn it falls in, and for a model call
+# that requested tools the parallel group of what it requested. A tool span's turn is the turn
+# of the latest model call before it (`trace_turns` gives it in conversations without model
+# calls).
+# The columns of `spans` the views read (narrow rows: every window sorts what it carries).
+_PLACED_COLUMNS = (
+    "conversation_id",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "operation",
+    "start_time",
+    "end_time",
+    "start_time_unix_nano",
+    "end_time_unix_nano",
+    "duration_ms",
+    "status_code",
+    "error_type",
+    "agent_name",
+    "service_name",
+    "convention",
+    "tool_name",
+    "tool_call_id",
+    "tool_arguments",
+    "tool_result",
+    "user_message",
+    "tool_calls_requested",
+    "tool_results",
+    "response_text",
+    "ingest_time",
+)
+_PLACED = f"""
+    flagged AS (
+        SELECT conversation_id AS conv, {", ".join(_PLACED_COLUMNS)},
+               CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
+                    THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
+               {ERROR_MESSAGE_SQL} AS error_message, {MODEL_CALL_SQL} AS is_model,
+               s.operation IS NOT DISTINCT FROM 'execute_tool' AS is_tool
+        FROM {SPANS_WITH_EVENTS} s
     ),
-    model_turns AS (
-        SELECT *, sum(starts_turn) OVER (PARTITION BY conv ORDER BY model_order
-                    ROWS UNBOUNDED PRECEDING)::BIGINT - 1 AS turn_index,
-               CASE WHEN tool_calls_requested IS NOT NULL THEN count(tool_calls_requested)
-                   OVER (PARTITION BY conv ORDER BY model_order ROWS UNBOUNDED PRECEDING)
+    ordered AS (
+        SELECT *,
+               row_number() OVER w AS span_order,
+               CASE WHEN is_model AND (count(*) FILTER (WHERE is_model) OVER before = 0
+                        OR (user_message IS NOT NULL AND (user_message IS DISTINCT FROM
+                                last_value(CASE WHEN is_model THEN user_message END IGNORE NULLS)
+                                    OVER before
+                            OR last_value(CASE WHEN is_model THEN tool_calls_requested IS NULL
+                                    AND response_text IS NOT NULL END IGNORE NULLS) OVER before)))
+                    THEN 1 ELSE 0 END AS starts_turn,
+               count(*) FILTER (WHERE is_model) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING
+                   AND UNBOUNDED FOLLOWING) AS model_calls
+        FROM flagged
+        WINDOW w AS (PARTITION BY conv ORDER BY {SPAN_ORDER}),
+            before AS (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    ),
+    placed AS MATERIALIZED (
+        SELECT * EXCLUDE (starts_turn),
+               CASE WHEN count(*) FILTER (WHERE is_model) OVER upto > 0
+                    THEN sum(starts_turn) OVER upto - 1 END::BIGINT AS turn_index,
+               CASE WHEN is_model AND tool_calls_requested IS NOT NULL
+                    THEN count(tool_calls_requested) FILTER (WHERE is_model) OVER upto
                END AS parallel_group
-        FROM models
+        FROM ordered
+        WINDOW upto AS (PARTITION BY conv ORDER BY span_order ROWS UNBOUNDED PRECEDING)
     ),
     trace_turns AS (
         SELECT conv, trace_id, min(start_time) AS start_time, row_number() OVER (
                 PARTITION BY conv ORDER BY min(start_time_unix_nano), trace_id) - 1 AS turn_index
-        FROM resolved WHERE operation = 'execute_tool'
-            AND conv NOT IN (SELECT conv FROM models)
+        FROM placed WHERE is_tool AND model_calls = 0
         GROUP BY conv, trace_id
     )"""
 
-_TOOL_CALLS = f"""
-    WITH {_RESOLVED}, {_TURNS},
-    requested AS (
-        SELECT conv, trace_id, span_id, t, end_time_unix_nano, end_time, agent_name,
-               service_name, convention, turn_index, parallel_group,
-               unnest(calls) AS c, unnest(range(len(calls))) AS request_order
-        FROM (SELECT *, from_json(tool_calls_requested, {_CALLS_TYPE}) AS calls
-              FROM model_turns WHERE tool_calls_requested IS NOT NULL)
-    ),
-    answered AS (
-        SELECT conv, r.id, arg_max(r.result, start_time_unix_nano) AS result
-        FROM (SELECT conv, start_time_unix_nano, unnest(from_json(tool_results,
-                {_RESULTS_TYPE})) AS r
-              FROM resolved WHERE tool_results IS NOT NULL)
-        GROUP BY conv, r.id
-    ),
-    tool_spans AS (
-        SELECT s.*, coalesce(m.turn_index, tt.turn_index) AS turn_index,
-               row_number() OVER (PARTITION BY s.conv ORDER BY
-                   s.start_time_unix_nano, s.end_time_unix_nano DESC, s.span_id) AS span_order
-        FROM resolved s
-        ASOF LEFT JOIN model_turns m ON m.conv = s.conv AND m.t <= s.start_time_unix_nano
-        LEFT JOIN trace_turns tt ON tt.conv = s.conv AND tt.trace_id = s.trace_id
-        WHERE s.operation = 'execute_tool'
+# Tool calls: every call a model requested and every tool span, ranked on narrow rows and joined
+# to their spans at the end. Joining is ranking: the k-th request and the k-th span with the
+# same turn and call id are one call; of what is left, so are the k-th request and the k-th span
+# with the same turn and tool name. A call's result from the messages is the latest
+# `tool_results` entry with its call id.
+_CALLS = f"""
+    items AS (
+        SELECT conv, true AS is_request, turn_index, span_order, request_order,
+               c.id AS call_id, c.name AS match_name
+        FROM (SELECT *, unnest(calls) AS c, unnest(range(len(calls))) AS request_order
+              FROM (SELECT *, from_json(tool_calls_requested, {_CALLS_TYPE}) AS calls
+                    FROM placed WHERE is_model AND tool_calls_requested IS NOT NULL))
+        UNION ALL
+        SELECT p.conv, false, coalesce(p.turn_index, tt.turn_index), span_order, 0,
+               tool_call_id, tool_name
+        FROM placed p LEFT JOIN trace_turns tt ON tt.conv = p.conv AND tt.trace_id = p.trace_id
+        WHERE is_tool
     ),
     by_id AS (
-        SELECT s.span_id AS tool_span_id, q.span_id AS model_span_id, q.request_order
-        FROM tool_spans s JOIN requested q ON q.conv = s.conv
-            AND q.turn_index = s.turn_index AND q.c.id = s.tool_call_id
+        SELECT *, turn_index IS NOT NULL AND call_id IS NOT NULL AND CASE WHEN is_request
+                      THEN requests_upto <= spans_in ELSE spans_upto <= requests_in END AS by_id
+        FROM (SELECT *,
+                  count(*) FILTER (WHERE is_request) OVER upto AS requests_upto,
+                  count(*) FILTER (WHERE NOT is_request) OVER upto AS spans_upto,
+                  count(*) FILTER (WHERE is_request) OVER whole AS requests_in,
+                  count(*) FILTER (WHERE NOT is_request) OVER whole AS spans_in
+              FROM items
+              WINDOW g AS (PARTITION BY conv, turn_index, call_id
+                           ORDER BY span_order, request_order),
+                  upto AS (g ROWS UNBOUNDED PRECEDING),
+                  whole AS (g ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING))
     ),
-    -- What the call id did not join, joined by turn, name and order.
-    spans_left AS (
-        SELECT conv, turn_index, tool_name, span_id, row_number() OVER (
-            PARTITION BY conv, turn_index, tool_name ORDER BY span_order) AS k
-        FROM tool_spans WHERE span_id NOT IN (SELECT tool_span_id FROM by_id)
+    by_name AS (
+        SELECT *, NOT by_id AND turn_index IS NOT NULL AND match_name IS NOT NULL AND CASE
+                      WHEN is_request THEN requests_upto <= spans_in
+                      ELSE spans_upto <= requests_in END AS by_name
+        FROM (SELECT * EXCLUDE (requests_upto, spans_upto, requests_in, spans_in),
+                  CASE WHEN by_id THEN CASE WHEN is_request THEN requests_upto ELSE spans_upto
+                       END END AS id_rank,
+                  count(*) FILTER (WHERE is_request AND NOT by_id) OVER upto AS requests_upto,
+                  count(*) FILTER (WHERE NOT is_request AND NOT by_id) OVER upto AS spans_upto,
+                  count(*) FILTER (WHERE is_request AND NOT by_id) OVER whole AS requests_in,
+                  count(*) FILTER (WHERE NOT is_request AND NOT by_id) OVER whole AS spans_in
+              FROM by_id
+              WINDOW g AS (PARTITION BY conv, turn_index, match_name
+                           ORDER BY span_order, request_order),
+                  upto AS (g ROWS UNBOUNDED PRECEDING),
+                  whole AS (g ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING))
     ),
-    requests_left AS (
-        SELECT conv, turn_index, c.name AS tool_name, span_id, request_order,
-               row_number() OVER (PARTITION BY conv, turn_index, c.name
-                   ORDER BY t, end_time_unix_nano DESC, span_id, request_order) AS k
-        FROM requested q WHERE NOT EXISTS (SELECT 1 FROM by_id b
-            WHERE b.model_span_id = q.span_id AND b.request_order = q.request_order)
+    joined AS (
+        SELECT *, row_number() OVER (PARTITION BY conv ORDER BY
+                      coalesce(model_order, tool_order), coalesce(request_order, 0)) - 1
+                      AS step_index
+        FROM (SELECT conv, any_value(turn_index) AS turn_index,
+                     any_value(span_order) FILTER (WHERE is_request) AS model_order,
+                     any_value(request_order) FILTER (WHERE is_request) AS request_order,
+                     any_value(call_id) FILTER (WHERE is_request) AS request_id,
+                     any_value(match_name) FILTER (WHERE is_request) AS request_name,
+                     any_value(span_order) FILTER (WHERE NOT is_request) AS tool_order
+              FROM (SELECT *, CASE
+                        WHEN by_id THEN ['id', turn_index::VARCHAR, call_id, id_rank::VARCHAR]
+                        WHEN by_name THEN ['name', turn_index::VARCHAR, match_name, (CASE WHEN
+                            is_request THEN requests_upto ELSE spans_upto END)::VARCHAR]
+                        ELSE [is_request::VARCHAR, span_order::VARCHAR, request_order::VARCHAR]
+                        END AS pair
+                    FROM by_name)
+              GROUP BY conv, pair)
     ),
-    pairs AS (
-        SELECT * FROM by_id
-        UNION ALL
-        SELECT s.span_id, q.span_id, q.request_order
-        FROM spans_left s JOIN requests_left q ON q.conv = s.conv
-            AND q.turn_index IS NOT DISTINCT FROM s.turn_index AND q.tool_name = s.tool_name
-            AND q.k = s.k
+    answers AS (
+        SELECT conv, r.id AS call_id, arg_max(r.result, [span_order, i]) AS answer
+        FROM (SELECT conv, span_order, unnest(results) AS r, unnest(range(len(results))) AS i
+              FROM (SELECT *, from_json(tool_results, {_RESULTS_TYPE}) AS results
+                    FROM placed WHERE tool_results IS NOT NULL))
+        WHERE r.id IS NOT NULL
+        GROUP BY ALL
     ),
-    from_requests AS (
-        SELECT q.conv AS conversation_id, coalesce(s.trace_id, q.trace_id) AS trace_id,
-               s.span_id, coalesce(s.parent_span_id, q.span_id) AS parent_span_id,
-               q.turn_index, q.t, q.span_id AS placed_by, q.request_order,
-               q.c.name AS tool_name, coalesce(q.c.id, s.tool_call_id) AS tool_call_id,
-               coalesce(s.tool_arguments, q.c.arguments) AS arguments,
-               coalesce(s.tool_result, a.result::VARCHAR) AS result,
-               CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
-                    THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
-               {ERROR_MESSAGE_SQL} AS error_message,
-               coalesce(s.start_time, q.end_time) AS start_time, s.end_time,
-               s.duration_ms AS latency_ms, coalesce(s.agent_name, q.agent_name) AS agent_name,
-               coalesce(s.service_name, q.service_name) AS service_name,
-               coalesce(s.convention, q.convention) AS producer,
-               CASE WHEN s.span_id IS NULL THEN 'messages' ELSE 'span+messages' END AS source,
-               q.parallel_group
-        FROM requested q
-        LEFT JOIN pairs p ON p.model_span_id = q.span_id AND p.request_order = q.request_order
-        LEFT JOIN tool_spans s ON s.span_id = p.tool_span_id AND s.conv = q.conv
-        LEFT JOIN answered a ON a.conv = q.conv AND a.id = q.c.id
-    ),
-    from_spans AS (
-        SELECT s.conv AS conversation_id, s.trace_id, s.span_id, s.parent_span_id,
-               s.turn_index, s.start_time_unix_nano AS t, s.span_id AS placed_by,
-               0 AS request_order, coalesce(s.tool_name, nullif(trim(
-                   regexp_replace(s.name, '^execute_tool ', '')), ''), 'unknown') AS tool_name,
-               s.tool_call_id, s.tool_arguments AS arguments, s.tool_result AS result,
-               CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
-                    THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
-               {ERROR_MESSAGE_SQL} AS error_message,
-               s.start_time, s.end_time, s.duration_ms AS latency_ms,
-               s.agent_name, s.service_name, s.convention AS producer, 'span' AS source,
-               NULL::BIGINT AS parallel_group
-        FROM tool_spans s WHERE s.span_id NOT IN (SELECT tool_span_id FROM pairs)
-    ),
-    calls AS (SELECT * FROM from_requests UNION ALL BY NAME SELECT * FROM from_spans)
-    SELECT conversation_id, trace_id, span_id, parent_span_id, turn_index,
-           row_number() OVER (PARTITION BY conversation_id
-                              ORDER BY t, placed_by, request_order) - 1 AS step_index,
-           tool_name, tool_call_id, arguments::JSON AS arguments, result, error,
-           error_message, start_time, end_time, latency_ms, agent_name, service_name, producer,
-           source, parallel_group
-    FROM calls
-"""
+    calls AS (
+        SELECT j.conv AS conversation_id, coalesce(s.trace_id, m.trace_id) AS trace_id,
+               s.span_id, coalesce(s.parent_span_id, m.span_id) AS parent_span_id,
+               j.turn_index, j.step_index,
+               CASE WHEN m.span_id IS NOT NULL THEN j.request_name ELSE coalesce(s.tool_name,
+                   nullif(trim(regexp_replace(s.name, '^execute_tool ', '')), ''), 'unknown')
+               END AS tool_name,
+               coalesce(j.request_id, s.tool_call_id) AS tool_call_id,
+               coalesce(s.tool_arguments, from_json(m.tool_calls_requested, {_CALLS_TYPE})[
+                   j.request_order + 1].arguments)::JSON AS arguments,
+               coalesce(s.tool_result, a.answer::VARCHAR) AS result,
+               s.error, s.error_message, coalesce(s.start_time, m.end_time) AS start_time,
+               s.end_time, s.duration_ms AS latency_ms,
+               coalesce(s.agent_name, m.agent_name) AS agent_name,
+               coalesce(s.service_name, m.service_name) AS service_name,
+               coalesce(s.convention, m.convention) AS producer,
+               CASE WHEN m.span_id IS NULL THEN 'span' WHEN s.span_id IS NULL THEN 'messages'
+                    ELSE 'span+messages' END AS source,
+               m.parallel_group
+        FROM joined j
+        LEFT JOIN placed m ON m.conv = j.conv AND m.span_order = j.model_order
+        LEFT JOIN placed s ON s.conv = j.conv AND s.span_order = j.tool_order
+        LEFT JOIN answers a ON a.conv = j.conv AND a.call_id = j.request_id
+    )"""
+
+# A hand-off: a span of its own, not a model call or a tool call (the builder's `Handoff`).
+_HANDOFF_SQL = """(operation = 'handoff' OR starts_with(name, 'handoff'))
+    AND operation IS DISTINCT FROM 'execute_tool' AND operation IS DISTINCT FROM 'chat'
+    AND tool_calls_requested IS NULL AND response_text IS NULL"""
 
 VIEWS: dict[str, str] = {
-    "tool_calls": _TOOL_CALLS,
+    "tool_calls": f"WITH {_PLACED}, {_CALLS} SELECT * FROM calls",
     "turns": f"""
-        WITH {_RESOLVED}, {_TURNS},
-        handoffs AS (
-            SELECT s.conv, m.turn_index, count(*) AS handoffs
-            FROM resolved s
-            ASOF LEFT JOIN model_turns m ON m.conv = s.conv AND m.t <= s.start_time_unix_nano
-            WHERE (s.operation = 'handoff' OR starts_with(s.name, 'handoff'))
-                AND s.operation IS DISTINCT FROM 'execute_tool' AND s.operation IS DISTINCT
-                FROM 'chat' AND s.tool_calls_requested IS NULL AND s.response_text IS NULL
-            GROUP BY ALL
-        ),
-        calls AS (
+        WITH {_PLACED}, {_CALLS},
+        turn_calls AS (
             SELECT conversation_id AS conv, turn_index, count(*) AS calls
-            FROM tool_calls GROUP BY ALL
+            FROM calls GROUP BY ALL
+        ),
+        handoffs AS (
+            SELECT conv, turn_index, count(*) AS handoffs
+            FROM placed WHERE {_HANDOFF_SQL} GROUP BY ALL
         ),
         all_turns AS (
-            SELECT conv, turn_index, list(user_message ORDER BY model_order)[1] AS user_message,
-                   arg_max(response_text, model_order) FILTER (WHERE
-                       tool_calls_requested IS NULL AND response_text IS NOT NULL)
+            SELECT conv, turn_index,
+                   (list(user_message ORDER BY span_order) FILTER (WHERE is_model))[1]
+                       AS user_message,
+                   arg_max(response_text, span_order) FILTER (WHERE is_model
+                       AND tool_calls_requested IS NULL AND response_text IS NOT NULL)
                        AS final_response,
-                   min(start_time) AS start_time, count(*) AS model_call_count
-            FROM model_turns GROUP BY conv, turn_index
+                   min(start_time) AS start_time,
+                   count(*) FILTER (WHERE is_model) AS model_call_count
+            FROM placed WHERE is_model
+            GROUP BY conv, turn_index
             UNION ALL
             SELECT conv, turn_index, NULL, NULL, start_time, 0 FROM trace_turns
         )
@@ -467,19 +523,15 @@ VIEWS: dict[str, str] = {
                coalesce(c.calls, 0)::BIGINT AS tool_call_count,
                coalesce(h.handoffs, 0)::BIGINT AS handoff_count
         FROM all_turns t
-        LEFT JOIN calls c ON c.conv = t.conv AND c.turn_index = t.turn_index
+        LEFT JOIN turn_calls c ON c.conv = t.conv AND c.turn_index = t.turn_index
         LEFT JOIN handoffs h ON h.conv = t.conv AND h.turn_index = t.turn_index
     """,
     "conversations": f"""
-        WITH {_RESOLVED}, {_TURNS},
-        turn_counts AS (
-            SELECT conv, max(turn_index) + 1 AS turns FROM model_turns GROUP BY conv
-            UNION ALL
-            SELECT conv, count(*) FROM trace_turns GROUP BY conv
-        ),
+        WITH {_PLACED}, {_CALLS},
         call_counts AS (
-            SELECT conversation_id AS conv, count(*) AS calls FROM tool_calls GROUP BY 1
-        )
+            SELECT conversation_id AS conv, count(*) AS calls FROM calls GROUP BY 1
+        ),
+        trace_turn_counts AS (SELECT conv, count(*) AS turns FROM trace_turns GROUP BY 1)
         SELECT r.conv AS conversation_id,
                CASE WHEN bool_or(r.conversation_id <> r.trace_id) THEN 'attribute'
                     ELSE 'trace' END AS conversation_source,
@@ -490,16 +542,17 @@ VIEWS: dict[str, str] = {
                max(end_time) AS end_time,
                count(*) AS span_count,
                count(DISTINCT trace_id) AS trace_count,
-               coalesce(any_value(tc.turns), 0)::BIGINT AS turn_count,
+               coalesce(max(turn_index) FILTER (WHERE is_model) + 1, any_value(tt.turns), 0)
+                   AS turn_count,
                coalesce(any_value(cc.calls), 0)::BIGINT AS tool_call_count,
                count(*) FILTER (WHERE status_code = 'ERROR' OR error_type IS NOT NULL)
                    AS error_count,
                arg_min(user_message, start_time_unix_nano)
                    FILTER (WHERE user_message IS NOT NULL) AS first_user_message,
                max(ingest_time) AS last_ingest_time
-        FROM resolved r
-        LEFT JOIN turn_counts tc ON tc.conv = r.conv
+        FROM placed r
         LEFT JOIN call_counts cc ON cc.conv = r.conv
+        LEFT JOIN trace_turn_counts tt ON tt.conv = r.conv
         GROUP BY r.conv
     """,
 }
