@@ -671,7 +671,7 @@ def compare_views(lake_dir: Path, conversation: str, rev: str, runs: int) -> lis
             for _ in range(2):
                 for i, view in enumerate((f"baseline_{name}", name)):
                     started = time.perf_counter()
-                    rows[i] = con.execute(f"SELECT * FROM {view}").fetch_arrow_table().num_rows
+                    rows[i] = con.execute(f"SELECT * FROM {view}").to_arrow_table().num_rows
                     scans[i].append(time.perf_counter() - started)
             comparison = ViewComparison(name, (point[0], point[1]), scans, (rows[0], rows[1]))
             results.append(comparison)
