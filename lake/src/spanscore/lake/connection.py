@@ -611,8 +611,12 @@ def _package_version() -> str:
 MERGE_BELOW_BYTES = 4 << 20
 # Compaction writes files of about this size (the lake's `target_file_size`), one at a time:
 # each merge step, and so each pause of the collector's writer, rewrites at most this much.
-# Past MERGE_BELOW_BYTES, so that a merged file is not merged again.
-MERGED_FILE_BYTES = 16 << 20
+# Past MERGE_BELOW_BYTES, so that a merged file is not merged again. At 32 MiB a file holds one
+# row group of about 100,000 spans, where a conversation usually has several spans: DuckDB then
+# writes `conversation_id` with a dictionary, and so with a bloom filter, and a query for one
+# conversation skips the files without it (bench/query.py; at 16 MiB, half the files had none,
+# at 8 MiB none did).
+MERGED_FILE_BYTES = 32 << 20
 
 
 def maintain(

@@ -303,19 +303,6 @@ SPAN_ORDER = (
     "end_time_unix_nano DESC, span_id"
 )
 
-# Every view reads a conversation's spans through `placed`, its one materialized relation, and
-# goes on from there in one chain of windows, groupings and joins on the conversation: so a
-# filter on `conversation_id` reaches the scan of `spans`. (DuckDB pushes a filter into a
-# materialized CTE only when every reference to it is filtered as optimisation starts, which a
-# reference from another materialized CTE never is: the CTEs these views were built from before
-# made every point query scan the whole lake.) Windows sort all they carry, so there are few of
-# them, each computing all it can.
-#
-# `placed`: every span with its place in the conversation: its rank in `SPAN_ORDER`, whether it
-# is a model call (`MODEL_CALL_SQL`) or a tool span, the turn it falls in, and for a model call
-# that requested tools the parallel group of what it requested. A tool span's turn is the turn
-# of the latest model call before it (`trace_turns` gives it in conversations without model
-# calls).
 # The columns of `spans` the views read (narrow rows: every window sorts what it carries).
 _PLACED_COLUMNS = (
     "conversation_id",
@@ -344,6 +331,20 @@ _PLACED_COLUMNS = (
     "response_text",
     "ingest_time",
 )
+
+# Every view reads a conversation's spans through `placed`, its one materialized relation, and
+# goes on from there in one chain of windows, groupings and joins on the conversation: so a
+# filter on `conversation_id` reaches the scan of `spans`. (DuckDB pushes a filter into a
+# materialized CTE only when every reference to it is filtered as optimisation starts, which a
+# reference from another materialized CTE never is: the CTEs these views were built from before
+# made every point query scan the whole lake.) Windows sort all they carry, so there are few of
+# them, each computing all it can.
+#
+# `placed`: every span with its place in the conversation: its rank in `SPAN_ORDER`, whether it
+# is a model call (`MODEL_CALL_SQL`) or a tool span, the turn it falls in, and for a model call
+# that requested tools the parallel group of what it requested. A tool span's turn is the turn
+# of the latest model call before it (`trace_turns` gives it in conversations without model
+# calls).
 _PLACED = f"""
     flagged AS (
         SELECT conversation_id AS conv, {", ".join(_PLACED_COLUMNS)},
