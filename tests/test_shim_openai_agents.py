@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from spanscore.collector import Collector
 from spanscore.evaluation import load_trajectory, open_lake
+from spanscore.evaluation.trajectory import Handoff
 from spanscore.examples.customer_service.scripted import Conversation, Turn
 from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy
 from spanscore.instrumentation import _versions
@@ -279,6 +280,92 @@ def test_trajectory_of_the_two_turns(exported: tuple[Path, list[dict[str, Any]]]
     ]
     groups = [c.parallel_group for c in trajectory.tool_calls]
     assert groups[0] == groups[1] != groups[2]
+
+
+# --- hand-offs --------------------------------------------------------------------------------
+
+HANDOFF_GROUP = "agents-handoff-1"
+HANDOFF_ASK = "Please refund order ORD-1001, it arrived broken."
+HANDOFF_REPLY = "I refunded ORD-1001."
+HANDOFF_PLAN = Conversation(
+    HANDOFF_GROUP,
+    "agents_handoff",
+    [
+        Turn(  # triage hands off (the SDK's transfer tool); billing calls refund_order
+            HANDOFF_ASK,
+            [[("transfer_to_billing", {})], [("refund_order", {"order_id": "ORD-1001"})]],
+            HANDOFF_REPLY,
+        )
+    ],
+)
+
+
+def test_a_hand_off_is_a_step_of_its_turn(
+    collector: Collector, lake_dir: Path, sdk_processors: None
+) -> None:
+    """Triage hands the conversation to billing, which calls a tool and answers: one turn with
+    a hand-off from triage to billing, in the builder's trajectory and in the views alike."""
+    from .test_conversation_rules import agree_all
+
+    provider = TracerProvider()
+    endpoint = f"http://127.0.0.1:{collector.http_port}/v1/traces"
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    assert OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
+    refunded: list[str] = []
+
+    @function_tool
+    def refund_order(order_id: str) -> str:
+        """Refund an order"""
+        refunded.append(order_id)
+        return json.dumps({"order_id": order_id, "refunded": True})
+
+    billing = Agent(name="billing", instructions="Refunds.", model=MODEL, tools=[refund_order])
+    triage = Agent(name="triage", instructions="Route.", model=MODEL, handoffs=[billing])
+    with ScriptedLLM(ScriptedPolicy([HANDOFF_PLAN])) as llm:
+        set_default_openai_client(
+            AsyncOpenAI(base_url=llm.base_url, api_key="test", max_retries=0),
+            use_for_tracing=False,
+        )
+        set_default_openai_api("responses")
+        config = RunConfig(group_id=HANDOFF_GROUP, workflow_name="support")
+        result = asyncio.run(Runner.run(triage, HANDOFF_ASK, run_config=config))
+        assert not llm.errors, llm.errors
+    assert result.final_output == HANDOFF_REPLY
+    assert result.last_agent.name == "billing"
+    assert refunded == ["ORD-1001"]
+    assert provider.force_flush(30_000)
+    provider.shutdown()
+    wait_for(
+        lambda: query(lake_dir, "SELECT count(*) FROM spans WHERE operation = 'handoff'") == [(1,)]
+    )
+    # every span of the run is in (the workflow span ends last)
+    wait_for(lambda: query(lake_dir, "SELECT count(*) FROM spans WHERE parent_span_id IS NULL"))
+
+    [trajectory] = agree_all(lake_dir, [HANDOFF_GROUP])
+    [turn] = trajectory.turns
+    handoffs = [s for s in turn.steps if isinstance(s, Handoff)]
+    assert [(h.from_agent, h.to_agent) for h in handoffs] == [("triage", "billing")]
+    assert (turn.user_message, turn.final_response) == (HANDOFF_ASK, HANDOFF_REPLY)
+    refund = next(c for c in turn.tool_calls if c.name == "refund_order")
+    assert (refund.arguments, refund.result, refund.source) == (
+        {"order_id": "ORD-1001"},
+        {"order_id": "ORD-1001", "refunded": True},
+        "span+messages",
+    )
+    # triage asks for the transfer, hands off; billing calls its tool, then answers
+    assert [(type(s).__name__, getattr(s, "name", None)) for s in turn.steps] == [
+        ("ModelCall", f"chat {MODEL}"),
+        ("ToolCall", "transfer_to_billing"),
+        ("Handoff", None),
+        ("ModelCall", f"chat {MODEL}"),
+        ("ToolCall", "refund_order"),
+        ("ModelCall", f"chat {MODEL}"),
+    ]
+    assert query(
+        lake_dir,
+        "SELECT handoff_count, model_call_count FROM turns WHERE conversation_id = ?",
+        [HANDOFF_GROUP],
+    ) == [(1, 3)]
 
 
 # --- the processor's own failures never reach the agent ----------------------------------------

@@ -19,7 +19,8 @@ an OpenTelemetry span for each, shaped by the GenAI semantic conventions:
   the GenAI parts format with `tool_call` and `tool_call_response` parts);
 - `FunctionSpanData`: `execute_tool {tool}` (`gen_ai.tool.name`, `gen_ai.tool.type=function`,
   `gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`, `gen_ai.tool.call.id`);
-- `HandoffSpanData`: `handoff {to_agent}` (`gen_ai.agent.name` = the agent handing off);
+- `HandoffSpanData`: `handoff {to_agent}` (`gen_ai.agent.name` = the agent handing off), named
+  when it ends: the SDK knows the receiving agent only then;
 - `GuardrailSpanData`: `guardrail {name}` (`openai_agents.guardrail.triggered`);
 - anything else: `{type} {name}`, without a GenAI operation; in 0.24 that is `task {workflow}`
   (one `Runner.run`, under the workflow span) and `turn {n}` (one agent-loop turn: a model call
@@ -420,6 +421,13 @@ class OpenTelemetryTracingProcessor:
                 call = self._claim(span.trace_id, data.name, data.input)
                 if call is not None:
                     attributes["gen_ai.tool.call.id"] = call.call_id
+            elif kind == "handoff":
+                attributes = {
+                    "openai_agents.handoff.from_agent": data.from_agent,
+                    "openai_agents.handoff.to_agent": data.to_agent,
+                }
+                if data.to_agent:
+                    otel_span.update_name(f"handoff {data.to_agent}")
             elif kind == "guardrail":
                 attributes = {"openai_agents.guardrail.triggered": bool(data.triggered)}
             else:
@@ -484,8 +492,8 @@ def _start_shape(data: Any) -> tuple[str, dict[str, Any]]:
             "gen_ai.tool.name": data.name,
             "gen_ai.tool.type": "function",
         }
-    if kind == "handoff":
-        return f"handoff {data.to_agent}", {
+    if kind == "handoff":  # the SDK knows the receiving agent only when the hand-off ends
+        return f"handoff {data.to_agent}" if data.to_agent else "handoff", {
             "gen_ai.operation.name": "handoff",
             "gen_ai.agent.name": data.from_agent,
             "openai_agents.handoff.from_agent": data.from_agent,
