@@ -249,6 +249,25 @@ def test_a_retried_tool_span_joins_a_request_once(collector: Collector, lake_dir
     ]
 
 
+def test_a_call_id_requested_twice_is_one_call(collector: Collector, lake_dir: Path) -> None:
+    # The same model response recorded by two spans (the second one repeats the output): the
+    # call it requested ran once and is one call; the answer comes in a later model call.
+    call = {"id": "c-1", "name": "lookup", "arguments": {"q": "x"}}
+    _post(
+        collector,
+        [
+            _chat("twice-1", user="find", calls=[call], at=T0),
+            _chat("twice-1", user="find", calls=[call], at=T0 + 50),
+            _tool("twice-1", "lookup", call_id="c-1", result="r1", at=T0 + 200),
+            _chat("twice-1", user="find", results=[("c-1", "r1")], answer="found", at=T0 + 400),
+        ],
+    )
+    t = _agree(lake_dir, "twice-1")
+    assert [(c.name, c.call_id, c.result, c.source) for c in t.tool_calls] == [
+        ("lookup", "c-1", "r1", "span+messages")
+    ]
+
+
 def test_a_conversation_id_on_a_root_span_without_an_operation(
     collector: Collector, lake_dir: Path
 ) -> None:

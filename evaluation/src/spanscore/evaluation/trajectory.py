@@ -512,6 +512,7 @@ def build_trajectory(
     answered = False  # the previous model call answered (text, no tool calls requested)
     # Requested calls not yet joined to a tool span, per turn: [(ToolCall, name)].
     open_requests: dict[int, list[ToolCall]] = {}
+    requested_ids: set[str] = set()  # a call id requested again is the first request
     group = 0
     for r in rows:
         if is_model_call(r):
@@ -548,6 +549,10 @@ def build_trajectory(
                 group += 1
                 for call in requested:
                     call_id = call.get("id") if isinstance(call.get("id"), str) else None
+                    if call_id is not None:
+                        if call_id in requested_ids:
+                            continue
+                        requested_ids.add(call_id)
                     tool = _make(
                         ToolCall,
                         kind="tool_call",

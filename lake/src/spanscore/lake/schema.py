@@ -387,11 +387,11 @@ _PLACED = f"""
         GROUP BY conv, trace_id
     )"""
 
-# Tool calls: every call a model requested and every tool span, ranked on narrow rows and joined
-# to their spans at the end. Joining is ranking: the k-th request and the k-th span with the
-# same turn and call id are one call; of what is left, so are the k-th request and the k-th span
-# with the same turn and tool name. A call's result from the messages is the latest
-# `tool_results` entry with its call id.
+# Tool calls: every call a model requested (once per call id) and every tool span, ranked on
+# narrow rows and joined to their spans at the end. Joining is ranking: the k-th request and
+# the k-th span with the same turn and call id are one call; of what is left, so are the k-th
+# request and the k-th span with the same turn and tool name. A call's result from the
+# messages is the latest `tool_results` entry with its call id.
 _CALLS = f"""
     items AS (
         SELECT conv, true AS is_request, turn_index, span_order, request_order,
@@ -399,6 +399,9 @@ _CALLS = f"""
         FROM (SELECT *, unnest(calls) AS c, unnest(range(len(calls))) AS request_order
               FROM (SELECT *, from_json(tool_calls_requested, {_CALLS_TYPE}) AS calls
                     FROM placed WHERE is_model AND tool_calls_requested IS NOT NULL))
+        -- a call id requested again (the same response recorded twice) is the first request
+        QUALIFY c.id IS NULL OR row_number() OVER (
+            PARTITION BY conv, c.id ORDER BY span_order, request_order) = 1
         UNION ALL
         SELECT p.conv, false, coalesce(p.turn_index, tt.turn_index), span_order, 0,
                tool_call_id, tool_name
