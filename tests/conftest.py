@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +16,15 @@ import pytest
 
 from spanscore.collector import Collector, load_config
 from spanscore.lake import connect
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Processes the tests start stop on SIGINT whatever started the test run: a launcher that
+    ignores SIGINT (`nohup`, a background job of a non-interactive shell) hands the ignoring on
+    to every child, and tests that stop a child with SIGINT then wait in vain. A Python handler
+    is not inherited across exec: children get the default, as from a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
