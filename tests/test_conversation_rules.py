@@ -419,3 +419,42 @@ def test_log_records_take_their_conversation_from_the_same_keys_as_spans(
         ("by-session.id",),
         ("by-traceloop.association.properties.session_id",),
     ]
+
+
+def test_a_tool_span_before_the_first_model_call_is_in_the_first_turn(
+    collector: Collector, lake_dir: Path
+) -> None:
+    # A tool span that starts before any model call (a pre-fetch, or clocks a little apart):
+    # the builder used to open a turn of its own for it, which the views never listed.
+    call = {"id": "c-1", "name": "lookup", "arguments": {"q": "x"}}
+    _post(
+        collector,
+        [
+            _tool("early-1", "lookup", call_id="c-1", result="r", at=T0 - 50),
+            _chat("early-1", user="find", calls=[call], at=T0),
+            _chat("early-1", user="find", results=[("c-1", "r")], answer="found", at=T0 + 500),
+        ],
+    )
+    t = _agree(lake_dir, "early-1")
+    assert [turn.user_message for turn in t.turns] == ["find"]
+    assert [(c.call_id, c.source) for c in t.tool_calls] == [("c-1", "span+messages")]
+
+
+def test_a_hand_off_without_model_calls_is_a_turn_of_its_trace(
+    collector: Collector, lake_dir: Path
+) -> None:
+    handoff = f.span(
+        "handoff billing",
+        attributes={
+            "gen_ai.operation.name": "handoff",
+            "gen_ai.agent.name": "triage",
+            "gen_ai.conversation.id": "handoff-only-1",
+        },
+    )
+    handoff.start_time_unix_nano = T0
+    handoff.end_time_unix_nano = T0 + 50
+    _post(collector, [handoff])
+    t = _agree(lake_dir, "handoff-only-1")
+    assert [[(s.kind, s.from_agent, s.to_agent) for s in turn.steps] for turn in t.turns] == [
+        [("handoff", "triage", "billing")]
+    ]

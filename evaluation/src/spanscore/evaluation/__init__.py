@@ -32,7 +32,6 @@ from .trajectory import (
     ToolCall,
     Trajectory,
     Turn,
-    build_trajectory,
     load_trajectories,
     load_trajectory,
 )
@@ -61,7 +60,6 @@ __all__ = [
     "ToolSpec",
     "Trajectory",
     "Turn",
-    "build_trajectory",
     "load_suite",
     "load_trajectories",
     "load_trajectory",

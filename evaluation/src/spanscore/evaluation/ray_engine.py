@@ -41,7 +41,7 @@ from .run import (
     write_scores_once,
 )
 from .suite import Deferred, LoadedSuite
-from .trajectory import span_rows
+from .trajectory import trajectory_rows
 
 log = logging.getLogger("spanscore.evaluate")
 
@@ -93,7 +93,7 @@ def score_shard(
     seen: set[str] = set()
     reader_con = connect(lake, snapshot=snapshot)
     try:
-        reader = span_rows(
+        reader = trajectory_rows(
             reader_con,
             conversation_ids=conversation_ids,
             attributes=suite.attribute_keys(),

@@ -48,7 +48,7 @@ from spanscore.lake.schema import EVAL_RUNS, SCORES, quote_identifier
 from .judge import JudgeAnswer, JudgeConfig, JudgeRequest
 from .judge_pool import JudgeRunner
 from .suite import Deferred, Gate, LoadedSuite, Policy, ScoreRow, load_suite
-from .trajectory import Trajectory, span_rows, trajectories_from_rows
+from .trajectory import Trajectory, trajectories_from_rows, trajectory_rows
 
 UTC = dt.UTC
 log = logging.getLogger("spanscore.evaluate")
@@ -1169,7 +1169,7 @@ def _all_chunks(
     the sort's memory is bounded by that, not by the window."""
     step = max(size, per_query)
     for start in range(0, len(todo), step):
-        reader = span_rows(
+        reader = trajectory_rows(
             con,
             conversation_ids=todo[start : start + step],
             attributes=suite.attribute_keys(),

@@ -3,31 +3,20 @@
 A trajectory is conversation -> turns -> steps. A step is a model call, a tool call or an agent
 hand-off, in causal order. The collector has already read every producer's convention into the
 same `spans` columns (`operation`, `tool_*`, `user_message`, `tool_calls_requested`,
-`tool_results`, `response_text`), so rebuilding is one SQL query over a window and one pass in
-Python, never a query per conversation.
-
-Rules, in the order they apply:
-- Conversation: the id a span carries; a span without one (its trace id stood in) takes the id
-  another span of its trace carries, so spans exported before their root still join.
-- Turn: a model call whose latest user message differs from the current turn's, or that comes
-  after the current turn's final answer, starts a new turn. Without model calls, one trace is
-  one turn.
-- Tool calls come from tool spans and from the calls models requested. A requested call is
-  joined to its tool span by call id, else by turn, name and order; joined, it appears once.
-  A requested call with no span is rebuilt from the messages: its result is the
-  `tool_call_response` with the same id in a later model call's input. Calls requested by the
-  same model response share a `parallel_group`.
-- Arguments and results that are JSON are parsed; Python reprs of literals (`{'a': 1}`) are
-  parsed with `ast.literal_eval` (never `eval`); anything else stays a string.
-- What cannot be read is never fatal: the conversation gets a warning and the rest is rebuilt.
+`tool_results`, `response_text`), and the rules that make conversations, turns and tool calls
+of them are SQL, written once in `spanscore.lake.schema` and shared with the `tool_calls`,
+`turns` and `conversations` views (docs/conversations.md). Rebuilding is one query over a
+window (`trajectory_rows`) and one pass in Python that only assembles what it returns: parsing
+arguments and results (JSON, else a Python literal repr read with `ast.literal_eval`, never
+`eval`; anything else stays a string) and saying what could not be read. Nothing is fatal: a
+conversation gets a warning and the rest is rebuilt.
 """
 
 from __future__ import annotations
 
 import ast
 import datetime as dt
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from functools import cached_property
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -36,12 +25,7 @@ import orjson
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
-from spanscore.lake.schema import (
-    AGENT_OPERATIONS,
-    ERROR_MESSAGE_SQL,
-    SPAN_ORDER,
-    SPANS_WITH_EVENTS,
-)
+from spanscore.lake.schema import TRAJECTORY_COLUMNS, trajectory_rows_sql
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -141,94 +125,8 @@ class Trajectory(BaseModel):
 
 # --- reading the lake ------------------------------------------------------------------------
 
-COLUMNS = (
-    "conversation_id",
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "name",
-    "operation",
-    "agent_name",
-    "service_name",
-    "start_time_unix_nano",
-    "end_time_unix_nano",
-    "status_code",
-    "status_message",
-    "error_type",
-    "tool_name",
-    "tool_call_id",
-    "tool_arguments",
-    "tool_result",
-    "user_message",
-    "tool_calls_requested",
-    "tool_results",
-    "response_text",
-    "error_message",  # computed: ERROR_MESSAGE_SQL
-)
-
 # Read from every span's attributes (first value per conversation wins), besides the columns.
 CONVERSATION_ATTRIBUTES = ("scenario.id", "user.id", "gen_ai.tool.definitions")
-_TOKEN_ATTRIBUTES = (
-    "gen_ai.usage.input_tokens",
-    "gen_ai.usage.output_tokens",
-    "llm.token_count.prompt",  # OpenInference
-    "llm.token_count.completion",
-)
-
-# `spans.conversation_id` is stored resolved (`spanscore.lake.schema.RESOLVE_CONVERSATIONS`):
-# a conversation's spans are the rows that carry its id, as in the views.
-_QUERY = """
-WITH {chosen}picked AS (
-    SELECT {columns} FROM {spans} s {where}
-)
-SELECT {selected} FROM picked
-ORDER BY conversation_id, {order}
-"""
-
-
-def is_model_call(r: SpanRow) -> bool:
-    """`spanscore.lake.schema.MODEL_CALL_SQL`, for one row (the views and the builder agree)."""
-    if r.operation == "chat":
-        return True
-    return (r.tool_calls_requested is not None or r.response_text is not None) and (
-        r.operation or ""
-    ) not in AGENT_OPERATIONS
-
-
-@dataclass
-class SpanRow:
-    """One span as the builder needs it (a plain row: this is the hot path)."""
-
-    conversation_id: str
-    trace_id: str
-    span_id: str
-    parent_span_id: str | None
-    name: str
-    operation: str | None
-    agent_name: str | None
-    service_name: str | None
-    start_time_unix_nano: int
-    end_time_unix_nano: int
-    status_code: str | None
-    status_message: str | None
-    error_type: str | None
-    tool_name: str | None
-    tool_call_id: str | None
-    tool_arguments: str | None
-    tool_result: str | None
-    user_message: str | None
-    tool_calls_requested: str | None
-    tool_results: str | None
-    response_text: str | None
-    error_message: str | None
-    attribute_values: Sequence[str | None] = ()  # _TOKEN_ATTRIBUTES + attribute keys
-
-
-_span_row: Callable[..., SpanRow] = SpanRow  # positional: the columns, then the attributes
-
-
-def _json_path(key: str) -> str:
-    return "'$.\"" + key.replace("'", "''").replace('"', '\\"') + "\"'"
 
 
 def load_trajectories(
@@ -245,8 +143,7 @@ def load_trajectories(
 
     `attributes`: span attribute keys to collect into `Trajectory.attributes`, besides
     `CONVERSATION_ATTRIBUTES` (e.g. the keys a suite selects scenarios by)."""
-    keys = attribute_keys(attributes)
-    reader = span_rows(
+    reader = trajectory_rows(
         con,
         conversation_ids=conversation_ids,
         since=since,
@@ -254,38 +151,18 @@ def load_trajectories(
         batch_rows=batch_rows,
         attributes=attributes,
     )
-    pending: list[SpanRow] = []
+    assembler = _Assembler(attribute_keys(attributes))
     for batch in reader:
-        yield from _build_all(batch, keys, pending)
-    if pending:
-        yield build_trajectory(pending, keys)
-
-
-def _build_all(
-    batch: pa.RecordBatch | pa.Table, keys: tuple[str, ...], pending: list[SpanRow]
-) -> Iterator[Trajectory]:
-    """Trajectories of the conversations that end in this batch; the rows of the last one
-    stay in `pending` (it may go on in the next batch). The hot loop: kept flat."""
-    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-    fixed, extra = columns[: len(COLUMNS)], columns[len(COLUMNS) :]
-    current = pending[0].conversation_id if pending else None
-    for values, attribute_values in zip(
-        zip(*fixed, strict=True), zip(*extra, strict=True), strict=True
-    ):
-        if values[0] != current:
-            if pending:
-                yield build_trajectory(pending, keys)
-                pending.clear()
-            current = values[0]
-        pending.append(_span_row(*values, attribute_values))
+        yield from assembler.feed(batch)
+    yield from assembler.finish()
 
 
 def attribute_keys(attributes: Sequence[str] = ()) -> tuple[str, ...]:
-    """The attribute keys a load with `attributes` collects, in `attribute_values` order."""
+    """The attribute keys a load with `attributes` collects, in column order."""
     return tuple(dict.fromkeys((*CONVERSATION_ATTRIBUTES, *attributes)))
 
 
-def span_rows(
+def trajectory_rows(
     con: duckdb.DuckDBPyConnection,
     *,
     conversation_ids: Sequence[str] | None = None,
@@ -294,9 +171,9 @@ def span_rows(
     batch_rows: int = 100_000,
     attributes: Sequence[str] = (),
 ) -> pa.RecordBatchReader:
-    """The span rows `load_trajectories` builds from, as Arrow batches sorted by conversation
-    (columns `COLUMNS`): for building trajectories elsewhere (`trajectories_from_rows`)."""
-    keys = attribute_keys(attributes)
+    """The rows `load_trajectories` assembles (`spanscore.lake.schema.TRAJECTORY_COLUMNS`), as
+    Arrow batches sorted by conversation, each conversation's rows together: for building
+    trajectories elsewhere (`trajectories_from_rows`)."""
     params: list[Any] = []
     chosen = where = ""
     if conversation_ids is not None:
@@ -318,39 +195,18 @@ def span_rows(
             + "), "
         )
     if chosen:
-        where = "WHERE conversation_id IN (SELECT conversation_id FROM chosen)"
-    paths = [_json_path(k) for k in (*_TOKEN_ATTRIBUTES, *keys)]
-    # One JSON parse per span for every key, then one flat column per key: Arrow converts
-    # flat columns far faster than a list column.
-    extracted = f"json_extract_string(attributes, [{', '.join(paths)}]) AS attribute_list"
-    sql = _QUERY.format(
-        spans=SPANS_WITH_EVENTS,
-        chosen=chosen,
-        columns=", ".join(
-            [
-                *(c for c in COLUMNS if c != "error_message"),
-                f"{ERROR_MESSAGE_SQL} AS error_message",
-                extracted,
-            ]
-        ),
-        where=where,
-        selected=", ".join(
-            [*COLUMNS, *(f"attribute_list[{i + 1}] AS a{i}" for i in range(len(paths)))]
-        ),
-        order=SPAN_ORDER,
-    )
+        where = "WHERE s.conversation_id IN (SELECT conversation_id FROM chosen)"
+    sql = trajectory_rows_sql(chosen, where, attribute_keys(attributes))
     return con.execute(sql, params).to_arrow_reader(batch_rows)
 
 
 def trajectories_from_rows(
     rows: pa.RecordBatch | pa.Table, attributes: Sequence[str] = ()
 ) -> Iterator[Trajectory]:
-    """Trajectories from `span_rows` output holding whole conversations (sorted as given)."""
-    keys = attribute_keys(attributes)
-    pending: list[SpanRow] = []
-    yield from _build_all(rows, keys, pending)
-    if pending:
-        yield build_trajectory(pending, keys)
+    """Trajectories from `trajectory_rows` output holding whole conversations."""
+    assembler = _Assembler(attribute_keys(attributes))
+    yield from assembler.feed(rows)
+    yield from assembler.finish()
 
 
 def load_trajectory(
@@ -360,8 +216,7 @@ def load_trajectory(
     return next(iter(found), None)
 
 
-# --- building one ----------------------------------------------------------------------------
-
+# --- assembling ------------------------------------------------------------------------------
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -406,246 +261,153 @@ def _time(ns: int | None) -> dt.datetime | None:
     return _EPOCH + dt.timedelta(microseconds=ns // 1000)
 
 
-def _latency(row: SpanRow) -> float | None:
-    if not row.start_time_unix_nano or not row.end_time_unix_nano:
-        return None
-    return (row.end_time_unix_nano - row.start_time_unix_nano) / 1e6
+class _Assembler:
+    """Trajectories from `trajectory_rows`, batch after batch: a conversation may go on in the
+    next batch, so the one being assembled is yielded when the next begins or at the end. The
+    rows already say which turn each step is in and in what order: nothing is decided here."""
 
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+        self.trajectory: Trajectory | None = None
+        self.turns: list[Turn] = []
+        self.warnings: list[str] = []
 
-def _error(row: SpanRow) -> str | None:
-    if row.status_code == "ERROR" or row.error_type:
-        return row.error_type or row.status_message or "error"
-    return None
+    def finish(self) -> Iterator[Trajectory]:
+        if self.trajectory is not None:
+            yield self.trajectory
+            self.trajectory = None
 
-
-def _json_list(text: str | None, warnings: list[str], what: str) -> list[dict[str, Any]]:
-    if not text:
-        return []
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        warnings.append(f"{what} is not valid JSON; ignored")
-        return []
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def _int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(float(text))
-    except ValueError:
-        return None
-
-
-def build_trajectory(
-    rows: list[SpanRow], attribute_keys: Sequence[str] = CONVERSATION_ATTRIBUTES
-) -> Trajectory:
-    """One conversation's spans (sorted by start time) as a trajectory. Pure: no I/O.
-    `attribute_keys` names the values after the token counts in `SpanRow.attribute_values`."""
-    first = rows[0]
-    warnings: list[str] = []
-    attributes: dict[str, Any] = {}
-    n_tokens = len(_TOKEN_ATTRIBUTES)
-    n_keys = len(attribute_keys)
-    # One pass for what the whole conversation needs before steps are placed.
-    known: set[str] = set()
-    traces: set[str] = set()
-    rooted: set[str] = set()
-    start = end = 0
-    agent_name = service_name = None
-    has_model_calls = False
-    results_by_id: dict[str, Any] = {}  # results model inputs carried, by call id (last wins)
-    for r in rows:
-        known.add(r.span_id)
-        traces.add(r.trace_id)
-        if not r.parent_span_id:
-            rooted.add(r.trace_id)
-        if not start or (r.start_time_unix_nano and r.start_time_unix_nano < start):
-            start = r.start_time_unix_nano
-        if r.end_time_unix_nano > end:
-            end = r.end_time_unix_nano
-        agent_name = agent_name or r.agent_name
-        service_name = service_name or r.service_name
-        if len(attributes) < n_keys and r.attribute_values:
-            for key, value in zip(attribute_keys, r.attribute_values[n_tokens:], strict=False):
-                if value is not None and key not in attributes:
-                    attributes[key] = parse_value(value)
-        if is_model_call(r):
-            has_model_calls = True
-        if r.tool_results:
-            for item in _json_list(r.tool_results, warnings, f"tool results of span {r.span_id}"):
-                if isinstance(item.get("id"), str):
-                    results_by_id[item["id"]] = item.get("result")
-    trajectory = _make(
-        Trajectory,
-        conversation_id=first.conversation_id,
-        agent_name=agent_name,
-        service_name=service_name,
-        start_time=_time(start),
-        end_time=_time(end),
-        span_count=len(rows),
-        attributes=attributes,
-        turns=[],
-        warnings=warnings,
-    )
-    missing_roots = traces - rooted
-    if missing_roots:
-        orphans = sum(1 for r in rows if r.parent_span_id and r.parent_span_id not in known)
-        if orphans:
-            warnings.append(
-                f"{len(missing_roots)} trace(s) have no root span ({orphans} span(s) with a "
-                "missing parent): rebuilt from the spans present"
-            )
-    turns: list[Turn] = []
-    turn_of_trace: dict[str, Turn] = {}
-
-    def new_turn(user_message: str | None) -> Turn:
-        turn = _make(
-            Turn, index=len(turns), user_message=user_message, steps=[], final_response=None
-        )
-        turns.append(turn)
-        return turn
-
-    current: Turn | None = None
-    last_user: str | None = None  # the latest user message a model call carried
-    answered = False  # the previous model call answered (text, no tool calls requested)
-    # Requested calls not yet joined to a tool span, per turn: [(ToolCall, name)].
-    open_requests: dict[int, list[ToolCall]] = {}
-    requested_ids: set[str] = set()  # a call id requested again is the first request
-    group = 0
-    for r in rows:
-        if is_model_call(r):
-            if current is None or (
-                r.user_message is not None and (r.user_message != last_user or answered)
-            ):
-                current = new_turn(r.user_message)
-            if r.user_message is not None:
-                last_user = r.user_message
-            requested = _json_list(
-                r.tool_calls_requested, warnings, f"requested tool calls of span {r.span_id}"
-            )
-            counts = r.attribute_values or [None] * n_tokens
-            tokens = [
-                _int(counts[i]) if counts[i] is not None else _int(counts[i + 2]) for i in (0, 1)
-            ]
-            model_call = _make(
-                ModelCall,
-                kind="model_call",
-                span_id=r.span_id,
-                trace_id=r.trace_id,
-                name=r.name,
-                start_time=_time(r.start_time_unix_nano),
-                latency_ms=_latency(r),
-                requested=[str(c.get("name")) for c in requested],
-                response_text=r.response_text,
-                error=_error(r),
-                input_tokens=tokens[0],
-                output_tokens=tokens[1],
-            )
-            current.steps.append(model_call)
-            answered = not r.tool_calls_requested and r.response_text is not None
-            if requested:
-                group += 1
-                for call in requested:
-                    call_id = call.get("id") if isinstance(call.get("id"), str) else None
-                    if call_id is not None:
-                        if call_id in requested_ids:
-                            continue
-                        requested_ids.add(call_id)
-                    tool = _make(
+    def feed(self, batch: pa.RecordBatch | pa.Table) -> Iterator[Trajectory]:
+        columns = [c.to_pylist() for c in batch.columns]
+        keys = self.keys
+        n_fixed = len(TRAJECTORY_COLUMNS)
+        turn: Turn | None = self.turns[-1] if self.turns else None
+        for row in zip(*columns, strict=True):
+            (
+                conversation_id,
+                kind,
+                turn_index,
+                span_id,
+                trace_id,
+                name,
+                start_ns,
+                end_ns,
+                latency_ms,
+                error,
+                error_message,
+                text,
+                final_response,
+                arguments,
+                result,
+                call_id,
+                parallel_group,
+                source,
+                requested,
+                input_tokens,
+                output_tokens,
+                agent_name,
+                to_agent,
+                service_name,
+                span_count,
+                rootless_traces,
+                orphan_spans,
+            ) = row[:n_fixed]
+            if kind == "tool_call":
+                warnings = self.warnings
+                if span_id is not None:
+                    what = f"tool span {span_id}"
+                    arguments = parse_value(arguments, warnings, f"arguments of {what}")
+                    result = parse_value(result, warnings, f"result of {what}")
+                else:
+                    arguments = parse_value(arguments)
+                    result = parse_value(result)
+                    if result is None:
+                        warnings.append(
+                            f"turn {turn_index}: tool call {name} ({call_id}) was requested but "
+                            "neither a tool span nor a result was recorded"
+                        )
+                assert turn is not None
+                turn.steps.append(
+                    _make(
                         ToolCall,
                         kind="tool_call",
-                        name=str(call.get("name")),
-                        arguments=call.get("arguments"),
-                        result=results_by_id.get(call_id) if call_id else None,
-                        error=None,
+                        name=name if name is not None else "unknown",
+                        arguments=arguments,
+                        result=result,
+                        error=error,
+                        error_message=error_message,
                         call_id=call_id,
-                        span_id=None,
-                        trace_id=r.trace_id,
-                        start_time=_time(r.end_time_unix_nano),
-                        latency_ms=None,
-                        parallel_group=group,
-                        source="messages",
+                        span_id=span_id,
+                        trace_id=trace_id,
+                        start_time=_time(start_ns),
+                        latency_ms=latency_ms,
+                        parallel_group=parallel_group,
+                        source=source,
                     )
-                    current.steps.append(tool)
-                    open_requests.setdefault(current.index, []).append(tool)
-            elif r.response_text is not None:
-                current.__dict__["final_response"] = r.response_text
-        elif r.operation == "execute_tool":
-            if current is None or (not has_model_calls and r.trace_id not in turn_of_trace):
-                current = turn_of_trace.get(r.trace_id) or new_turn(None)
-            turn_of_trace.setdefault(r.trace_id, current)
-            _add_tool_span(current, r, open_requests.setdefault(current.index, []), warnings)
-        elif r.operation == "handoff" or r.name.startswith("handoff"):
-            if current is None:
-                current = new_turn(None)
-            current.steps.append(
-                _make(
-                    Handoff,
-                    kind="handoff",
-                    span_id=r.span_id,
-                    from_agent=r.agent_name,
-                    to_agent=r.name.split(" ", 1)[1] if " " in r.name else None,
-                    start_time=_time(r.start_time_unix_nano),
                 )
-            )
-    for turn in turns:
-        for unanswered in turn.tool_calls:
-            if unanswered.source == "messages" and unanswered.result is None:
-                warnings.append(
-                    f"turn {turn.index}: tool call {unanswered.name} ({unanswered.call_id}) was "
-                    "requested but neither a tool span nor a result was recorded"
+            elif kind == "model_call":
+                assert turn is not None
+                turn.steps.append(
+                    _make(
+                        ModelCall,
+                        kind="model_call",
+                        span_id=span_id,
+                        trace_id=trace_id,
+                        name=name,
+                        start_time=_time(start_ns),
+                        latency_ms=latency_ms,
+                        requested=[str(r) for r in requested] if requested else [],
+                        response_text=text,
+                        error=error,
+                        input_tokens=input_tokens,
+                        output_tokens=output_tokens,
+                    )
                 )
-    trajectory.__dict__["turns"] = turns
-    return trajectory
-
-
-def _add_tool_span(
-    turn: Turn, r: SpanRow, open_requests: list[ToolCall], warnings: list[str]
-) -> None:
-    arguments = parse_value(r.tool_arguments, warnings, f"arguments of tool span {r.span_id}")
-    result = parse_value(r.tool_result, warnings, f"result of tool span {r.span_id}")
-    error = _error(r)
-    # Join to the model's request: by call id, else the first open request with the same name.
-    match = None
-    if r.tool_call_id:
-        match = next((c for c in open_requests if c.call_id == r.tool_call_id), None)
-    if match is None:
-        match = next(
-            (c for c in open_requests if c.name == r.tool_name and c.span_id is None), None
-        )
-    if match is not None:
-        open_requests.remove(match)
-        fields = match.__dict__  # the model is ours and not yet returned: skip validation
-        fields["span_id"] = r.span_id
-        fields["trace_id"] = r.trace_id
-        fields["call_id"] = match.call_id or r.tool_call_id
-        fields["start_time"] = _time(r.start_time_unix_nano)
-        fields["latency_ms"] = _latency(r)
-        fields["error"] = error
-        fields["error_message"] = r.error_message
-        if r.tool_arguments is not None:
-            fields["arguments"] = arguments
-        if r.tool_result is not None or match.result is None:
-            fields["result"] = result
-        fields["source"] = "span+messages"
-        return
-    turn.steps.append(
-        _make(
-            ToolCall,
-            kind="tool_call",
-            name=r.tool_name or r.name.removeprefix("execute_tool ").strip() or "unknown",
-            arguments=arguments,
-            result=result,
-            error=error,
-            error_message=r.error_message,
-            call_id=r.tool_call_id,
-            span_id=r.span_id,
-            trace_id=r.trace_id,
-            start_time=_time(r.start_time_unix_nano),
-            latency_ms=_latency(r),
-            parallel_group=None,
-            source="span",
-        )
-    )
+            elif kind == "turn":
+                turn = _make(
+                    Turn,
+                    index=turn_index,
+                    user_message=text,
+                    steps=[],
+                    final_response=final_response,
+                )
+                self.turns.append(turn)
+            elif kind == "handoff":
+                assert turn is not None
+                turn.steps.append(
+                    _make(
+                        Handoff,
+                        kind="handoff",
+                        span_id=span_id,
+                        from_agent=agent_name,
+                        to_agent=to_agent,
+                        start_time=_time(start_ns),
+                    )
+                )
+            else:  # the conversation's own row: the one before is complete
+                yield from self.finish()
+                self.turns = []
+                self.warnings = []
+                turn = None
+                attributes = {
+                    key: parse_value(value)
+                    for key, value in zip(keys, row[n_fixed:], strict=True)
+                    if value is not None
+                }
+                if rootless_traces and orphan_spans:
+                    self.warnings.append(
+                        f"{rootless_traces} trace(s) have no root span ({orphan_spans} span(s) "
+                        "with a missing parent): rebuilt from the spans present"
+                    )
+                self.trajectory = _make(
+                    Trajectory,
+                    conversation_id=conversation_id,
+                    agent_name=agent_name,
+                    service_name=service_name,
+                    start_time=_time(start_ns),
+                    end_time=_time(end_ns),
+                    span_count=span_count,
+                    attributes=attributes,
+                    turns=self.turns,
+                    warnings=self.warnings,
+                )

@@ -192,9 +192,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "spanscore_schema": SCHEMA_INFO,
 }
 
-# The conversation rules, written once (docs/conversations.md; the builder in
-# spanscore.evaluation.trajectory applies the same ones to the same rows, and a test holds them
-# equal):
+# The conversation rules, written once (docs/conversations.md): the views below and the rows the
+# builder in spanscore.evaluation.trajectory assembles (`trajectory_rows_sql`) are defined from
+# them:
 # - conversation: the id a span carries; a span without one (its trace id stood in) takes the
 #   one another span of its trace carries. That part is stored, not computed here
 #   (`RESOLVE_CONVERSATIONS`), so `spans.conversation_id` is already the conversation and a
@@ -332,6 +332,12 @@ _PLACED_COLUMNS = (
     "ingest_time",
 )
 
+# A hand-off: a span of its own, not a model call or a tool call (the builder's `Handoff`).
+_HANDOFF_SQL = """(operation = 'handoff' OR starts_with(name, 'handoff'))
+    AND operation IS DISTINCT FROM 'execute_tool' AND operation IS DISTINCT FROM 'chat'
+    AND tool_calls_requested IS NULL AND response_text IS NULL"""
+
+
 # Every view reads a conversation's spans through `placed`, its one materialized relation, and
 # goes on from there in one chain of windows, groupings and joins on the conversation: so a
 # filter on `conversation_id` reaches the scan of `spans`. (DuckDB pushes a filter into a
@@ -342,17 +348,21 @@ _PLACED_COLUMNS = (
 #
 # `placed`: every span with its place in the conversation: its rank in `SPAN_ORDER`, whether it
 # is a model call (`MODEL_CALL_SQL`) or a tool span, the turn it falls in, and for a model call
-# that requested tools the parallel group of what it requested. A tool span's turn is the turn
-# of the latest model call before it (`trace_turns` gives it in conversations without model
-# calls).
-_PLACED = f"""
+# that requested tools the parallel group of what it requested. Any other span's turn is the
+# turn of the latest model call before it, the first turn before any (`trace_turns` gives the
+# turn of tool and hand-off spans in conversations without model calls).
+def _placed(where: str = "", extra: str = "") -> str:
+    """`placed` and `trace_turns`; `where` narrows the spans read (the builder's conversations),
+    `extra` adds columns (the builder's attribute values)."""
+    return f"""
     flagged AS (
-        SELECT conversation_id AS conv, {", ".join(_PLACED_COLUMNS)},
+        SELECT conversation_id AS conv, {", ".join(_PLACED_COLUMNS)}{extra},
                CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
                     THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
                {ERROR_MESSAGE_SQL} AS error_message, {MODEL_CALL_SQL} AS is_model,
-               s.operation IS NOT DISTINCT FROM 'execute_tool' AS is_tool
-        FROM {SPANS_WITH_EVENTS} s
+               s.operation IS NOT DISTINCT FROM 'execute_tool' AS is_tool,
+               {_HANDOFF_SQL} AS is_handoff
+        FROM {SPANS_WITH_EVENTS} s {where}
     ),
     ordered AS (
         SELECT *,
@@ -365,27 +375,31 @@ _PLACED = f"""
                                     AND response_text IS NOT NULL END IGNORE NULLS) OVER before)))
                     THEN 1 ELSE 0 END AS starts_turn,
                count(*) FILTER (WHERE is_model) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING
-                   AND UNBOUNDED FOLLOWING) AS model_calls
+                   AND UNBOUNDED FOLLOWING) AS model_calls,
+               CASE WHEN is_model AND tool_calls_requested IS NOT NULL
+                    THEN count(tool_calls_requested) FILTER (WHERE is_model)
+                        OVER (w ROWS UNBOUNDED PRECEDING)
+               END AS parallel_group
         FROM flagged
         WINDOW w AS (PARTITION BY conv ORDER BY {SPAN_ORDER}),
             before AS (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
     ),
     placed AS MATERIALIZED (
         SELECT * EXCLUDE (starts_turn),
-               CASE WHEN count(*) FILTER (WHERE is_model) OVER upto > 0
-                    THEN sum(starts_turn) OVER upto - 1 END::BIGINT AS turn_index,
-               CASE WHEN is_model AND tool_calls_requested IS NOT NULL
-                    THEN count(tool_calls_requested) FILTER (WHERE is_model) OVER upto
-               END AS parallel_group
+               CASE WHEN model_calls > 0
+                    THEN greatest(sum(starts_turn) OVER upto - 1, 0) END::BIGINT AS turn_index
         FROM ordered
         WINDOW upto AS (PARTITION BY conv ORDER BY span_order ROWS UNBOUNDED PRECEDING)
     ),
     trace_turns AS (
         SELECT conv, trace_id, min(start_time) AS start_time, row_number() OVER (
                 PARTITION BY conv ORDER BY min(start_time_unix_nano), trace_id) - 1 AS turn_index
-        FROM placed WHERE is_tool AND model_calls = 0
+        FROM placed WHERE (is_tool OR is_handoff) AND model_calls = 0
         GROUP BY conv, trace_id
     )"""
+
+
+_PLACED = _placed()
 
 # Tool calls: every call a model requested (once per call id) and every tool span, ranked on
 # narrow rows and joined to their spans at the end. Joining is ranking: the k-th request and
@@ -484,31 +498,20 @@ _CALLS = f"""
                coalesce(s.convention, m.convention) AS producer,
                CASE WHEN m.span_id IS NULL THEN 'span' WHEN s.span_id IS NULL THEN 'messages'
                     ELSE 'span+messages' END AS source,
-               m.parallel_group
+               m.parallel_group,
+               -- for the builder: where the call stands among the conversation's steps
+               coalesce(j.model_order, j.tool_order) AS step_place,
+               coalesce(j.request_order + 1, 0) AS step_sub,
+               coalesce(s.start_time_unix_nano, m.end_time_unix_nano) AS start_ns
         FROM joined j
         LEFT JOIN placed m ON m.conv = j.conv AND m.span_order = j.model_order
         LEFT JOIN placed s ON s.conv = j.conv AND s.span_order = j.tool_order
         LEFT JOIN answers a ON a.conv = j.conv AND a.call_id = j.request_id
     )"""
 
-# A hand-off: a span of its own, not a model call or a tool call (the builder's `Handoff`).
-_HANDOFF_SQL = """(operation = 'handoff' OR starts_with(name, 'handoff'))
-    AND operation IS DISTINCT FROM 'execute_tool' AND operation IS DISTINCT FROM 'chat'
-    AND tool_calls_requested IS NULL AND response_text IS NULL"""
-
-VIEWS: dict[str, str] = {
-    "tool_calls": f"WITH {_PLACED}, {_CALLS} SELECT * FROM calls",
-    "turns": f"""
-        WITH {_PLACED}, {_CALLS},
-        turn_calls AS (
-            SELECT conversation_id AS conv, turn_index, count(*) AS calls
-            FROM calls GROUP BY ALL
-        ),
-        handoffs AS (
-            SELECT conv, turn_index, count(*) AS handoffs
-            FROM placed WHERE {_HANDOFF_SQL} GROUP BY ALL
-        ),
-        all_turns AS (
+# A turn: the user message of the model call that started it and the last answer given in it
+# (text, no tool calls requested); in a conversation without model calls, a trace.
+_TURNS = """all_turns AS (
             SELECT conv, turn_index,
                    (list(user_message ORDER BY span_order) FILTER (WHERE is_model))[1]
                        AS user_message,
@@ -521,7 +524,31 @@ VIEWS: dict[str, str] = {
             GROUP BY conv, turn_index
             UNION ALL
             SELECT conv, turn_index, NULL, NULL, start_time, 0 FROM trace_turns
-        )
+        )"""
+
+# Who and where, the same in `conversations` and the builder's `Trajectory`.
+_SUMMARY = """arg_min(agent_name, start_time_unix_nano)
+                   FILTER (WHERE agent_name IS NOT NULL) AS agent_name,
+               arg_min(service_name, start_time_unix_nano)
+                   FILTER (WHERE service_name IS NOT NULL) AS service_name"""
+
+# Columns of `calls` that only the builder reads.
+_BUILDER_ONLY = "step_place, step_sub, start_ns"
+
+VIEWS: dict[str, str] = {
+    "tool_calls": f"WITH {_PLACED}, {_CALLS} SELECT * EXCLUDE ({_BUILDER_ONLY}) FROM calls",
+    "turns": f"""
+        WITH {_PLACED}, {_CALLS},
+        turn_calls AS (
+            SELECT conversation_id AS conv, turn_index, count(*) AS calls
+            FROM calls GROUP BY ALL
+        ),
+        handoffs AS (
+            SELECT conv, coalesce(p.turn_index, tt.turn_index) AS turn_index, count(*) AS handoffs
+            FROM placed p LEFT JOIN trace_turns tt USING (conv, trace_id)
+            WHERE is_handoff GROUP BY ALL
+        ),
+        {_TURNS}
         SELECT t.conv AS conversation_id, t.turn_index, t.user_message, t.final_response,
                t.start_time, t.model_call_count::BIGINT AS model_call_count,
                coalesce(c.calls, 0)::BIGINT AS tool_call_count,
@@ -539,9 +566,7 @@ VIEWS: dict[str, str] = {
         SELECT r.conv AS conversation_id,
                CASE WHEN bool_or(r.conversation_id <> r.trace_id) THEN 'attribute'
                     ELSE 'trace' END AS conversation_source,
-               arg_min(agent_name, start_time_unix_nano)
-                   FILTER (WHERE agent_name IS NOT NULL) AS agent_name,
-               arg_min(service_name, start_time_unix_nano) AS service_name,
+               {_SUMMARY},
                min(start_time) AS start_time,
                max(end_time) AS end_time,
                count(*) AS span_count,
@@ -560,6 +585,116 @@ VIEWS: dict[str, str] = {
         GROUP BY r.conv
     """,
 }
+
+# The token counts a model call reports (OpenTelemetry's, else OpenInference's).
+TOKEN_ATTRIBUTES = (
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens",
+    "llm.token_count.prompt",
+    "llm.token_count.completion",
+)
+
+# The rows the Python builder (`spanscore.evaluation.trajectory`) makes trajectories of, in this
+# order. Per conversation: a `conversation` row (who, when, how many spans, how many traces
+# lack their root and spans their parent, and the first value of each attribute asked for),
+# then each `turn` row followed by its steps (`model_call`, `tool_call`, `handoff`) in order.
+TRAJECTORY_COLUMNS = (
+    "conversation_id",
+    "kind",
+    "turn_index",
+    "span_id",
+    "trace_id",
+    "name",
+    "start_ns",
+    "end_ns",
+    "latency_ms",
+    "error",
+    "error_message",
+    "text",  # a turn's user message, a model call's answer
+    "final_response",
+    "arguments",
+    "result",
+    "call_id",
+    "parallel_group",
+    "source",
+    "requested",
+    "input_tokens",
+    "output_tokens",
+    "agent_name",  # the conversation's agent; the agent that handed off
+    "to_agent",
+    "service_name",
+    "span_count",
+    "rootless_traces",
+    "orphan_spans",
+)
+
+
+def _json_path(key: str) -> str:
+    return "'$.\"" + key.replace("'", "''").replace('"', '\\"') + "\"'"
+
+
+def trajectory_rows_sql(chosen: str, where: str, attribute_keys: tuple[str, ...]) -> str:
+    """The builder's rows (`TRAJECTORY_COLUMNS`, then `attribute_1`...), from the same `placed`
+    and `calls` as the views: the rules are applied here, once, and the builder only assembles.
+    `chosen` is a CTE (with its trailing comma) that `where` may read to narrow the spans."""
+    paths = [_json_path(k) for k in (*TOKEN_ATTRIBUTES, *attribute_keys)]
+    extra = f", json_extract_string(s.attributes, [{', '.join(paths)}]) AS attribute_list"
+    n = len(TOKEN_ATTRIBUTES)
+    attributes = "".join(
+        f""",
+               arg_min(attribute_list[{n + i}], span_order)
+                   FILTER (WHERE attribute_list[{n + i}] IS NOT NULL) AS attribute_{i}"""
+        for i in range(1, len(attribute_keys) + 1)
+    )
+
+    def tokens(first: int) -> str:
+        value = f"coalesce(attribute_list[{first}], attribute_list[{first + 2}])"
+        return f"TRY_CAST(trunc(TRY_CAST({value} AS DOUBLE)) AS BIGINT)"
+
+    columns = [*TRAJECTORY_COLUMNS, *(f"attribute_{i}" for i in range(1, len(attribute_keys) + 1))]
+    return f"""
+WITH {chosen}{_placed(where, extra)}, {_CALLS}, {_TURNS},
+orphans AS (
+    SELECT c.conv, count(*) AS orphan_spans FROM placed c
+    WHERE c.parent_span_id IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM placed p WHERE p.conv = c.conv AND p.span_id = c.parent_span_id)
+    GROUP BY c.conv
+),
+steps AS (
+    SELECT conv, 'conversation' AS kind, {_SUMMARY},
+           count(*) AS span_count,
+           min(start_time_unix_nano) AS start_ns, max(end_time_unix_nano) AS end_ns,
+           count(DISTINCT trace_id) - count(DISTINCT trace_id)
+               FILTER (WHERE parent_span_id IS NULL) AS rootless_traces{attributes}
+    FROM placed GROUP BY conv
+    UNION ALL BY NAME
+    SELECT conv, 'turn' AS kind, turn_index, user_message AS text, final_response
+    FROM all_turns
+    UNION ALL BY NAME
+    SELECT conv, 'model_call' AS kind, turn_index, span_order AS place, 0 AS sub, span_id,
+           trace_id, name, start_time_unix_nano AS start_ns, duration_ms AS latency_ms, error,
+           response_text AS text,
+           list_transform(from_json(tool_calls_requested, {_CALLS_TYPE}), c -> c.name)
+               AS requested,
+           {tokens(1)} AS input_tokens, {tokens(2)} AS output_tokens
+    FROM placed WHERE is_model
+    UNION ALL BY NAME
+    SELECT conversation_id AS conv, 'tool_call' AS kind, turn_index, step_place AS place,
+           step_sub AS sub, span_id, trace_id, tool_name AS name, start_ns, latency_ms, error,
+           error_message, arguments::VARCHAR AS arguments, result, tool_call_id AS call_id,
+           parallel_group, source
+    FROM calls
+    UNION ALL BY NAME
+    SELECT p.conv, 'handoff' AS kind, coalesce(p.turn_index, tt.turn_index) AS turn_index,
+           span_order AS place, 0 AS sub, span_id, start_time_unix_nano AS start_ns, agent_name,
+           CASE WHEN position(' ' IN name) > 0 THEN substr(name, position(' ' IN name) + 1)
+           END AS to_agent
+    FROM placed p LEFT JOIN trace_turns tt USING (conv, trace_id) WHERE is_handoff
+)
+SELECT conv AS {", ".join(columns)}
+FROM steps LEFT JOIN orphans USING (conv)
+ORDER BY conv, turn_index NULLS FIRST, place NULLS FIRST, sub"""
+
 
 SCHEMA_VERSION = 8
 
