@@ -296,6 +296,8 @@ def test_error_type_falls_back_to_the_exception() -> None:
         ({"args": ["x", 2], "kwargs": {}}, ["x", 2]),
         ({"args": ["x"], "kwargs": {"n": 2}}, {"args": ["x"], "kwargs": {"n": 2}}),  # both: kept
         ({"args": [], "query": "x"}, {"args": [], "query": "x"}),  # not the wrapper
+        ({"kwargs": {"q": "x"}}, {"q": "x"}),  # LlamaIndex: keyword arguments only
+        ({"kwargs": {"q": "x"}, "n": 1}, {"kwargs": {"q": "x"}, "n": 1}),  # not the wrapper
     ],
 )
 def test_tool_input_of_a_python_call_is_unwrapped(recorded: Any, arguments: Any) -> None:
@@ -803,3 +805,52 @@ def test_vercel_tool_span_and_the_whole_call() -> None:
     assert whole["operation"] == "invoke_agent"
     assert (whole["user_message"], whole["response_text"]) == ("hi", "Both shipped.")
     assert whole["tool_calls_requested"] is None
+
+
+def test_llamaindex_tool_output_and_request_preparation() -> None:
+    """LlamaIndex under OpenInference: a tool's output is recorded as its `ToolOutput` (the
+    return value is `raw_output`), and the LLM class's request preparation is an LLM span that
+    calls no model."""
+    output = {
+        "blocks": [{"text": '{"status": "shipped"}'}],
+        "tool_name": "get_order",
+        "raw_input": {"args": [], "kwargs": {"order_id": "ORD-1"}},
+        "raw_output": '{"status": "shipped"}',
+        "is_error": False,
+    }
+    tool = extract(
+        {
+            "openinference.span.kind": "TOOL",
+            "tool.name": "get_order",
+            "input.value": json.dumps({"kwargs": {"order_id": "ORD-1"}}),
+            "output.value": json.dumps(output),
+        },
+        name="FunctionTool.acall",
+    )
+    assert (tool["tool_arguments"], tool["tool_result"]) == (
+        {"order_id": "ORD-1"},
+        '{"status": "shipped"}',
+    )
+    returned_a_list = extract(
+        {
+            "openinference.span.kind": "TOOL",
+            "tool.name": "search",
+            "output.value": json.dumps(output | {"raw_output": [1, 2]}),
+        },
+        name="FunctionTool.acall",
+    )
+    assert returned_a_list["tool_result"] == "[1,2]"
+    prepared = extract(
+        {
+            "openinference.span.kind": "LLM",
+            "llm.model_name": "gpt-4.1-mini",
+            "output.value": json.dumps({"messages": ["..."], "tools": []}),
+        },
+        name="OpenAI._prepare_chat_with_tools",
+    )
+    assert prepared["operation"] is None
+    sent = extract(
+        {"openinference.span.kind": "LLM", "llm.model_name": "gpt-4.1-mini"},
+        name="OpenAI.astream_chat",
+    )
+    assert sent["operation"] == "chat"

@@ -21,6 +21,9 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   opentelemetry-semantic-conventions-ai 0.5.1, without traceloop-sdk.
 - smolagents: smolagents 1.26.0 (ToolCallingAgent, its own `OpenAIModel` with a scripted
   client answering from the plan) under openinference-instrumentation-smolagents 0.1.43.
+- llamaindex: llama-index-core 0.14.25 (`FunctionAgent`, llama-index-workflows 2.26.1) with
+  llama-index-llms-openai 0.8.3 and openai 2.54.0 against the ScriptedLLM, under
+  openinference-instrumentation-llama-index 4.6.1; one `ChatMemoryBuffer` across both turns.
 - vercel-ai6, vercel-ai6-grpc: a Node project (tests/producers/node/vercel-ai6/package.json,
   built by `npm install` under `.venv-producers/`) with ai 6.0.326 and the OpenTelemetry JS SDK
   (@opentelemetry/sdk-trace 2.12.1, OTLP exporters 0.223.1), running run_vercel.mjs: the
@@ -70,6 +73,10 @@ What each producer cannot carry, asserted as such:
 - smolagents: tool spans carry no call id and record the input as `{"args": [], "kwargs":
   {...}}` (unwrapped); the model sees results as "Observation:" text, so model calls carry no
   tool results; each turn ends with a `final_answer` call, read as the answer.
+
+- llamaindex: tool spans carry no call id and record the input as `{"kwargs": {...}}` and the
+  output as LlamaIndex's `ToolOutput` (both unwrapped); the LLM class's request preparation
+  (`OpenAI._prepare_chat_with_tools`) is an LLM span that calls no model, and is none.
 
 A tool result every producer sends as the text the model saw is parsed when it is JSON, so the
 same result is the same value whatever produced it (a regression test here).
@@ -321,6 +328,18 @@ PRODUCERS = {
             failed_tool_error_type="__main__.ToolError",
             log_events=None,
             results_in_messages=False,
+        ),
+        # LlamaIndex's FunctionAgent: a failure reaches the model as the error's message.
+        Producer(
+            "llamaindex",
+            convention="openinference",
+            scope="openinference.instrumentation.llama_index",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=False,
+            failed_tool_error_type="__main__.ToolError",
+            log_events=None,
+            error_sent="{}",
         ),
         # Pydantic AI, its current instrumentation data format (5) and a deprecated one (2:
         # `running tool` spans with `tool_arguments` / `tool_response`). A failure is sent to

@@ -8,7 +8,7 @@ Agents producer the `openai-agents` SDK).
 It reads one JSON document on stdin::
 
     {"producer": "openai-v2" | "openinference" | "openinference-agents" | "openllmetry"
-                 | "smolagents",
+                 | "smolagents" | "llamaindex" | ...,
      "llm_base_url": "http://127.0.0.1:PORT/v1",     # the ScriptedLLM
      "otlp_endpoint": "http://127.0.0.1:PORT",       # the collector's OTLP/HTTP address
      "service_name": "...", "model": "gpt-4.1-mini", "agent_name": "...",
@@ -73,6 +73,7 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     "spanscore-agents": {},
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
     "smolagents": {},
+    "llamaindex": {},
     # Google ADK: its current schema, content on the spans (ADK's default captures none);
     # and its legacy schema, content in its `gcp.vertex.agent.*` attributes (on by default).
     "adk": {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"},
@@ -834,6 +835,56 @@ def run_pydantic_ai(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) ->
         executed["id"] = given[_key(executed["name"], executed["arguments"])]
 
 
+def run_llamaindex(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    """LlamaIndex's `FunctionAgent` under OpenInference's LlamaIndex instrumentation.
+
+    The model is LlamaIndex's own `OpenAI` LLM talking to the ScriptedLLM, so requests and tool
+    calls go through LlamaIndex's real function-calling loop. A failing tool raises; the agent
+    sends the model the error's message. Both turns share one `ChatMemoryBuffer` (the chat
+    history: a workflow `Context` passed to both runs starts the second with a fresh memory in
+    llama-index-workflows 2.26), each inside `using_session`.
+    """
+    import asyncio
+
+    from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
+    from llama_index.core.memory import ChatMemoryBuffer
+    from llama_index.core.tools import FunctionTool
+    from llama_index.llms.openai import OpenAI
+    from openinference.instrumentation import using_session
+    from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
+
+    LlamaIndexInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+
+    def run_tool(name: str, arguments: dict[str, Any]) -> str:
+        return tools.run(name, arguments, sent_error=lambda message: message)
+
+    decorate: Callable[[Any], Any] = lambda fn: FunctionTool.from_defaults(fn=fn)  # noqa: E731
+    agent = FunctionAgent(
+        name=spec["agent_name"],
+        tools=planned_tools(decorate, run_tool),
+        llm=OpenAI(
+            model=spec["model"], api_base=spec["llm_base_url"], api_key="test", max_retries=0
+        ),
+        system_prompt=SYSTEM_PROMPT,
+    )
+    given: dict[str, str] = {}  # the call ids the model gave, by name and arguments
+
+    async def conversation() -> None:
+        memory = ChatMemoryBuffer.from_defaults(llm=agent.llm)
+        for index, turn in enumerate(spec["turns"]):
+            tools.turn = index
+            with using_session(spec["conversation_id"]):
+                handler = agent.run(user_msg=turn["user"], memory=memory)
+                async for event in handler.stream_events():
+                    if isinstance(event, ToolCallResult):
+                        given[_key(event.tool_name, event.tool_kwargs)] = event.tool_id
+                await handler
+
+    asyncio.run(conversation())
+    for executed in tools.executed:
+        executed["id"] = given[_key(executed["name"], executed["arguments"])]
+
+
 PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "pydantic-ai": run_pydantic_ai,
     "pydantic-ai-v2": run_pydantic_ai,
@@ -851,6 +902,7 @@ PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "spanscore-agents": run_spanscore_agents,
     "openllmetry": run_openllmetry,
     "smolagents": run_smolagents,
+    "llamaindex": run_llamaindex,
 }
 
 

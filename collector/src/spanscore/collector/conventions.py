@@ -109,6 +109,10 @@ ANSWER_TOOLS = {"final_answer": "answer"}
 # Tool spans that are no tool call: Google ADK wraps the calls of one model response in an
 # `execute_tool (merged)` span named so, beside each call's own span.
 NOT_TOOL_CALLS = frozenset({"(merged tools)"})
+# Model-call spans that call no model: LlamaIndex's instrumentation records every method of an
+# LLM class as an LLM span, including the one that only prepares the request (`OpenAI.
+# _prepare_chat_with_tools`, beside the `OpenAI.astream_chat` that sends it). By method name.
+NOT_MODEL_CALLS = frozenset({"_prepare_chat_with_tools"})
 
 
 def unwrap_arguments(value: Any) -> Any:
@@ -118,6 +122,12 @@ def unwrap_arguments(value: Any) -> Any:
     own flags). Keyword arguments when there are no positional ones, and the reverse; with
     both, the wrapper is kept (there is no single arguments value)."""
     parsed = _loads(value)
+    if (
+        isinstance(parsed, dict)
+        and set(parsed) == {"kwargs"}
+        and isinstance(parsed["kwargs"], dict)
+    ):
+        return parsed["kwargs"]  # LlamaIndex's tool spans: keyword arguments only
     if not (isinstance(parsed, dict) and "args" in parsed and "kwargs" in parsed):
         return value
     args, kwargs = parsed["args"], parsed["kwargs"]
@@ -157,6 +167,21 @@ def unwrap_result(value: Any) -> Any:
         if isinstance(text, str) and set(block) <= {"text", "type"}:
             return _loads(text)
     return parsed
+
+
+# LlamaIndex's `ToolOutput`, as its instrumentation records a tool's output: the value the
+# function returned is `raw_output` (`blocks` holds it as text, `raw_input` the call).
+_TOOL_OUTPUT_KEYS = frozenset({"blocks", "tool_name", "raw_input", "raw_output"})
+
+
+def unwrap_tool_output(value: str) -> str:
+    """A tool result recorded as a LlamaIndex `ToolOutput`: what the function returned (as
+    JSON text, or the text it returned). Anything else is returned unchanged."""
+    parsed = _loads(value)
+    if isinstance(parsed, dict) and _TOOL_OUTPUT_KEYS.issubset(parsed):
+        raw = parsed["raw_output"]
+        return raw if isinstance(raw, str) else orjson.dumps(raw, default=str).decode()
+    return value
 
 
 def _block_result(content: Any) -> Any:
@@ -826,6 +851,8 @@ class Extractor:
                     out[10] = text
             out[12] = convention.name
             break
+        if out[2] == "chat" and span_name.rsplit(".", 1)[-1] in NOT_MODEL_CALLS:
+            out[2] = out[7] = out[8] = out[9] = out[10] = None
         if out[2] == "execute_tool" and (out[3] in ANSWER_TOOLS or out[3] in NOT_TOOL_CALLS):
             out[2] = None  # the answer, read from the model call that asked for it; or none
         if out[2] != "execute_tool":
@@ -837,6 +864,8 @@ class Extractor:
                 out[6] = out[6] if out[6] is not None else _as_text(result)
             if out[6] is not None and out[6][:1] == "[":  # a provider's wrapping: unwrapped
                 out[6] = _as_text(unwrap_result(out[6]))
+            elif out[6] is not None and out[6][:1] == "{" and '"raw_output"' in out[6]:
+                out[6] = unwrap_tool_output(out[6])
         if out[2] in AGENT_OPERATIONS:
             # An agent's span repeats its model calls' messages: it never adds requested calls
             # or results (its user message and answer stay, for the turn).
