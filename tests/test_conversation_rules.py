@@ -458,3 +458,33 @@ def test_a_hand_off_without_model_calls_is_a_turn_of_its_trace(
     assert [[(s.kind, s.from_agent, s.to_agent) for s in turn.steps] for turn in t.turns] == [
         [("handoff", "triage", "billing")]
     ]
+
+
+def test_tools_run_concurrently_join_their_requests_by_arguments(
+    collector: Collector, lake_dir: Path
+) -> None:
+    # A framework ran the two requested calls concurrently (CrewAI): the second request's span
+    # started first, and neither span carries a call id. By name and order they would cross;
+    # their arguments say which is which.
+    calls = [
+        {"id": "c-1", "name": "get_order", "arguments": {"order_id": "A"}},
+        {"id": "c-2", "name": "get_order", "arguments": {"order_id": "B"}},
+    ]
+    _post(
+        collector,
+        [
+            _chat("concurrent-1", user="where?", calls=calls, at=T0),
+            _tool(
+                "concurrent-1", "get_order", arguments={"order_id": "B"}, result="b", at=T0 + 200
+            ),
+            _tool(
+                "concurrent-1", "get_order", arguments={"order_id": "A"}, result="a", at=T0 + 210
+            ),
+            _chat("concurrent-1", user="where?", answer="done", at=T0 + 500),
+        ],
+    )
+    t = _agree(lake_dir, "concurrent-1")
+    assert [(c.call_id, c.arguments, c.result) for c in t.tool_calls] == [
+        ("c-1", {"order_id": "A"}, "a"),
+        ("c-2", {"order_id": "B"}, "b"),
+    ]

@@ -24,6 +24,10 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
 - llamaindex: llama-index-core 0.14.25 (`FunctionAgent`, llama-index-workflows 2.26.1) with
   llama-index-llms-openai 0.8.3 and openai 2.54.0 against the ScriptedLLM, under
   openinference-instrumentation-llama-index 4.6.1; one `ChatMemoryBuffer` across both turns.
+- crewai: crewai 1.15.30 (one `Agent`, its `LLM` with native tool calling through CrewAI's
+  OpenAI provider, against the ScriptedLLM) under openinference-instrumentation-crewai 1.1.21
+  and openinference-instrumentation-openai 0.1.66 (the model calls), openai 2.54.0; each turn a
+  `Crew` kickoff of one task.
 - vercel-ai6, vercel-ai6-grpc: a Node project (tests/producers/node/vercel-ai6/package.json,
   built by `npm install` under `.venv-producers/`) with ai 6.0.326 and the OpenTelemetry JS SDK
   (@opentelemetry/sdk-trace 2.12.1, OTLP exporters 0.223.1), running run_vercel.mjs: the
@@ -78,12 +82,18 @@ What each producer cannot carry, asserted as such:
   output as LlamaIndex's `ToolOutput` (both unwrapped); the LLM class's request preparation
   (`OpenAI._prepare_chat_with_tools`) is an LLM span that calls no model, and is none.
 
+- crewai: a crew keeps no history between kickoffs, so each turn's model calls carry only that
+  turn's results; the user message reaches the model framed as CrewAI's task prompt (read
+  without the frame); the calls of one response run concurrently and their tool spans carry no
+  call id (joined to the requests by name and arguments).
+
 A tool result every producer sends as the text the model saw is parsed when it is JSON, so the
 same result is the same value whatever produced it (a regression test here).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -103,7 +113,7 @@ import pytest
 from spanscore.collector import Collector
 from spanscore.evaluation import load_trajectories
 from spanscore.examples.customer_service.scripted import Conversation, Turn
-from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy
+from spanscore.examples.llm_server import LLMRequest, Reply, ScriptedLLM, ScriptedPolicy
 from spanscore.lake import connect
 from spanscore.lake.schema import MODEL_CALL_SQL, SPANS_WITH_EVENTS
 
@@ -211,6 +221,7 @@ class Producer:
     wraps_non_dict_results: bool = False  # ADK: a result that is no dict goes as {"result": v}
     protocol: str = "http"  # how it exports: OTLP "http" (Python: JSON-less protobuf) or "grpc"
     node: bool = False  # a Node producer: tests/producers/node/<venv>/ and run_vercel.mjs
+    history_across_turns: bool = True  # False: each turn's model calls start afresh (CrewAI)
 
     def sent_error(self, message: str) -> Any:
         """What the agent sends the model for a failed call (parsed)."""
@@ -340,6 +351,20 @@ PRODUCERS = {
             failed_tool_error_type="__main__.ToolError",
             log_events=None,
             error_sent="{}",
+        ),
+        # CrewAI: each turn a crew kickoff with no history; the task framed for the model
+        # ("Current Task: ..."); a failure reaches the model as "Error executing tool: ...".
+        Producer(
+            "crewai",
+            convention="openinference",
+            scope="openinference.instrumentation.openai",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=False,
+            failed_tool_error_type="__main__.ToolError",
+            log_events=None,
+            error_sent="Error executing tool: {}",
+            history_across_turns=False,
         ),
         # Pydantic AI, its current instrumentation data format (5) and a deprecated one (2:
         # `running tool` spans with `tool_arguments` / `tool_response`). A failure is sent to
@@ -597,6 +622,23 @@ class Run:
         return str(ids[0])
 
 
+class FramedPolicy(ScriptedPolicy):
+    """`ScriptedPolicy`, also for agents that frame the user's message for the model (CrewAI's
+    "Current Task: <message>..."): the plan turn is the one whose message the latest user
+    message holds."""
+
+    def __call__(self, request: LLMRequest) -> Reply:
+        users = [i for i, m in enumerate(request.messages) if m.role == "user"]
+        if users and request.messages[users[-1]].text not in self.turns:
+            latest = request.messages[users[-1]]
+            user = next((u for u in self.turns if u in latest.text), None)
+            if user is not None:
+                messages = list(request.messages)
+                messages[users[-1]] = dataclasses.replace(latest, text=user)
+                request = dataclasses.replace(request, messages=tuple(messages))
+        return super().__call__(request)
+
+
 @pytest.fixture(scope="session")
 def runs() -> dict[str, Run]:
     return {}
@@ -642,7 +684,7 @@ def run(
     if venv.failed or venv.python is None:
         pytest.fail(venv.failed or "no venv")
     collector = make_collector()
-    with ScriptedLLM(ScriptedPolicy([PLAN])) as llm:
+    with ScriptedLLM(FramedPolicy([PLAN])) as llm:
         spec = {
             "producer": producer,
             "llm_base_url": llm.base_url,
@@ -719,10 +761,13 @@ def model_calls(run: Run) -> list[dict[str, Any]]:
 
 def expected_model_calls(run: Run) -> list[dict[str, Any]]:
     """Per model call, in order: the user message, the calls it asks for, the results in its
-    input (every result sent so far: the whole history goes with each call), the answer."""
+    input (every result sent so far: the whole history goes with each call; the turn's own
+    for a producer that starts each turn afresh), the answer."""
     calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     for turn in PLAN.turns:
+        if not run.producer.history_across_turns:
+            results = []
         for step in turn.steps:
             requested = [{"id": run.call_id(n, a), "name": n, "arguments": a} for n, a in step]
             calls.append({"user": turn.user, "requested": requested, "results": list(results)})

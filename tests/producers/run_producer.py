@@ -8,7 +8,7 @@ Agents producer the `openai-agents` SDK).
 It reads one JSON document on stdin::
 
     {"producer": "openai-v2" | "openinference" | "openinference-agents" | "openllmetry"
-                 | "smolagents" | "llamaindex" | ...,
+                 | "smolagents" | "llamaindex" | "crewai" | ...,
      "llm_base_url": "http://127.0.0.1:PORT/v1",     # the ScriptedLLM
      "otlp_endpoint": "http://127.0.0.1:PORT",       # the collector's OTLP/HTTP address
      "service_name": "...", "model": "gpt-4.1-mini", "agent_name": "...",
@@ -74,6 +74,8 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
     "smolagents": {},
     "llamaindex": {},
+    # CrewAI: no usage telemetry of its own, no tracing prompt (offline, non-interactive)
+    "crewai": {"CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false"},
     # Google ADK: its current schema, content on the spans (ADK's default captures none);
     # and its legacy schema, content in its `gcp.vertex.agent.*` attributes (on by default).
     "adk": {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"},
@@ -885,6 +887,70 @@ def run_llamaindex(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> 
         executed["id"] = given[_key(executed["name"], executed["arguments"])]
 
 
+def run_crewai(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    """CrewAI under OpenInference's CrewAI and OpenAI instrumentations (CrewAI's own spans and
+    the model calls its native OpenAI provider makes with the `openai` client).
+
+    One agent with the two tools, its `LLM` talking to the ScriptedLLM with native tool
+    calling; each turn is a `Crew` kickoff of one task whose description is the user's message,
+    inside `using_session`. A crew keeps no history between kickoffs, and CrewAI frames the
+    task for the model ("Current Task: ..."). A failing tool raises; CrewAI sends the model
+    "Error executing tool: <message>".
+    """
+    import functools
+
+    import openai.resources.chat.completions as chat_completions
+    from crewai import LLM, Agent, Crew, Task
+    from crewai.tools import tool
+    from openinference.instrumentation import using_session
+    from openinference.instrumentation.crewai import CrewAIInstrumentor
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+
+    CrewAIInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+    OpenAIInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+
+    given: dict[str, str] = {}  # the call ids the model gave, by name and arguments
+    create = chat_completions.Completions.create
+
+    @functools.wraps(create)
+    def observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        response = create(self, *args, **kwargs)
+        # CrewAI asks `with_raw_response`: parse() gives the completion (and caches it)
+        completion = response.parse() if hasattr(response, "parse") else response
+        for call in completion.choices[0].message.tool_calls or []:
+            arguments = json.loads(call.function.arguments)
+            given[_key(call.function.name, arguments)] = call.id
+        return response
+
+    chat_completions.Completions.create = observed  # type: ignore[method-assign]
+
+    def run_tool(name: str, arguments: dict[str, Any]) -> str:
+        return tools.run(
+            name, arguments, sent_error=lambda message: f"Error executing tool: {message}"
+        )
+
+    agent = Agent(
+        role=spec["agent_name"],
+        goal="Answer the customer",
+        backstory=SYSTEM_PROMPT,
+        tools=planned_tools(tool, run_tool),
+        llm=LLM(
+            model=f"openai/{spec['model']}",
+            base_url=spec["llm_base_url"],
+            api_key="test",
+            max_retries=0,
+        ),
+        verbose=False,
+    )
+    for index, turn in enumerate(spec["turns"]):
+        tools.turn = index
+        task = Task(description=turn["user"], expected_output="The answer", agent=agent)
+        with using_session(spec["conversation_id"]):
+            Crew(agents=[agent], tasks=[task], verbose=False).kickoff()
+    for executed in tools.executed:
+        executed["id"] = given[_key(executed["name"], executed["arguments"])]
+
+
 PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "pydantic-ai": run_pydantic_ai,
     "pydantic-ai-v2": run_pydantic_ai,
@@ -903,6 +969,7 @@ PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "openllmetry": run_openllmetry,
     "smolagents": run_smolagents,
     "llamaindex": run_llamaindex,
+    "crewai": run_crewai,
 }
 
 

@@ -98,9 +98,20 @@ def _loads(value: Any) -> Any:
     return value
 
 
-# How some agents frame the user's message to the model; the user's words follow it
-# (smolagents: "New task:\n" + the task).
-USER_MESSAGE_FRAMES = ("New task:\n",)
+# How some agents frame the user's message to the model: (what precedes the user's words, what
+# may follow them). smolagents: "New task:\n" + the task; CrewAI: "\nCurrent Task: " + the
+# task's description, then the expected output, or its instructions to begin.
+USER_MESSAGE_FRAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("New task:\n", ()),
+    (
+        "\nCurrent Task: ",
+        (
+            "\n\nThis is the expected criteria for your final answer: ",
+            "\n\nBegin! This is VERY important to you",
+            "\n\nProvide your complete response:",
+        ),
+    ),
+)
 
 # Tools whose call is the agent's answer to the user, not an action: name -> the argument
 # holding the answer (smolagents ends every run with `final_answer`). A requested call of one
@@ -741,9 +752,11 @@ def summarize_messages(
         None,
     )
     if user is not None:
-        for frame in USER_MESSAGE_FRAMES:
-            if user.startswith(frame):
-                user = user[len(frame) :]
+        for before, after in USER_MESSAGE_FRAMES:
+            if user.startswith(before):
+                user = user[len(before) :]
+                for end in after:
+                    user = user.split(end, 1)[0]
                 break
     requested = []
     texts = [m["text"] for m in outputs if isinstance(m.get("text"), str)]

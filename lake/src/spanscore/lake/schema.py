@@ -401,15 +401,43 @@ def _placed(where: str = "", extra: str = "") -> str:
 
 _PLACED = _placed()
 
+
+def _joining(stage: str, source: str, key: str, before: list[str]) -> str:
+    """One stage of joining requests to tool spans: of the rows of `source` that no stage
+    `before` joined, the k-th request and the k-th tool span with the same turn and `key` are
+    one call. Adds `<stage>` (joined here) and `<stage>_rank` (that k)."""
+    eligible = " AND ".join(
+        ["turn_index IS NOT NULL", *(f"{k.strip()} IS NOT NULL" for k in key.split(","))]
+        + [f"NOT {b}" for b in before]
+    )
+    return f"""{stage} AS (
+        SELECT * EXCLUDE (requests_upto, spans_upto, requests_in, spans_in),
+               {eligible} AND CASE WHEN is_request THEN requests_upto <= spans_in
+                   ELSE spans_upto <= requests_in END AS {stage},
+               CASE WHEN is_request THEN requests_upto ELSE spans_upto END AS {stage}_rank
+        FROM (SELECT *,
+                  count(*) FILTER (WHERE is_request AND {eligible}) OVER upto AS requests_upto,
+                  count(*) FILTER (WHERE NOT is_request AND {eligible}) OVER upto AS spans_upto,
+                  count(*) FILTER (WHERE is_request AND {eligible}) OVER whole AS requests_in,
+                  count(*) FILTER (WHERE NOT is_request AND {eligible}) OVER whole AS spans_in
+              FROM {source}
+              WINDOW g AS (PARTITION BY conv, turn_index, {key}
+                           ORDER BY span_order, request_order),
+                  upto AS (g ROWS UNBOUNDED PRECEDING),
+                  whole AS (g ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING))
+    )"""
+
+
 # Tool calls: every call a model requested (once per call id) and every tool span, ranked on
 # narrow rows and joined to their spans at the end. Joining is ranking: the k-th request and
 # the k-th span with the same turn and call id are one call; of what is left, so are the k-th
-# request and the k-th span with the same turn and tool name. A call's result from the
-# messages is the latest `tool_results` entry with its call id.
+# request and the k-th span with the same turn, tool name and arguments (tools a framework ran
+# concurrently start in any order); then the same by turn and tool name. A call's result from
+# the messages is the latest `tool_results` entry with its call id.
 _CALLS = f"""
     items AS (
         SELECT conv, true AS is_request, turn_index, span_order, request_order,
-               c.id AS call_id, c.name AS match_name
+               c.id AS call_id, c.name AS match_name, json(c.arguments)::VARCHAR AS args_key
         FROM (SELECT *, unnest(calls) AS c, unnest(range(len(calls))) AS request_order
               FROM (SELECT *, from_json(tool_calls_requested, {_CALLS_TYPE}) AS calls
                     FROM placed WHERE is_model AND tool_calls_requested IS NOT NULL))
@@ -418,41 +446,13 @@ _CALLS = f"""
             PARTITION BY conv, c.id ORDER BY span_order, request_order) = 1
         UNION ALL
         SELECT p.conv, false, coalesce(p.turn_index, tt.turn_index), span_order, 0,
-               tool_call_id, tool_name
+               tool_call_id, tool_name, json(tool_arguments)::VARCHAR
         FROM placed p LEFT JOIN trace_turns tt ON tt.conv = p.conv AND tt.trace_id = p.trace_id
         WHERE is_tool
     ),
-    by_id AS (
-        SELECT *, turn_index IS NOT NULL AND call_id IS NOT NULL AND CASE WHEN is_request
-                      THEN requests_upto <= spans_in ELSE spans_upto <= requests_in END AS by_id
-        FROM (SELECT *,
-                  count(*) FILTER (WHERE is_request) OVER upto AS requests_upto,
-                  count(*) FILTER (WHERE NOT is_request) OVER upto AS spans_upto,
-                  count(*) FILTER (WHERE is_request) OVER whole AS requests_in,
-                  count(*) FILTER (WHERE NOT is_request) OVER whole AS spans_in
-              FROM items
-              WINDOW g AS (PARTITION BY conv, turn_index, call_id
-                           ORDER BY span_order, request_order),
-                  upto AS (g ROWS UNBOUNDED PRECEDING),
-                  whole AS (g ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING))
-    ),
-    by_name AS (
-        SELECT *, NOT by_id AND turn_index IS NOT NULL AND match_name IS NOT NULL AND CASE
-                      WHEN is_request THEN requests_upto <= spans_in
-                      ELSE spans_upto <= requests_in END AS by_name
-        FROM (SELECT * EXCLUDE (requests_upto, spans_upto, requests_in, spans_in),
-                  CASE WHEN by_id THEN CASE WHEN is_request THEN requests_upto ELSE spans_upto
-                       END END AS id_rank,
-                  count(*) FILTER (WHERE is_request AND NOT by_id) OVER upto AS requests_upto,
-                  count(*) FILTER (WHERE NOT is_request AND NOT by_id) OVER upto AS spans_upto,
-                  count(*) FILTER (WHERE is_request AND NOT by_id) OVER whole AS requests_in,
-                  count(*) FILTER (WHERE NOT is_request AND NOT by_id) OVER whole AS spans_in
-              FROM by_id
-              WINDOW g AS (PARTITION BY conv, turn_index, match_name
-                           ORDER BY span_order, request_order),
-                  upto AS (g ROWS UNBOUNDED PRECEDING),
-                  whole AS (g ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING))
-    ),
+    {_joining("by_id", "items", "call_id", [])},
+    {_joining("by_args", "by_id", "match_name, args_key", ["by_id"])},
+    {_joining("by_name", "by_args", "match_name", ["by_id", "by_args"])},
     joined AS (
         SELECT *, row_number() OVER (PARTITION BY conv ORDER BY
                       coalesce(model_order, tool_order), coalesce(request_order, 0)) - 1
@@ -464,9 +464,11 @@ _CALLS = f"""
                      any_value(match_name) FILTER (WHERE is_request) AS request_name,
                      any_value(span_order) FILTER (WHERE NOT is_request) AS tool_order
               FROM (SELECT *, CASE
-                        WHEN by_id THEN ['id', turn_index::VARCHAR, call_id, id_rank::VARCHAR]
-                        WHEN by_name THEN ['name', turn_index::VARCHAR, match_name, (CASE WHEN
-                            is_request THEN requests_upto ELSE spans_upto END)::VARCHAR]
+                        WHEN by_id THEN ['id', turn_index::VARCHAR, call_id, by_id_rank::VARCHAR]
+                        WHEN by_args THEN ['args', turn_index::VARCHAR, match_name, args_key,
+                            by_args_rank::VARCHAR]
+                        WHEN by_name THEN ['name', turn_index::VARCHAR, match_name,
+                            by_name_rank::VARCHAR]
                         ELSE [is_request::VARCHAR, span_order::VARCHAR, request_order::VARCHAR]
                         END AS pair
                     FROM by_name)
