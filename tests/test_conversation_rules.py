@@ -488,3 +488,72 @@ def test_tools_run_concurrently_join_their_requests_by_arguments(
         ("c-1", {"order_id": "A"}, "a"),
         ("c-2", {"order_id": "B"}, "b"),
     ]
+
+
+def _agent(conversation: str, *, user: str, answer: str, at: int, end: int) -> trace_pb2.Span:
+    span = f.span(
+        "invoke_agent support",
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "support",
+            "gen_ai.conversation.id": conversation,
+            "gen_ai.input.messages": json.dumps(
+                [{"role": "user", "parts": [{"type": "text", "content": user}]}]
+            ),
+            "gen_ai.output.messages": json.dumps(
+                [{"role": "assistant", "parts": [{"type": "text", "content": answer}]}]
+            ),
+        },
+    )
+    span.start_time_unix_nano = at
+    span.end_time_unix_nano = end
+    return span
+
+
+def test_an_agent_span_with_the_messages_gives_the_turn_when_model_calls_have_none(
+    collector: Collector, lake_dir: Path
+) -> None:
+    # Content captured on the agent's spans only: the model calls carry no messages. Each
+    # agent span starts its turn and gives it the user message and the answer.
+    _post(
+        collector,
+        [
+            _agent("agentmsg-1", user="where is A?", answer="A shipped", at=T0, end=T0 + 900),
+            _chat("agentmsg-1", user=None, at=T0 + 10),
+            _tool("agentmsg-1", "get_order", call_id="c-1", result="shipped", at=T0 + 200),
+            _chat("agentmsg-1", user=None, at=T0 + 400),
+            _agent("agentmsg-1", user="thanks", answer="welcome", at=T0 + 1000, end=T0 + 1500),
+            _chat("agentmsg-1", user=None, at=T0 + 1010),
+        ],
+    )
+    t = _agree(lake_dir, "agentmsg-1")
+    assert [(turn.user_message, turn.final_response) for turn in t.turns] == [
+        ("where is A?", "A shipped"),
+        ("thanks", "welcome"),
+    ]
+    assert [[c.call_id for c in turn.tool_calls] for turn in t.turns] == [["c-1"], []]
+    assert [sum(isinstance(s, ModelCall) for s in turn.steps) for turn in t.turns] == [2, 1]
+
+
+def test_an_agent_span_repeating_its_model_calls_changes_no_turn(
+    collector: Collector, lake_dir: Path
+) -> None:
+    # Strands and ai 7 record the messages on the agent span and on each model call: the
+    # turns are the same as from the model calls alone, and the model calls' answer wins.
+    call = {"id": "c-1", "name": "get_order", "arguments": {"id": "A"}}
+    _post(
+        collector,
+        [
+            _agent("agentdup-1", user="where?", answer="agent says", at=T0, end=T0 + 900),
+            _chat("agentdup-1", user="where?", calls=[call], at=T0 + 10),
+            _tool("agentdup-1", "get_order", call_id="c-1", result="ok", at=T0 + 200),
+            _chat("agentdup-1", user="where?", results=[("c-1", "ok")], answer="ok", at=T0 + 400),
+            _agent("agentdup-1", user="where?", answer="again", at=T0 + 1000, end=T0 + 1500),
+            _chat("agentdup-1", user="where?", answer="again", at=T0 + 1010),
+        ],
+    )
+    t = _agree(lake_dir, "agentdup-1")
+    assert [(turn.user_message, turn.final_response) for turn in t.turns] == [
+        ("where?", "ok"),
+        ("where?", "again"),
+    ]

@@ -289,7 +289,13 @@ AGENT_OPERATIONS = (
     "workflow",
     "task",
 )
-# Which spans are model calls (`placed` below; `evaluation.trajectory.is_model_call`).
+# An agent's span that carries the user's message (an `invoke_agent` span with the turn's
+# messages): never a model call, but it starts a turn as a model call would, and gives the turn
+# its user message and, when no model call answered, its answer. Producers that capture content
+# only on agent spans have turns this way.
+_TURN_AGENT_SQL = f"""(coalesce(operation, '') IN ({", ".join(f"'{o}'" for o in AGENT_OPERATIONS)})
+    AND user_message IS NOT NULL)"""
+# Which spans are model calls (`placed` below).
 MODEL_CALL_SQL = f"""(operation = 'chat' OR (
     (tool_calls_requested IS NOT NULL OR response_text IS NOT NULL)
     AND coalesce(operation, '') NOT IN ({", ".join(f"'{o}'" for o in AGENT_OPERATIONS)})))"""
@@ -360,6 +366,7 @@ def _placed(where: str = "", extra: str = "") -> str:
                CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
                     THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
                {ERROR_MESSAGE_SQL} AS error_message, {MODEL_CALL_SQL} AS is_model,
+               {_TURN_AGENT_SQL} AS is_turn_agent,
                s.operation IS NOT DISTINCT FROM 'execute_tool' AS is_tool,
                {_HANDOFF_SQL} AS is_handoff
         FROM {SPANS_WITH_EVENTS} s {where}
@@ -367,15 +374,17 @@ def _placed(where: str = "", extra: str = "") -> str:
     ordered AS (
         SELECT *,
                row_number() OVER w AS span_order,
-               CASE WHEN is_model AND (count(*) FILTER (WHERE is_model) OVER before = 0
+               CASE WHEN (is_model OR is_turn_agent)
+                        AND (count(*) FILTER (WHERE is_model OR is_turn_agent) OVER before = 0
                         OR (user_message IS NOT NULL AND (user_message IS DISTINCT FROM
-                                last_value(CASE WHEN is_model THEN user_message END IGNORE NULLS)
-                                    OVER before
+                                last_value(CASE WHEN is_model OR is_turn_agent THEN user_message
+                                    END IGNORE NULLS) OVER before
                             OR last_value(CASE WHEN is_model THEN tool_calls_requested IS NULL
-                                    AND response_text IS NOT NULL END IGNORE NULLS) OVER before)))
+                                    AND response_text IS NOT NULL WHEN is_turn_agent THEN false
+                                END IGNORE NULLS) OVER before)))
                     THEN 1 ELSE 0 END AS starts_turn,
-               count(*) FILTER (WHERE is_model) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING
-                   AND UNBOUNDED FOLLOWING) AS model_calls,
+               count(*) FILTER (WHERE is_model OR is_turn_agent) OVER (w ROWS BETWEEN
+                   UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS turn_spans,
                CASE WHEN is_model AND tool_calls_requested IS NOT NULL
                     THEN count(tool_calls_requested) FILTER (WHERE is_model)
                         OVER (w ROWS UNBOUNDED PRECEDING)
@@ -386,7 +395,7 @@ def _placed(where: str = "", extra: str = "") -> str:
     ),
     placed AS MATERIALIZED (
         SELECT * EXCLUDE (starts_turn),
-               CASE WHEN model_calls > 0
+               CASE WHEN turn_spans > 0
                     THEN greatest(sum(starts_turn) OVER upto - 1, 0) END::BIGINT AS turn_index
         FROM ordered
         WINDOW upto AS (PARTITION BY conv ORDER BY span_order ROWS UNBOUNDED PRECEDING)
@@ -394,7 +403,7 @@ def _placed(where: str = "", extra: str = "") -> str:
     trace_turns AS (
         SELECT conv, trace_id, min(start_time) AS start_time, row_number() OVER (
                 PARTITION BY conv ORDER BY min(start_time_unix_nano), trace_id) - 1 AS turn_index
-        FROM placed WHERE (is_tool OR is_handoff) AND model_calls = 0
+        FROM placed WHERE (is_tool OR is_handoff) AND turn_spans = 0
         GROUP BY conv, trace_id
     )"""
 
@@ -515,14 +524,14 @@ _CALLS = f"""
 # (text, no tool calls requested); in a conversation without model calls, a trace.
 _TURNS = """all_turns AS (
             SELECT conv, turn_index,
-                   (list(user_message ORDER BY span_order) FILTER (WHERE is_model))[1]
-                       AS user_message,
-                   arg_max(response_text, span_order) FILTER (WHERE is_model
-                       AND tool_calls_requested IS NULL AND response_text IS NOT NULL)
-                       AS final_response,
+                   (list(user_message ORDER BY span_order))[1] AS user_message,
+                   coalesce(arg_max(response_text, span_order) FILTER (WHERE is_model
+                           AND tool_calls_requested IS NULL AND response_text IS NOT NULL),
+                       arg_max(response_text, span_order) FILTER (WHERE is_turn_agent
+                           AND response_text IS NOT NULL)) AS final_response,
                    min(start_time) AS start_time,
                    count(*) FILTER (WHERE is_model) AS model_call_count
-            FROM placed WHERE is_model
+            FROM placed WHERE is_model OR is_turn_agent
             GROUP BY conv, turn_index
             UNION ALL
             SELECT conv, turn_index, NULL, NULL, start_time, 0 FROM trace_turns
@@ -573,7 +582,8 @@ VIEWS: dict[str, str] = {
                max(end_time) AS end_time,
                count(*) AS span_count,
                count(DISTINCT trace_id) AS trace_count,
-               coalesce(max(turn_index) FILTER (WHERE is_model) + 1, any_value(tt.turns), 0)
+               coalesce(max(turn_index) FILTER (WHERE is_model OR is_turn_agent) + 1,
+                   any_value(tt.turns), 0)
                    AS turn_count,
                coalesce(any_value(cc.calls), 0)::BIGINT AS tool_call_count,
                count(*) FILTER (WHERE status_code = 'ERROR' OR error_type IS NOT NULL)
