@@ -1,11 +1,12 @@
 """The views and the builder rebuild the same conversations from any span set (issue 12): the
 same turns, tool calls (name, arguments, result, error, call id, parallel group) and counts,
-whatever the arrival order, the split into traces and exports, and what the producer left
-out."""
+whatever the arrival order, the split into traces and exports, the order concurrent tools
+ran in, agent spans with or without the turn's messages, and what the producer left out."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,23 @@ def span_sets(draw: st.DrawFn) -> tuple[str, list[list[trace_pb2.Span]]]:
         user = draw(st.sampled_from(["hello", "again", f"question {turn}"]))
         pending_results: list[tuple[str, Any]] = []
         model_calls = draw(st.integers(1, 3))
+        # An agent span around the turn, maybe with the turn's messages (some producers
+        # capture content only there; others repeat it on every model call too).
+        agent_span: trace_pb2.Span | None = None
+        if draw(st.integers(0, 2)) == 0:
+            agent_attributes: dict[str, object] = {"gen_ai.operation.name": "invoke_agent"}
+            if draw(st.booleans()):
+                agent_attributes["gen_ai.input.messages"] = json.dumps(
+                    [{"role": "user", "parts": [{"type": "text", "content": user}]}]
+                )
+                agent_attributes["gen_ai.output.messages"] = json.dumps(
+                    [{"role": "assistant", "parts": [{"type": "text", "content": f"a{turn}"}]}]
+                )
+            if placement == "every":
+                agent_attributes["gen_ai.conversation.id"] = conversation
+            agent_span = f.span("invoke_agent support", trace_id=trace, attributes=agent_attributes)
+            agent_span.start_time_unix_nano = next(clock)
+            spans.append(agent_span)
         for step in range(model_calls):
             # The first call of a turn has the user message (turn 0 may lack it); later ones
             # may lack it (chained calls, capture off).
@@ -72,6 +90,9 @@ def span_sets(draw: st.DrawFn) -> tuple[str, list[list[trace_pb2.Span]]]:
             )
             spans.append(chat)
             pending_results = []
+            # a framework may run the calls of one response concurrently: in any order
+            if len(requested) > 1 and draw(st.booleans()):
+                requested = list(draw(st.permutations(requested)))
             for call in requested:
                 ran = draw(st.sampled_from(["span", "span without id", "bare span", "no span"]))
                 result = f"r-{call['arguments']['n']}"
@@ -114,6 +135,8 @@ def span_sets(draw: st.DrawFn) -> tuple[str, list[list[trace_pb2.Span]]]:
                 handoff.start_time_unix_nano = next(clock)
                 handoff.end_time_unix_nano = handoff.start_time_unix_nano + 50
                 spans.append(handoff)
+        if agent_span is not None:
+            agent_span.end_time_unix_nano = next(clock)
         if root is not None:
             root.end_time_unix_nano = next(clock)
     for span in spans:
