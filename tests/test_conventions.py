@@ -854,3 +854,24 @@ def test_llamaindex_tool_output_and_request_preparation() -> None:
         name="OpenAI.astream_chat",
     )
     assert sent["operation"] == "chat"
+
+
+def test_openinference_agents_hand_off_is_a_hand_off_not_a_tool_call() -> None:
+    """OpenInference's Agents SDK instrumentation writes a hand-off as a TOOL span named
+    `handoff to <agent>`, the agent handing off in `input.value`."""
+    row = extract(
+        {
+            "openinference.span.kind": "TOOL",
+            "input.value": "triage",
+            "output.value": "billing",
+        },
+        name="handoff to billing",
+    )
+    assert (row["operation"], row["agent_name"], row["tool_arguments"], row["tool_result"]) == (
+        "handoff",
+        "triage",
+        None,
+        None,
+    )
+    tool = extract({"openinference.span.kind": "TOOL", "tool.name": "handoff to x"}, name="t")
+    assert tool["operation"] == "execute_tool"  # a tool that is named so stays a tool

@@ -68,6 +68,7 @@ What each producer cannot carry, asserted as such:
   trajectories join them to the conversation their trace names.
 - openinference-agents: the Agents SDK's function spans carry no tool call id, and a failed
   tool's span only an ERROR status whose message holds the error (no error.type, no exception).
+  A hand-off is a TOOL span `handoff to <agent>` (tested on its own: triage hands to billing).
 - openllmetry: without traceloop-sdk (its `@tool` / `@workflow` decorators) there are no tool
   spans and no span per turn: each model call is its own trace, its tool calls are rebuilt
   from the model calls' messages (`tool_calls.source = 'messages'`), where a failed call shows
@@ -111,7 +112,7 @@ from typing import Any
 import pytest
 
 from spanscore.collector import Collector
-from spanscore.evaluation import load_trajectories
+from spanscore.evaluation import Handoff, load_trajectories
 from spanscore.examples.customer_service.scripted import Conversation, Turn
 from spanscore.examples.llm_server import LLMRequest, Reply, ScriptedLLM, ScriptedPolicy
 from spanscore.lake import connect
@@ -1052,3 +1053,78 @@ def test_show(run: Run) -> None:
         if "error" in OUTCOME[_key(name, arguments)] and run.producer.tool_spans:
             assert lines[at + 2].lstrip(" │").startswith("ERROR  "), lines[at + 2]
             assert MISSING in lines[at + 2]
+
+
+HANDOFF_CONVERSATION = "producers-handoff-1"
+HANDOFF_ASK = "Please refund order ORD-1001, it arrived broken."
+HANDOFF_REPLY = "I refunded ORD-1001."
+
+
+def test_openinference_agents_hand_off(
+    producer_venvs: dict[str, Venv], make_collector: Callable[..., Collector], lake_dir: Path
+) -> None:
+    """OpenInference's Agents SDK instrumentation, a hand-off: triage transfers the turn to
+    billing, which refunds and answers. One turn, with the hand-off as a step between the
+    transfer and billing's tool call, in the builder and the views alike."""
+    from .test_conversation_rules import agree_all
+
+    venv = producer_venvs["openinference-agents"]
+    if venv.unreachable:
+        pytest.skip(venv.unreachable)
+    assert venv.python is not None, venv.failed
+    plan = Conversation(
+        HANDOFF_CONVERSATION,
+        "agents_handoff",
+        [
+            Turn(
+                HANDOFF_ASK,
+                [[("transfer_to_billing", {})], [("refund_order", {"order_id": "ORD-1001"})]],
+                HANDOFF_REPLY,
+            )
+        ],
+    )
+    collector = make_collector()
+    with ScriptedLLM(ScriptedPolicy([plan])) as llm:
+        executed = run_producer(
+            venv,
+            {
+                "producer": "openinference-agents-handoff",
+                "llm_base_url": llm.base_url,
+                "otlp_endpoint": f"http://127.0.0.1:{collector.http_port}",
+                "service_name": "producer-openinference-agents-handoff",
+                "model": MODEL,
+                "conversation_id": HANDOFF_CONVERSATION,
+                "turns": [{"user": HANDOFF_ASK}],
+                "outcomes": [
+                    {
+                        "name": "refund_order",
+                        "arguments": {"order_id": "ORD-1001"},
+                        "result": {"order_id": "ORD-1001", "refunded": True},
+                    }
+                ],
+            },
+        )
+        assert not llm.errors, llm.errors
+    assert [(c["name"], c["arguments"]) for c in executed] == [
+        ("refund_order", {"order_id": "ORD-1001"})
+    ]
+    [trajectory] = agree_all(lake_dir, [HANDOFF_CONVERSATION])
+    [turn] = trajectory.turns
+    assert (turn.user_message, turn.final_response) == (HANDOFF_ASK, HANDOFF_REPLY)
+    steps = [
+        (type(s).__name__, getattr(s, "name", None) if not isinstance(s, Handoff) else None)
+        for s in turn.steps
+    ]
+    assert [s for s in steps if s[0] != "ModelCall"] == [
+        ("ToolCall", "transfer_to_billing"),
+        ("Handoff", None),
+        ("ToolCall", "refund_order"),
+    ], steps
+    [handoff] = [s for s in turn.steps if isinstance(s, Handoff)]
+    assert (handoff.from_agent, handoff.to_agent) == ("triage", "billing")
+    refund = next(c for c in turn.tool_calls if c.name == "refund_order")
+    assert (refund.arguments, refund.result, refund.call_id) == (
+        {"order_id": "ORD-1001"},
+        {"order_id": "ORD-1001", "refunded": True},
+        executed[0]["id"],
+    )

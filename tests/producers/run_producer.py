@@ -70,6 +70,7 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     },
     "openinference": {},
     "openinference-agents": {},
+    "openinference-agents-handoff": {},
     "spanscore-agents": {},
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
     "smolagents": {},
@@ -467,6 +468,42 @@ def run_openinference_agents(spec: dict[str, Any], telemetry: Telemetry, tools: 
 
     OpenAIAgentsInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
     _agents_conversation(spec, tools, lambda: using_session(spec["conversation_id"]))
+
+
+def run_openinference_agents_handoff(
+    spec: dict[str, Any], telemetry: Telemetry, tools: Tools
+) -> None:
+    """A hand-off under OpenInference's Agents SDK instrumentation: `triage` hands each turn to
+    `billing` (the SDK's `transfer_to_billing` tool), which calls `refund_order` and answers."""
+    from agents import Agent, Runner, set_default_openai_api, set_default_openai_client
+    from agents.tool import function_tool
+    from agents.tool_context import ToolContext
+    from openai import AsyncOpenAI
+    from openinference.instrumentation import using_session
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    OpenAIAgentsInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+    client = AsyncOpenAI(base_url=spec["llm_base_url"], api_key="test", max_retries=0)
+    set_default_openai_client(client, use_for_tracing=False)
+    set_default_openai_api("responses")
+
+    @function_tool
+    def refund_order(ctx: ToolContext[Any], order_id: str) -> str:
+        """Refund an order"""
+        return tools.run("refund_order", {"order_id": order_id}, ctx.tool_call_id)
+
+    billing = Agent(
+        name="billing", instructions="Refunds.", model=spec["model"], tools=[refund_order]
+    )
+    triage = Agent(name="triage", instructions="Route.", model=spec["model"], handoffs=[billing])
+
+    async def conversation() -> None:
+        for index, turn in enumerate(spec["turns"]):
+            tools.turn = index
+            with using_session(spec["conversation_id"]):
+                await Runner.run(triage, turn["user"])
+
+    asyncio.run(conversation())
 
 
 def run_spanscore_agents(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
@@ -965,6 +1002,7 @@ PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "openinference": run_openinference,
     "openinference+spanscore": run_openinference,
     "openinference-agents": run_openinference_agents,
+    "openinference-agents-handoff": run_openinference_agents_handoff,
     "spanscore-agents": run_spanscore_agents,
     "openllmetry": run_openllmetry,
     "smolagents": run_smolagents,

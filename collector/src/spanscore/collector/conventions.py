@@ -120,6 +120,9 @@ ANSWER_TOOLS = {"final_answer": "answer"}
 # Tool spans that are no tool call: Google ADK wraps the calls of one model response in an
 # `execute_tool (merged)` span named so, beside each call's own span.
 NOT_TOOL_CALLS = frozenset({"(merged tools)"})
+# A hand-off span named for the agent it hands to (OpenInference's Agents SDK instrumentation
+# writes `handoff to <agent>` as a TOOL span; spanscore's shim `handoff <agent>`).
+HANDOFF_PREFIX = "handoff to "
 # Model-call spans that call no model: LlamaIndex's instrumentation records every method of an
 # LLM class as an LLM span, including the one that only prepares the request (`OpenAI.
 # _prepare_chat_with_tools`, beside the `OpenAI.astream_chat` that sends it). By method name.
@@ -864,6 +867,12 @@ class Extractor:
                     out[10] = text
             out[12] = convention.name
             break
+        if out[2] == "execute_tool" and out[3] is None and span_name.startswith(HANDOFF_PREFIX):
+            # OpenInference's Agents SDK instrumentation: a hand-off recorded as a tool span,
+            # `handoff to <agent>`, the agent handing off in `input.value`
+            out[2] = "handoff"
+            handing = get("input.value")
+            out[1] = handing if isinstance(handing, str) and handing else out[1]
         if out[2] == "chat" and span_name.rsplit(".", 1)[-1] in NOT_MODEL_CALLS:
             out[2] = out[7] = out[8] = out[9] = out[10] = None
         if out[2] == "execute_tool" and (out[3] in ANSWER_TOOLS or out[3] in NOT_TOOL_CALLS):

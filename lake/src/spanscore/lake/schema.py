@@ -699,8 +699,7 @@ steps AS (
     UNION ALL BY NAME
     SELECT p.conv, 'handoff' AS kind, coalesce(p.turn_index, tt.turn_index) AS turn_index,
            span_order AS place, 0 AS sub, span_id, start_time_unix_nano AS start_ns, agent_name,
-           CASE WHEN position(' ' IN name) > 0 THEN substr(name, position(' ' IN name) + 1)
-           END AS to_agent
+           nullif(regexp_extract(name, '^[^ ]+ (?:to )?(.+)$', 1), '') AS to_agent
     FROM placed p LEFT JOIN trace_turns tt USING (conv, trace_id) WHERE is_handoff
 )
 SELECT conv AS {", ".join(columns)}
