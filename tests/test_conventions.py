@@ -875,3 +875,26 @@ def test_openinference_agents_hand_off_is_a_hand_off_not_a_tool_call() -> None:
     )
     tool = extract({"openinference.span.kind": "TOOL", "tool.name": "handoff to x"}, name="t")
     assert tool["operation"] == "execute_tool"  # a tool that is named so stays a tool
+
+
+def test_a_tool_result_that_is_a_json_string_is_that_string() -> None:
+    """traceloop-sdk's `@tool` records `json.dumps` of what the function returned: a function
+    that returns JSON text is recorded as a JSON string holding it."""
+    row = extract(
+        {
+            "traceloop.span.kind": "tool",
+            "traceloop.entity.name": "get_order",
+            "traceloop.entity.output": json.dumps(json.dumps({"status": "shipped"})),
+        },
+        name="get_order.tool",
+    )
+    assert row["tool_result"] == '{"status": "shipped"}'
+    plain = extract(
+        {
+            "traceloop.span.kind": "tool",
+            "traceloop.entity.name": "t",
+            "traceloop.entity.output": '"ok"',
+        },
+        name="t.tool",
+    )
+    assert plain["tool_result"] == "ok"

@@ -19,6 +19,10 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   0.24.0 (Responses API), openinference-instrumentation 0.1.72.
 - openllmetry: opentelemetry-instrumentation-openai 0.62.4 (Traceloop), with
   opentelemetry-semantic-conventions-ai 0.5.1, without traceloop-sdk.
+- traceloop-sdk: traceloop-sdk 0.45.6 with its opentelemetry-instrumentation-openai 0.45.6
+  (opentelemetry-sdk 1.34.1, openai 2.54.0): the newest traceloop-sdk whose dependencies
+  resolve from the package index these tests ran against. `Traceloop.init` with its processor
+  chained to the runner's exporter, each turn a `@workflow`, each tool a `@tool` function.
 - smolagents: smolagents 1.26.0 (ToolCallingAgent, its own `OpenAIModel` with a scripted
   client answering from the plan) under openinference-instrumentation-smolagents 0.1.43.
 - llamaindex: llama-index-core 0.14.25 (`FunctionAgent`, llama-index-workflows 2.26.1) with
@@ -326,6 +330,18 @@ PRODUCERS = {
             tool_spans=False,
             tool_span_call_ids=False,
             failed_tool_error_type=None,
+            log_events=None,
+        ),
+        # traceloop-sdk: its decorators make the turn and tool spans, its OpenAI
+        # instrumentation (0.45.6: the indexed gen_ai.prompt.N attributes) the model calls.
+        Producer(
+            "traceloop-sdk",
+            convention="openllmetry",
+            scope="opentelemetry.instrumentation.openai.v1",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=False,
+            failed_tool_error_type="__main__.ToolError",
             log_events=None,
         ),
         # smolagents hands results to the model as "Observation:" text, and its answer is a

@@ -8,7 +8,7 @@ Agents producer the `openai-agents` SDK).
 It reads one JSON document on stdin::
 
     {"producer": "openai-v2" | "openinference" | "openinference-agents" | "openllmetry"
-                 | "smolagents" | "llamaindex" | "crewai" | ...,
+                 | "smolagents" | "llamaindex" | "crewai" | "traceloop-sdk" | ...,
      "llm_base_url": "http://127.0.0.1:PORT/v1",     # the ScriptedLLM
      "otlp_endpoint": "http://127.0.0.1:PORT",       # the collector's OTLP/HTTP address
      "service_name": "...", "model": "gpt-4.1-mini", "agent_name": "...",
@@ -73,6 +73,7 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     "openinference-agents-handoff": {},
     "spanscore-agents": {},
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
+    "traceloop-sdk": {"TRACELOOP_TRACE_CONTENT": "true", "TRACELOOP_TELEMETRY": "false"},
     "smolagents": {},
     "llamaindex": {},
     # CrewAI: no usage telemetry of its own, no tracing prompt (offline, non-interactive)
@@ -235,11 +236,13 @@ def chat_loop(
     turn_scope: TurnScope,
     tool_scope: ToolScope | None = None,
     tool_done: ToolDone | None = None,
+    decorate_turn: Callable[[Callable[[], None]], Callable[[], None]] = lambda turn: turn,
 ) -> None:
     """Each user turn: ask, run the requested tools (in the order asked), send the results
     back, until the model answers with text. `turn_scope` wraps each turn; `tool_scope(call_id,
     name, arguments)` wraps each tool call and `tool_done(scope value, result, error)` reports
-    its outcome to it."""
+    its outcome to it; `decorate_turn` decorates the function that runs a turn (a framework's
+    decorator, such as traceloop-sdk's `@workflow`)."""
     import openai
 
     # Any: typed against whichever openai the producer's venv has, not the main venv's
@@ -248,7 +251,8 @@ def chat_loop(
     for index, turn in enumerate(spec["turns"]):
         tools.turn = index
         messages.append({"role": "user", "content": turn["user"]})
-        with turn_scope():
+
+        def run_turn() -> None:
             for _ in range(10):
                 response = client.chat.completions.create(
                     model=spec["model"], messages=messages, tools=CHAT_TOOLS
@@ -275,6 +279,9 @@ def chat_loop(
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": sent})
             else:
                 raise SystemExit("run_producer: the model never answered with text")
+
+        with turn_scope():
+            decorate_turn(run_turn)()
 
 
 # --- the producers ----------------------------------------------------------------------------
@@ -409,6 +416,44 @@ def run_openllmetry(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) ->
             context.detach(token)
 
     chat_loop(spec, tools, turn_scope)
+
+
+def run_traceloop_sdk(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    """traceloop-sdk itself: `Traceloop.init` (its OpenAI instrumentation, content on), each
+    turn a `@workflow`, each tool a `@tool` function called with the model's arguments, the
+    conversation id set with `Traceloop.set_association_properties`. Its processor is a no-op
+    chained to ours (Traceloop adds its association properties on start; this runner's
+    exporter sends the spans), and its own usage telemetry is off."""
+    from opentelemetry.sdk.trace import SpanProcessor
+    from traceloop.sdk import Traceloop
+    from traceloop.sdk.decorators import tool, workflow
+
+    class Chained(SpanProcessor):  # type: ignore[misc]
+        """Nothing of its own: Traceloop chains its on_start to it."""
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    Traceloop.init(
+        app_name=spec["service_name"],
+        processor=Chained(),
+        telemetry_enabled=False,
+        disable_batch=True,
+    )
+    Traceloop.set_association_properties({"session_id": spec["conversation_id"]})
+    call = tools.call
+
+    @tool(name="get_order")
+    def get_order(order_id: str) -> str:
+        return call("get_order", {"order_id": order_id})
+
+    @tool(name="search_products")
+    def search_products(query: str, max_price: float) -> str:
+        return call("search_products", {"query": query, "max_price": max_price})
+
+    decorated = {"get_order": get_order, "search_products": search_products}
+    tools.call = lambda name, arguments: decorated[name](**arguments)  # type: ignore[method-assign]
+    chat_loop(spec, tools, nullcontext, decorate_turn=workflow(name=spec["agent_name"]))
 
 
 def _agents_conversation(
@@ -1005,6 +1050,7 @@ PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "openinference-agents-handoff": run_openinference_agents_handoff,
     "spanscore-agents": run_spanscore_agents,
     "openllmetry": run_openllmetry,
+    "traceloop-sdk": run_traceloop_sdk,
     "smolagents": run_smolagents,
     "llamaindex": run_llamaindex,
     "crewai": run_crewai,

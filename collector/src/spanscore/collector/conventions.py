@@ -888,6 +888,11 @@ class Extractor:
                 out[6] = _as_text(unwrap_result(out[6]))
             elif out[6] is not None and out[6][:1] == "{" and '"raw_output"' in out[6]:
                 out[6] = unwrap_tool_output(out[6])
+            elif out[6] is not None and out[6][:1] == '"':
+                # a returned string serialized again (traceloop-sdk's `@tool` output is
+                # `json.dumps` of what the function returned): the string is the result
+                text = _loads(out[6])
+                out[6] = text if isinstance(text, str) else out[6]
         if out[2] in AGENT_OPERATIONS:
             # An agent's span repeats its model calls' messages: it never adds requested calls
             # or results (its user message and answer stay, for the turn).
