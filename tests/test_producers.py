@@ -23,6 +23,9 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   (opentelemetry-sdk 1.34.1, openai 2.54.0): the newest traceloop-sdk whose dependencies
   resolve from the package index these tests ran against. `Traceloop.init` with its processor
   chained to the runner's exporter, each turn a `@workflow`, each tool a `@tool` function.
+- traceloop-sdk-events: the same venv, its OpenAI instrumentation with
+  `use_legacy_attributes=False` (messages as per-message events, through an
+  `EventLoggerProvider` on the runner's logger provider).
 - smolagents: smolagents 1.26.0 (ToolCallingAgent, its own `OpenAIModel` with a scripted
   client answering from the plan) under openinference-instrumentation-smolagents 0.1.43.
 - llamaindex: llama-index-core 0.14.25 (`FunctionAgent`, llama-index-workflows 2.26.1) with
@@ -87,6 +90,9 @@ What each producer cannot carry, asserted as such:
   output as LlamaIndex's `ToolOutput` (both unwrapped); the LLM class's request preparation
   (`OpenAI._prepare_chat_with_tools`) is an LLM span that calls no model, and is none.
 
+- traceloop-sdk-events: its `gen_ai.tool.message` records carry no call id, so the results in
+  the model calls' input have none; the model-call spans carry no content attributes, so they
+  are read as the GenAI form.
 - crewai: a crew keeps no history between kickoffs, so each turn's model calls carry only that
   turn's results; the user message reaches the model framed as CrewAI's task prompt (read
   without the frame); the calls of one response run concurrently and their tool spans carry no
@@ -207,6 +213,8 @@ def sent_back(name: str, arguments: Any, producer: Producer | None = None) -> An
 
 # `Producer.log_events` of a producer sending a record per message with its content elided.
 PER_MESSAGE_ELIDED = "per-message, elided"
+# ... and of one sending a record per message with the content.
+PER_MESSAGE = "per-message"
 
 
 @dataclass(frozen=True)
@@ -227,6 +235,7 @@ class Producer:
     protocol: str = "http"  # how it exports: OTLP "http" (Python: JSON-less protobuf) or "grpc"
     node: bool = False  # a Node producer: tests/producers/node/<venv>/ and run_vercel.mjs
     history_across_turns: bool = True  # False: each turn's model calls start afresh (CrewAI)
+    result_ids: bool = True  # False: results in its messages carry no call id
 
     def sent_error(self, message: str) -> Any:
         """What the agent sends the model for a failed call (parsed)."""
@@ -343,6 +352,22 @@ PRODUCERS = {
             tool_span_call_ids=False,
             failed_tool_error_type="__main__.ToolError",
             log_events=None,
+        ),
+        # The same with its OpenAI instrumentation's `use_legacy_attributes=False`: the
+        # messages only in log records, one per message (`gen_ai.choice` with the calls beside
+        # the message); its `gen_ai.tool.message` records carry no call id.
+        Producer(
+            "traceloop-sdk-events",
+            convention="genai",
+            scope="opentelemetry.instrumentation.openai.v1",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=False,
+            failed_tool_error_type="__main__.ToolError",
+            log_events=PER_MESSAGE,
+            venv="traceloop-sdk",
+            messages_on_spans=False,
+            result_ids=False,
         ),
         # smolagents hands results to the model as "Observation:" text, and its answer is a
         # `final_answer` tool call: read as the model call's response text.
@@ -791,7 +816,10 @@ def expected_model_calls(run: Run) -> list[dict[str, Any]]:
             if not run.producer.results_in_messages:
                 continue
             results += [
-                {"id": c["id"], "result": sent_back(c["name"], c["arguments"], run.producer)}
+                {
+                    "id": c["id"] if run.producer.result_ids else None,
+                    "result": sent_back(c["name"], c["arguments"], run.producer),
+                }
                 for c in requested
             ]
         calls.append(
@@ -825,6 +853,16 @@ def test_spans_arrive_read_as_the_producers_convention(run: Run) -> None:
             f"SELECT count(*) FROM {SPANS_WITH_EVENTS} s WHERE operation = 'generate_content' "
             "AND (user_message IS NOT NULL OR response_text IS NOT NULL)"
         ) == [(0,)]
+    elif run.producer.log_events == PER_MESSAGE:
+        # a record per message of each request and per choice, tied to its model call
+        assert {e for e, _ in events} <= {
+            "gen_ai.system.message",
+            "gen_ai.user.message",
+            "gen_ai.assistant.message",
+            "gen_ai.tool.message",
+            "gen_ai.choice",
+        }, events
+        assert {s for _, s in events} == {c["span_id"] for c in calls}
     else:  # one record per model call, tied to its span
         assert [e for e, _ in events] == [run.producer.log_events] * len(calls)
         assert sorted(s for _, s in events) == sorted(c["span_id"] for c in calls)
@@ -895,7 +933,7 @@ def test_model_calls_tool_results_include_the_failure(run: Run) -> None:
     assert got == [e["results"] for e in expected_model_calls(run)]
     if not run.producer.results_in_messages:
         return
-    failed = run.call_id("get_order", {"order_id": "ORD-9999"})
+    failed = run.call_id("get_order", {"order_id": "ORD-9999"}) if run.producer.result_ids else None
     sent = run.producer.sent_error(MISSING)
     assert {"id": failed, "result": sent} in got[1]  # answered in the same turn
 
@@ -917,8 +955,9 @@ def test_tool_spans(run: Run) -> None:
         assert rows == []  # its tool calls are known from the model calls' messages only
         return
     planned = [(n, a) for turn in PLAN.turns for step in turn.steps for n, a in step]
-    if not run.producer.messages_on_spans:
-        # Content goes to events only: tool spans carry the call ids and outcome, no content.
+    if not run.producer.messages_on_spans and run.producer.tool_span_call_ids:
+        # Content goes to events only: tool spans carry the call ids and outcome, no content
+        # (openai-v2 with events; traceloop-sdk's @tool spans keep theirs).
         calls = sorted((r[1], r[0], r[5]) for r in rows)
         ids = sorted((run.call_id(n, a), n) for n, a in planned)
         assert [(c[0], c[1]) for c in calls] == ids

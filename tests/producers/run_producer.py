@@ -74,6 +74,7 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     "spanscore-agents": {},
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
     "traceloop-sdk": {"TRACELOOP_TRACE_CONTENT": "true", "TRACELOOP_TELEMETRY": "false"},
+    "traceloop-sdk-events": {"TRACELOOP_TRACE_CONTENT": "true", "TRACELOOP_TELEMETRY": "false"},
     "smolagents": {},
     "llamaindex": {},
     # CrewAI: no usage telemetry of its own, no tracing prompt (offline, non-interactive)
@@ -434,12 +435,25 @@ def run_traceloop_sdk(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) 
         def force_flush(self, timeout_millis: int = 30000) -> bool:
             return True
 
+    events = spec["producer"] == "traceloop-sdk-events"
+    if events:
+        from traceloop.sdk.instruments import Instruments
     Traceloop.init(
         app_name=spec["service_name"],
         processor=Chained(),
         telemetry_enabled=False,
         disable_batch=True,
+        # with events: its OpenAI instrumentation instrumented here instead, messages as events
+        block_instruments={Instruments.OPENAI} if events else None,
     )
+    if events:
+        from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+        from opentelemetry.sdk._events import EventLoggerProvider
+
+        OpenAIInstrumentor(use_legacy_attributes=False).instrument(
+            tracer_provider=telemetry.tracer_provider,
+            event_logger_provider=EventLoggerProvider(telemetry.logger_provider),
+        )
     Traceloop.set_association_properties({"session_id": spec["conversation_id"]})
     call = tools.call
 
@@ -1051,6 +1065,7 @@ PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "spanscore-agents": run_spanscore_agents,
     "openllmetry": run_openllmetry,
     "traceloop-sdk": run_traceloop_sdk,
+    "traceloop-sdk-events": run_traceloop_sdk,
     "smolagents": run_smolagents,
     "llamaindex": run_llamaindex,
     "crewai": run_crewai,
