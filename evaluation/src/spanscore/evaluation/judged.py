@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from string import Template
 from typing import Any, Literal
@@ -165,6 +165,12 @@ class JudgedRubric(JudgedAssertion):
         return float(math.ceil((low + high) / 2))
 
     def instructions(self) -> tuple[str, dict[str, Any], str]:
+        """The static part of the prompt, its schema and version (built once per metric: a
+        rubric does not change while a run scores with it)."""
+        return self._instructions
+
+    @cached_property
+    def _instructions(self) -> tuple[str, dict[str, Any], str]:
         template, version = prompt("rubric")
         if self.labels is not None:
             names = self.label_names()
