@@ -200,7 +200,7 @@ class Evaluations:
             )
             self.runs.append((begin - started, run.returncode, time.monotonic() - begin))
             if run.returncode != 0:  # 1 is a failed gate, or a run that never started: say
-                print(f"  evaluate exited {run.returncode}: {run.stderr[-500:]}", flush=True)
+                print(f"  evaluate exited {run.returncode}: {run.stderr[-4000:]}", flush=True)
 
 
 def slope_per_hour(points: Sequence[tuple[float, float]]) -> float:
