@@ -244,3 +244,43 @@ def test_compaction_writes_one_file_per_step_and_lets_the_writer_in_between(
         assert again["files_merged"] == 0
     finally:
         con.close()
+
+
+def test_maintenance_during_candidate_selection_keeps_the_runs_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The soak: an evaluation exited 1 in the query that selects its candidate conversations.
+    # It read at the snapshot it had taken, but recorded it (its `eval_runs` row, which
+    # maintenance honours) only after that query: maintenance run meanwhile expired the
+    # snapshot and deleted the files the query was reading. Here maintenance, with zero
+    # retention and new data to compact, runs exactly there.
+    import datetime as dt
+
+    from spanscore.evaluation import load_suite
+    from spanscore.evaluation import run as run_module
+    from spanscore.examples.synthetic import build_lake
+    from spanscore.lake import maintain
+
+    where = tmp_path / "lake"
+    build_lake(where, 40, per_commit=10)
+    select = run_module._candidates
+
+    def maintenance_first(con: object, *args: object, **kwargs: object) -> object:
+        build_lake(where, 40, per_commit=10, first=1000)  # small files to merge
+        writer = connect(where)
+        try:
+            maintain(writer, expire_older_than_s=0, delete_older_than_s=0)
+        finally:
+            writer.close()
+        return select(con, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_module, "_candidates", maintenance_first)
+    start = dt.datetime.fromtimestamp(1_700_000_000, dt.UTC)
+    suite = load_suite({"name": "pinned", "metrics": [{"type": "efficiency"}]})
+    result = run_module.evaluate(
+        where,
+        suite,
+        run_module.RunOptions(since=start - dt.timedelta(days=1), settle_s=0, workers=1),
+    )
+    assert result.status == "succeeded"
+    assert result.scored == result.candidates == 40  # what the snapshot held, all of it

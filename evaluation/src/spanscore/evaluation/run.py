@@ -324,21 +324,6 @@ def _run(
             f"{_shown(until)} ({until_from}): nothing can be in it. Give --since (or --last), "
             "or a shorter --settle"
         )
-    reader = connect(lake, snapshot=snapshot)
-    try:
-        candidates, single_traces = _candidates(reader, options, since, until)
-        empty_because = (
-            None
-            if candidates
-            else _why_empty(reader, options, since, until, since_from, until_from)
-        )
-    finally:
-        reader.close()
-    sample = choose(
-        candidates, rate=options.sample, limit=options.max_conversations, seed=options.seed
-    )
-    done = set() if options.rescore else _already_scored(con, suite, sample)
-    todo = [c for c in sample if c not in done]
     run_id = uuid.uuid4().hex[:16]
     result = RunResult(
         run_id=run_id,
@@ -346,25 +331,29 @@ def _run(
         window_start=since,
         window_end=until,
         snapshot=snapshot,
-        candidates=len(candidates),
-        sampled=len(sample),
-        skipped=len(sample) - len(todo),
+        candidates=0,
+        sampled=0,
+        skipped=0,
         scored=0,
         score_count=0,
         error_count=0,
         elapsed_s=0.0,
         window_from=since_from,
-        empty_because=empty_because,
     )
-    judge_config = judge_settings(suite, options) if suite.uses_judge and todo else None
-    runner = (
-        JudgeRunner(judge_config, lake=lake, run_id=run_id, environ=options.judge_environ)
-        if judge_config is not None
-        else None
-    )
-    if runner is not None:
-        runner.start()  # refuses a judge that cannot work before anything is recorded
+    # Recorded before anything reads at the snapshot: the row pins it, and maintenance that
+    # runs meanwhile would otherwise expire it under the first query (the soak found it).
     _insert_run(con, suite, options, result, now)
+    try:
+        sample, todo, single_traces, runner = _select(
+            con, lake, snapshot, suite, options, result, until_from
+        )
+    except BaseException:
+        with contextlib.suppress(Exception):  # nothing was scored: the run never happened
+            retrying(
+                partial(con.execute, "DELETE FROM eval_runs WHERE run_id = ?", [run_id]),
+                what="forget the run",
+            )
+        raise
     timings: dict[str, float] = {}
     own_watchdog = suite.watchdog is None
     suite.start_watchdog()  # for scoring in this process (one worker) and re-scoring
@@ -416,9 +405,9 @@ def _run(
     gates = [*suite.suite.gates, *options.gates]
     result.gates = [check_gate(g, result.summary) for g in gates]
     result.warnings = run_warnings(suite, result.summary, len(sample))
-    if single_traces * 2 > len(candidates):
+    if single_traces * 2 > result.candidates:
         result.warnings.append(
-            f"{single_traces} of the {len(candidates)} conversations in the window carried no "
+            f"{single_traces} of the {result.candidates} conversations in the window carried no "
             "conversation id (each is one trace: conversations.conversation_source = 'trace'); "
             "set one with spanscore.instrumentation.conversation(...) or the collector's "
             "conversation_attribute, or multi-turn conversations are scored piece by piece"
@@ -444,6 +433,54 @@ def _run(
     result.elapsed_s = time.monotonic() - started
     _finish_run(con, result, timings)
     return result
+
+
+def _select(
+    con: duckdb.DuckDBPyConnection,
+    lake: str,
+    snapshot: int,
+    suite: LoadedSuite,
+    options: RunOptions,
+    result: RunResult,
+    until_from: str,
+) -> tuple[list[str], list[str], int, JudgeRunner | None]:
+    """The run's sample and what of it is still to score, read at the pinned snapshot, and
+    its judge, started (one that cannot work is refused before anything is scored); the
+    counts go into `result` and the run's row."""
+    since, until = result.window_start, result.window_end
+    reader = connect(lake, snapshot=snapshot)
+    try:
+        candidates, single_traces = _candidates(reader, options, since, until)
+        if not candidates:
+            result.empty_because = _why_empty(
+                reader, options, since, until, result.window_from, until_from
+            )
+    finally:
+        reader.close()
+    sample = choose(
+        candidates, rate=options.sample, limit=options.max_conversations, seed=options.seed
+    )
+    done = set() if options.rescore else _already_scored(con, suite, sample)
+    todo = [c for c in sample if c not in done]
+    result.candidates, result.sampled = len(candidates), len(sample)
+    result.skipped = len(sample) - len(todo)
+    judge_config = judge_settings(suite, options) if suite.uses_judge and todo else None
+    runner = (
+        JudgeRunner(judge_config, lake=lake, run_id=result.run_id, environ=options.judge_environ)
+        if judge_config is not None
+        else None
+    )
+    if runner is not None:
+        runner.start()  # refuses a judge that cannot work before anything is scored
+    _set_details(
+        con,
+        result.run_id,
+        what="record the run's sample",
+        candidates=result.candidates,
+        sampled=result.sampled,
+        skipped=result.skipped,
+    )
+    return sample, todo, single_traces, runner
 
 
 def judge_settings(suite: LoadedSuite, options: RunOptions) -> JudgeConfig:
@@ -589,7 +626,12 @@ def _batches_collected(con: duckdb.DuckDBPyConnection, run_id: str, batch_ids: l
     _set_details(con, run_id, judge_batches=batches)
 
 
-def _set_details(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> None:
+def _set_details(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    what: str = "record the run's judge batches",
+    **fields: Any,
+) -> None:
     row = con.execute("SELECT details FROM eval_runs WHERE run_id = ?", [run_id]).fetchone()
     details = json.loads((row[0] if row else None) or "{}")
     details.update(fields)
@@ -598,7 +640,7 @@ def _set_details(con: duckdb.DuckDBPyConnection, run_id: str, **fields: Any) -> 
             "UPDATE eval_runs SET details = ? WHERE run_id = ?",
             [json.dumps(details, sort_keys=True), run_id],
         ),
-        what="record the run's judge batches",
+        what=what,
     )
 
 
