@@ -583,10 +583,18 @@ def test_interrupted_judging_scores_each_metric_once_and_pays_little_twice(
     suite = tmp_path / "suite.json"
     suite.write_text(json.dumps({**JUDGED_SUITE, "judge": {"concurrency": 4}}))
     args = cli_args(lake, suite, "--judge-base-url", judge_llm.base_url)
-    judge_llm.delay_s = 0.1
+    judge_llm.delay_s = 0.2
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def cached() -> int:
+        try:
+            return int(query(lake, "SELECT count(*) FROM judge_cache")[0][0])
+        except Exception:  # the run is committing to the catalog right now
+            return 0
+
     try:
-        wait_for(lambda: judge_llm.chat_requests >= 30, timeout=120, interval=0.02)
+        # Interrupted mid-way, once some answers are in the cache (it commits once a second).
+        wait_for(lambda: judge_llm.chat_requests >= 30 and cached() > 0, timeout=120, interval=0.2)
         if how == "sigint":
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=60)

@@ -39,6 +39,7 @@ from .connection import (
     query,
     retrying,
     schema_version,
+    side_cursor,
     single_writer,
 )
 from .schema import SCHEMA_VERSION, TABLES, VIEWS, Column, arrow_schema, quote_identifier
@@ -67,5 +68,6 @@ __all__ = [
     "quote_identifier",
     "retrying",
     "schema_version",
+    "side_cursor",
     "single_writer",
 ]
