@@ -42,7 +42,15 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from spanscore.lake import arrow_schema, connect, current_snapshot, is_interrupt, retrying
+from spanscore.lake import (
+    ALIAS,
+    arrow_schema,
+    connect,
+    current_snapshot,
+    is_interrupt,
+    retrying,
+    side_cursor,
+)
 from spanscore.lake.schema import EVAL_RUNS, SCORES, quote_identifier
 
 from .judge import JudgeAnswer, JudgeConfig, JudgeRequest
@@ -914,26 +922,31 @@ def _finish_run(
 
 
 def _append(con: duckdb.DuckDBPyConnection, table_name: str, table: pa.Table) -> None:
+    cur = side_cursor(con)
+
     def write() -> None:
-        con.register("spanscore_rows", table)
+        cur.register("spanscore_rows", table)
         try:
-            con.execute("BEGIN TRANSACTION")
+            cur.execute("BEGIN TRANSACTION")
             try:
                 # Named columns: a migration may add columns anywhere.
                 columns = ", ".join(quote_identifier(n) for n in table.column_names)
-                con.execute(
-                    f"INSERT INTO {quote_identifier(table_name)} ({columns}) "
+                cur.execute(
+                    f"INSERT INTO {ALIAS}.{quote_identifier(table_name)} ({columns}) "
                     f"SELECT {columns} FROM spanscore_rows"
                 )
-                con.execute("COMMIT")
+                cur.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(duckdb.Error):
-                    con.execute("ROLLBACK")
+                    cur.execute("ROLLBACK")
                 raise
         finally:
-            con.unregister("spanscore_rows")
+            cur.unregister("spanscore_rows")
 
-    retrying(write, what=f"write {table_name}")
+    try:
+        retrying(write, what=f"write {table_name}")
+    finally:
+        cur.close()
 
 
 # (conversation_id, scenario_id, metric, value, label, passed, threshold, explanation, details,
