@@ -105,6 +105,35 @@ def test_two_runs_give_identical_scores(synthetic_lake: Path):
     assert score_rows(synthetic_lake, first.run_id) == score_rows(synthetic_lake, again.run_id)
 
 
+def test_the_first_batch_is_read_by_a_query_of_its_own(
+    synthetic_lake: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Scoring, and the judge's first questions, start after one batch's rules query, not
+    # after the sort of the first `query_conversations` conversations (the judge benchmark
+    # waited seconds for it); the scores are the same either way.
+    from spanscore.evaluation import run as run_module
+
+    asked: list[int] = []
+    read = run_module.trajectory_rows
+
+    def counted(con: Any, conversation_ids: Any, **kwargs: Any) -> Any:
+        asked.append(len(conversation_ids))
+        return read(con, conversation_ids=conversation_ids, **kwargs)
+
+    monkeypatch.setattr(run_module, "trajectory_rows", counted)
+    suite = load_suite(SUITE)
+    small_first = run(synthetic_lake, suite, batch_size=40, query_conversations=200)
+    assert asked == [40, 200, 60]
+    asked.clear()
+    again = {"rescore": True, "since": SYNTHETIC_START - dt.timedelta(days=1)}
+    whole = run(synthetic_lake, suite, batch_size=300, query_conversations=300, **again)
+    assert asked == [300]
+    assert small_first.scored == whole.scored == 300
+    assert score_rows(synthetic_lake, small_first.run_id) == score_rows(
+        synthetic_lake, whole.run_id
+    )
+
+
 def test_sampling_is_deterministic_and_near_the_rate():
     ids = [(f"conv-{i}", "a" if i % 4 else "b") for i in range(20_000)]
     picked = choose(ids, rate=0.1, limit=None, seed=7)

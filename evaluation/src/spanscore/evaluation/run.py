@@ -1221,9 +1221,11 @@ def _all_chunks(
     per_query: int,
 ) -> Iterator[pa.Table]:
     """Chunks of whole conversations, from one sorted query per `per_query` conversations:
-    the sort's memory is bounded by that, not by the window."""
-    step = max(size, per_query)
-    for start in range(0, len(todo), step):
+    the sort's memory is bounded by that, not by the window. The first chunk has a query of
+    its own, so scoring (and the judge's first questions) start at once, not after the sort
+    of the first `per_query` conversations."""
+    start, step = 0, size
+    while start < len(todo):
         reader = trajectory_rows(
             con,
             conversation_ids=todo[start : start + step],
@@ -1231,6 +1233,7 @@ def _all_chunks(
             batch_rows=50_000,
         )
         yield from _chunks(reader, size)
+        start, step = start + step, max(size, per_query)
 
 
 def _in_pool(chunks: Iterator[pa.Table], suite: LoadedSuite, workers: int) -> Iterator[Scored]:
