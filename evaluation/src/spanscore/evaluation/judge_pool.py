@@ -28,6 +28,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import duckdb
 import orjson
 import pyarrow as pa
 
@@ -46,9 +47,14 @@ class JudgeCache:
     `put` runs on the judge's event loop for every answer, so it only appends to a buffer under
     its own lock: it never waits for a lake query or a flush that holds the connection."""
 
-    def __init__(self, lake: str) -> None:
-        self._lake = connect(lake)
-        self._con = side_cursor(self._lake)  # lookups and writes register Arrow tables
+    def __init__(self, lake: str | duckdb.DuckDBPyConnection) -> None:
+        # A run passes its own connection (opening another one costs a quarter of a second).
+        self._lake: duckdb.DuckDBPyConnection | None = None  # closed with the cache
+        if isinstance(lake, str):
+            lake = self._lake = connect(lake)
+        # Lookups and writes register Arrow tables: on a side cursor, which is also the
+        # connection of this cache's own thread.
+        self._con = side_cursor(lake)
         self._lock = threading.Lock()  # the connection
         self._buffer_lock = threading.Lock()
         self._buffer: list[dict[str, Any]] = []
@@ -124,7 +130,8 @@ class JudgeCache:
             # under a running query crashes the process.
             with self._lock:
                 self._con.close()
-                self._lake.close()
+                if self._lake is not None:
+                    self._lake.close()
 
 
 @dataclass
@@ -163,7 +170,7 @@ class JudgeRunner:
         self,
         config: JudgeConfig,
         *,
-        lake: str | None = None,
+        lake: str | duckdb.DuckDBPyConnection | None = None,
         run_id: str = "",
         environ: Mapping[str, str] | None = None,
     ) -> None:

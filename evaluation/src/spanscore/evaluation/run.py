@@ -474,7 +474,7 @@ def _select(
     result.skipped = len(sample) - len(todo)
     judge_config = judge_settings(suite, options) if suite.uses_judge and todo else None
     runner = (
-        JudgeRunner(judge_config, lake=lake, run_id=result.run_id, environ=options.judge_environ)
+        JudgeRunner(judge_config, lake=con, run_id=result.run_id, environ=options.judge_environ)
         if judge_config is not None
         else None
     )
