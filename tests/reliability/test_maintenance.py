@@ -284,3 +284,51 @@ def test_maintenance_during_candidate_selection_keeps_the_runs_snapshot(
     )
     assert result.status == "succeeded"
     assert result.scored == result.candidates == 40  # what the snapshot held, all of it
+
+
+def test_files_a_running_evaluation_may_still_read_are_not_deleted(tmp_path: Path) -> None:
+    # The soak, once runs recorded their pin first: an evaluation failed with "Cannot open
+    # file ...parquet". Compaction replaces small files at once (the snapshots then point
+    # into the merged file) and schedules the old ones for deletion, but a query that listed
+    # its files before the merge still reads the old ones: with the soak's one-minute
+    # retention, a query longer than that lost them (and on the embedded lake, DuckLake's
+    # `older_than` deletes every file scheduled the same day anyway). No file is deleted
+    # while an evaluation runs.
+    from spanscore import lake
+
+    where = tmp_path / "lake"
+    con = lake.connect(where, create=True)
+    try:
+        for i in range(30):  # one small file each
+            con.execute(
+                "INSERT INTO spans (trace_id, span_id, name, conversation_id) "
+                "SELECT 't', ? || '-' || range, 'n', 'c' FROM range(1000)",
+                [str(i)],
+            )
+        pinned = lake.current_snapshot(con)
+        con.execute(
+            "INSERT INTO eval_runs (run_id, status, started_at, details) "
+            "VALUES ('r', 'running', now(), ?)",
+            [f'{{"snapshot": {pinned}}}'],
+        )
+        listed = [
+            Path(p)
+            for (p,) in con.execute(
+                "SELECT data_file FROM ducklake_list_files('lake', 'spans')"
+            ).fetchall()
+        ]  # what a query of the run lists, and reads later
+        assert len(listed) == 30
+
+        done = lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=0)
+        assert done["files_merged"] == 30  # replaced: now scheduled for deletion
+        assert [p for p in listed if not p.exists()] == []
+        reader = lake.connect(where, snapshot=pinned)
+        assert reader.execute("SELECT count(*) FROM spans").fetchone() == (30_000,)
+        reader.close()
+
+        con.execute("UPDATE eval_runs SET status = 'succeeded' WHERE run_id = 'r'")
+        done = lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=0)
+        assert done["files_deleted"] == 30  # once the run ended
+        assert [p for p in listed if p.exists()] == []
+    finally:
+        con.close()

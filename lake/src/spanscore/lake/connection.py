@@ -658,7 +658,9 @@ def maintain(
     tries again later rather than hold its writer any longer.
 
     Snapshots a running evaluation pinned (and newer ones) are not expired, however old: the
-    run reads its window at that snapshot, in every worker, for as long as it runs.
+    run reads its window at that snapshot, in every worker, for as long as it runs; and no
+    file is deleted while it runs (`deletion_deferred`: its queries may be reading files
+    compaction just replaced).
 
     Returns what each step did: `spans_resolved` (spans given the conversation of their
     trace, `schema.RESOLVE_CONVERSATIONS`), `rows_flushed` (inlined rows written to files),
@@ -725,11 +727,22 @@ def maintain(
         if expirable
         else 0
     )
-    done["files_deleted"] = len(
-        step(
-            f"CALL ducklake_cleanup_old_files('{ALIAS}', "
-            f"older_than => now() - INTERVAL {int(delete_older_than_s)} SECOND)",
-            "delete old files",
+    # While an evaluation runs, no file is deleted: compaction points every snapshot at the
+    # merged file at once, but a query that listed the old files before goes on reading them,
+    # and a run's query may last longer than any retention (the soak: 72 s against a
+    # minute). Nor can `older_than` be trusted to keep them: on the embedded lake's SQLite
+    # catalog, DuckLake compares it with the scheduling time as text, so every file scheduled
+    # on the same day as `older_than`, even after it, is deleted.
+    done["deletion_deferred"] = int(_evaluation_running(con))
+    done["files_deleted"] = (
+        0
+        if done["deletion_deferred"]
+        else len(
+            step(
+                f"CALL ducklake_cleanup_old_files('{ALIAS}', "
+                f"older_than => now() - INTERVAL {int(delete_older_than_s)} SECOND)",
+                "delete old files",
+            )
         )
     )
     done["orphans_deleted"] = len(
@@ -786,6 +799,15 @@ def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) ->
             AND snapshot_id < coalesce((SELECT id FROM pinned), 9223372036854775807)"""
     ).fetchone()
     return list(row[0]) if row and row[0] else []
+
+
+def _evaluation_running(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether an evaluation is running (its `eval_runs` row says so, and is recent)."""
+    row = con.execute(
+        f"""SELECT count(*) FROM {ALIAS}.eval_runs
+        WHERE status = 'running' AND started_at > now() - INTERVAL {PINNED_SNAPSHOT_HOURS} HOUR"""
+    ).fetchone()
+    return bool(row and row[0])
 
 
 @contextlib.contextmanager
