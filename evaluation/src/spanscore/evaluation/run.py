@@ -483,7 +483,7 @@ def _select(
     _set_details(
         con,
         result.run_id,
-        what="record the run's sample",
+        "record the run's sample",
         candidates=result.candidates,
         sampled=result.sampled,
         skipped=result.skipped,
@@ -604,7 +604,12 @@ def _judge_in_batches(
     if not missing:
         return
     batch_ids = runner.create_batches(missing)
-    _set_details(con, result.run_id, judge_batches=dict.fromkeys(batch_ids, False))
+    _set_details(
+        con,
+        result.run_id,
+        "record the run's judge batches",
+        judge_batches=dict.fromkeys(batch_ids, False),
+    )
     log.info("%d judge questions sent as batches %s", len(missing), ", ".join(batch_ids))
     runner.collect_batches(batch_ids, missing, progress=log.info)
     _batches_collected(con, result.run_id, batch_ids)
@@ -631,13 +636,13 @@ def _batches_collected(con: duckdb.DuckDBPyConnection, run_id: str, batch_ids: l
     row = con.execute("SELECT details FROM eval_runs WHERE run_id = ?", [run_id]).fetchone()
     batches = dict(json.loads((row[0] if row else None) or "{}").get("judge_batches") or {})
     batches.update(dict.fromkeys(batch_ids, True))
-    _set_details(con, run_id, judge_batches=batches)
+    _set_details(con, run_id, "record the collected judge batches", judge_batches=batches)
 
 
 def _set_details(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
-    what: str = "record the run's judge batches",
+    what: str,
     **fields: Any,
 ) -> None:
     row = con.execute("SELECT details FROM eval_runs WHERE run_id = ?", [run_id]).fetchone()

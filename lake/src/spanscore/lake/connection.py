@@ -778,6 +778,9 @@ def _set_target_file_size(con: duckdb.DuckDBPyConnection, size: int) -> None:
 # A run still `running` after this long is taken for dead (killed before it could say so)
 # and no longer holds snapshots back.
 PINNED_SNAPSHOT_HOURS = 24
+# The evaluations running now, as maintenance sees them.
+_RUNNING_EVALUATIONS = f"""{ALIAS}.eval_runs
+    WHERE status = 'running' AND started_at > now() - INTERVAL {PINNED_SNAPSHOT_HOURS} HOUR"""
 
 
 def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) -> list[int]:
@@ -789,9 +792,7 @@ def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) ->
     row = con.execute(
         f"""WITH pinned AS (
             SELECT min(TRY_CAST(json_extract_string(details, '$.snapshot') AS BIGINT)) AS id
-            FROM {ALIAS}.eval_runs
-            WHERE status = 'running'
-                AND started_at > now() - INTERVAL {PINNED_SNAPSHOT_HOURS} HOUR
+            FROM {_RUNNING_EVALUATIONS}
         )
         SELECT list(snapshot_id ORDER BY snapshot_id) FROM {snapshots}
         WHERE snapshot_time < now() - INTERVAL {int(older_than_s)} SECOND
@@ -802,11 +803,7 @@ def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) ->
 
 
 def _evaluation_running(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether an evaluation is running (its `eval_runs` row says so, and is recent)."""
-    row = con.execute(
-        f"""SELECT count(*) FROM {ALIAS}.eval_runs
-        WHERE status = 'running' AND started_at > now() - INTERVAL {PINNED_SNAPSHOT_HOURS} HOUR"""
-    ).fetchone()
+    row = con.execute(f"SELECT count(*) FROM {_RUNNING_EVALUATIONS}").fetchone()
     return bool(row and row[0])
 
 
