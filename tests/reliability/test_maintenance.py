@@ -21,7 +21,7 @@ import pytest
 from spanscore.collector import Collector
 from spanscore.lake import connect
 
-from ..conftest import wait_for
+from ..conftest import S3Server, wait_for
 from ..test_bad_input import export, make_span, trace_request
 
 
@@ -330,5 +330,81 @@ def test_files_a_running_evaluation_may_still_read_are_not_deleted(tmp_path: Pat
         done = lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=0)
         assert done["files_deleted"] == 30  # once the run ended
         assert [p for p in listed if p.exists()] == []
+    finally:
+        con.close()
+
+
+def test_replaced_files_are_kept_for_the_retention_on_the_embedded_lake(tmp_path: Path) -> None:
+    # Any long reader (`spanscore sql`, the report) may still read files compaction replaced:
+    # the retention keeps them. DuckLake's own cleanup compares `older_than` with the SQLite
+    # catalog's times as text, so it deleted every file scheduled the same day at once,
+    # whatever the retention; a test of the old code fails at the first `exists` check.
+    from spanscore import lake
+
+    where = tmp_path / "lake"
+    con = lake.connect(where, create=True)
+    try:
+        for i in range(10):
+            con.execute(
+                "INSERT INTO spans (trace_id, span_id, name, conversation_id) "
+                "SELECT 't', ? || '-' || range, 'n', 'c' FROM range(1000)",
+                [str(i)],
+            )
+        listed = [
+            Path(p)
+            for (p,) in con.execute(
+                "SELECT data_file FROM ducklake_list_files('lake', 'spans')"
+            ).fetchall()
+        ]
+        assert len(listed) == 10
+
+        done = lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=3600)
+        assert done["files_merged"] == 10
+        assert (done["files_deleted"], [p for p in listed if not p.exists()]) == (0, [])
+        again = lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=3600)
+        assert (again["files_deleted"], [p for p in listed if not p.exists()]) == (0, [])
+
+        done = lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=0)
+        assert done["files_deleted"] == 10  # past the retention: deleted, and only those
+        assert [p for p in listed if p.exists()] == []
+        merged = [
+            p
+            for (p,) in con.execute(
+                "SELECT data_file FROM ducklake_list_files('lake', 'spans')"
+            ).fetchall()
+        ]
+        assert merged
+        assert all(Path(p).exists() for p in merged)
+        assert con.execute("SELECT count(*) FROM spans").fetchone() == (10_000,)
+        scheduled = con.execute(
+            "SELECT count(*) FROM __ducklake_metadata_lake.ducklake_files_scheduled_for_deletion"
+        ).fetchone()
+        assert scheduled == (0,)
+    finally:
+        con.close()
+
+
+def test_replaced_objects_are_kept_for_the_retention_on_an_embedded_catalog_with_s3_data(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    # Objects only DuckLake can delete: it is given a cutoff its text comparison cannot get
+    # wrong (two days back), so files replaced today survive even a zero retention.
+    from spanscore import lake
+
+    bucket_path = f"s3://{s3_server.bucket}/embedded/"
+    con = lake.connect(tmp_path / "lake", data_path=bucket_path, create=True)
+    try:
+        for i in range(5):
+            con.execute(
+                "INSERT INTO spans (trace_id, span_id, name, conversation_id) "
+                "SELECT 't', ? || '-' || range, 'n', 'c' FROM range(1000)",
+                [str(i)],
+            )
+        before = set(s3_server.objects("embedded/main/spans/"))
+        assert len(before) == 5
+        done = lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=0)
+        assert (done["files_merged"], done["files_deleted"]) == (5, 0)
+        assert before <= set(s3_server.objects("embedded/main/spans/"))
+        assert con.execute("SELECT count(*) FROM spans").fetchone() == (5_000,)
     finally:
         con.close()

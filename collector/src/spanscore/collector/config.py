@@ -107,7 +107,10 @@ class CollectorConfig(BaseModel):
         300.0, ge=0, description="seconds between compactions (0: never)"
     )
     snapshot_retention_s: float = Field(
-        3600.0, ge=0, description="how long old snapshots stay readable (time travel)"
+        3600.0,
+        ge=0,
+        description="how long old snapshots stay readable (time travel), and files "
+        "compaction replaced stay on disk for readers that listed them",
     )
     dedup_keys: int = Field(
         1_000_000,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import importlib.util
 import logging
@@ -23,6 +24,8 @@ from . import schema
 log = logging.getLogger("spanscore.lake")
 
 ALIAS = "lake"
+# Where DuckLake attaches the lake's catalog database (its own tables, in its specification).
+_METADATA = f"__ducklake_metadata_{ALIAS}"
 T = TypeVar("T")
 
 
@@ -93,6 +96,7 @@ class LakeLocation:
             catalog=f"sqlite:{directory / 'catalog.sqlite'}",
             data_path=data_path or str(directory / "data") + os.sep,
             directory=directory,
+            s3=S3Settings.from_environment({}),  # for data given to object storage
         )
 
     def describe(self) -> str:
@@ -729,20 +733,13 @@ def maintain(
     )
     # While an evaluation runs, no file is deleted: compaction points every snapshot at the
     # merged file at once, but a query that listed the old files before goes on reading them,
-    # and a run's query may last longer than any retention (the soak: 72 s against a
-    # minute). Nor can `older_than` be trusted to keep them: on the embedded lake's SQLite
-    # catalog, DuckLake compares it with the scheduling time as text, so every file scheduled
-    # on the same day as `older_than`, even after it, is deleted.
+    # and a run's query may last longer than any retention (the soak: 72 s against a minute).
     done["deletion_deferred"] = int(_evaluation_running(con))
     done["files_deleted"] = (
         0
         if done["deletion_deferred"]
         else len(
-            step(
-                f"CALL ducklake_cleanup_old_files('{ALIAS}', "
-                f"older_than => now() - INTERVAL {int(delete_older_than_s)} SECOND)",
-                "delete old files",
-            )
+            _delete_old_files(con, delete_older_than_s, lambda sql: step(sql, "delete old files"))
         )
     )
     done["orphans_deleted"] = len(
@@ -753,6 +750,80 @@ def maintain(
         )
     )
     return done
+
+
+def _delete_old_files(
+    con: duckdb.DuckDBPyConnection,
+    older_than_s: float,
+    run: Callable[[str], list[tuple[Any, ...]]],
+) -> list[str]:
+    """Delete the data files compaction and expiry replaced more than `older_than_s` ago (a
+    reader that listed them before may still be reading them); returns their paths.
+
+    DuckLake's `ducklake_cleanup_old_files` does this right on a PostgreSQL catalog. On the
+    embedded lake's SQLite catalog it compares `older_than` with each file's `schedule_start`
+    as text (`2026-11-24 10:15...` against `2026-11-24T09:15...`), so every file scheduled on
+    the same day as `older_than`, even hours after it, is deleted at once. There, the times
+    are compared here, and the files deleted here: DuckLake's table of files scheduled for
+    deletion is part of its specification, and deleting a file and then its row, as DuckLake
+    does, is safe to repeat after a crash. Data files on object storage (a SQLite catalog with
+    an S3 data path), which only DuckLake can delete, are given to it with a cutoff its text
+    comparison cannot get wrong: the end of the day two days before `older_than`, so they
+    are deleted up to two days later than the retention asks."""
+    catalog_type, data_path = _lake_settings(con)
+    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=older_than_s)
+    if catalog_type != "sqlite":
+        return [
+            str(r[0])
+            for r in run(
+                f"CALL ducklake_cleanup_old_files('{ALIAS}', "
+                f"older_than => now() - INTERVAL {int(older_than_s)} SECOND)"
+            )
+        ]
+    if _is_remote(data_path):
+        # Two days back: `schedule_start` may be written in a local time zone.
+        day = cutoff.replace(hour=0, minute=0, second=0, microsecond=0) - dt.timedelta(days=1)
+        return [
+            str(r[0])
+            for r in run(
+                f"CALL ducklake_cleanup_old_files('{ALIAS}', "
+                f"older_than => '{(day - dt.timedelta(microseconds=1)).isoformat()}'::TIMESTAMPTZ)"
+            )
+        ]
+    scheduled = f"{_METADATA}.ducklake_files_scheduled_for_deletion"
+    # Read whole and compared here: a filter on `schedule_start` reaches SQLite as text.
+    due = [
+        (int(file_id), str(path) if not relative else data_path + str(path))
+        for file_id, path, relative, scheduled_at in con.execute(
+            f"SELECT data_file_id, path, path_is_relative, schedule_start FROM {scheduled}"
+        ).fetchall()
+        if _catalog_time(scheduled_at) < cutoff
+    ]
+    if not due:
+        return []
+    for _, path in due:
+        with contextlib.suppress(FileNotFoundError):  # deleted before a crash, not its row
+            os.remove(path)
+    ids = ", ".join(str(file_id) for file_id, _ in due)
+    run(f"DELETE FROM {scheduled} WHERE data_file_id IN ({ids})")
+    return [path for _, path in due]
+
+
+def _lake_settings(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
+    """The lake's catalog type (`sqlite`, `postgres`, ...) and data path."""
+    row = con.execute(
+        f"SELECT catalog_type, data_path FROM ducklake_settings({_sql_string(ALIAS)})"
+    ).fetchone()
+    assert row is not None
+    return str(row[0]), str(row[1])
+
+
+def _catalog_time(value: object) -> dt.datetime:
+    """A time as the SQLite catalog holds it (`2026-11-24 10:15:00.123+00`), in UTC."""
+    moment = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    if moment.tzinfo is None:  # DuckDB writes an offset; without one, take it for UTC
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment
 
 
 def memory_in_use(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
