@@ -223,15 +223,10 @@ ERROR_MESSAGE_SQL = """CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT 
 _CALLS_TYPE = """'[{"id": "VARCHAR", "name": "VARCHAR", "arguments": "JSON"}]'"""
 _RESULTS_TYPE = """'[{"id": "VARCHAR", "result": "JSON"}]'"""
 
-# Spans with what their GenAI log records say about the model call (producers that send
-# messages as events, not attributes), where the span's own attributes say nothing.
-SPANS_WITH_EVENTS = f"""(
-    SELECT s.* REPLACE (
-        coalesce(s.user_message, e.user_message) AS user_message,
-        coalesce(s.tool_calls_requested, e.tool_calls_requested) AS tool_calls_requested,
-        coalesce(s.tool_results, e.tool_results) AS tool_results,
-        coalesce(s.response_text, e.response_text) AS response_text)
-    FROM spans s LEFT JOIN (
+# What GenAI log records say about each span's model call (producers that send messages as
+# events, not attributes), by span: a CTE computed once per query, however often `flagged`
+# reads it (it holds no conversation id, so a filter on one could not narrow it anyway).
+_EVENTS = f"""events AS MATERIALIZED (
         SELECT trace_id, span_id,
             arg_max(user_message, time_unix_nano)
                 FILTER (WHERE user_message IS NOT NULL) AS user_message,
@@ -247,8 +242,19 @@ SPANS_WITH_EVENTS = f"""(
             OR tool_calls_requested IS NOT NULL OR tool_results IS NOT NULL
             OR response_text IS NOT NULL)
         GROUP BY trace_id, span_id
-    ) e ON e.trace_id = s.trace_id AND e.span_id = s.span_id
+    )"""
+# Spans with what `events` says, where the span's own attributes say nothing: in a query
+# that defines `events` (`_SPANS_AND_EVENTS`), or on its own (`SPANS_WITH_EVENTS`).
+_SPANS_AND_EVENTS = """(
+    SELECT s.* REPLACE (
+        coalesce(s.user_message, e.user_message) AS user_message,
+        coalesce(s.tool_calls_requested, e.tool_calls_requested) AS tool_calls_requested,
+        coalesce(s.tool_results, e.tool_results) AS tool_results,
+        coalesce(s.response_text, e.response_text) AS response_text),
+        s.rowid AS span_row
+    FROM spans s LEFT JOIN events e ON e.trace_id = s.trace_id AND e.span_id = s.span_id
 )"""
+SPANS_WITH_EVENTS = f"(WITH {_EVENTS} SELECT * FROM {_SPANS_AND_EVENTS})"
 
 # A span without a conversation id of its own (its trace id stood in) belongs to the one
 # another span of its trace carries (the greatest, should they carry several). The collector
@@ -346,11 +352,17 @@ _HANDOFF_SQL = """(operation = 'handoff' OR starts_with(name, 'handoff'))
 
 # Every view reads a conversation's spans through `placed`, its one materialized relation, and
 # goes on from there in one chain of windows, groupings and joins on the conversation: so a
-# filter on `conversation_id` reaches the scan of `spans`. (DuckDB pushes a filter into a
+# filter on `conversation_id` reaches the scans of `spans`. (DuckDB pushes a filter into a
 # materialized CTE only when every reference to it is filtered as optimisation starts, which a
 # reference from another materialized CTE never is: the CTEs these views were built from before
-# made every point query scan the whole lake.) Windows sort all they carry, so there are few of
-# them, each computing all it can.
+# made every point query scan the whole lake.)
+#
+# A window sorts every column it carries, and that, not the ranking, is its cost (one window
+# over `placed`'s 25 columns: 1 s for 300,000 spans; over one column, 0.07 s). So the windows
+# that place the spans run on narrow rows (`ordered`, `turned`), and the wide columns are
+# joined to them by the span's row id (`flagged` is read twice, not materialized, so that the
+# filter reaches both scans; the join is on the conversation too, for the same reason: a span
+# without a conversation id, which the collector never stores, is in no conversation).
 #
 # `placed`: every span with its place in the conversation: its rank in `SPAN_ORDER`, whether it
 # is a model call (`MODEL_CALL_SQL`) or a tool span, the turn it falls in, and for a model call
@@ -361,44 +373,54 @@ def _placed(where: str = "", extra: str = "") -> str:
     """`placed` and `trace_turns`; `where` narrows the spans read (the builder's conversations),
     `extra` adds columns (the builder's attribute values)."""
     return f"""
-    flagged AS (
-        SELECT conversation_id AS conv, {", ".join(_PLACED_COLUMNS)}{extra},
+    {_EVENTS},
+    flagged AS NOT MATERIALIZED (
+        SELECT span_row, conversation_id AS conv, {", ".join(_PLACED_COLUMNS)}{extra},
                CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
                     THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
                {ERROR_MESSAGE_SQL} AS error_message, {MODEL_CALL_SQL} AS is_model,
                {_TURN_AGENT_SQL} AS is_turn_agent,
                s.operation IS NOT DISTINCT FROM 'execute_tool' AS is_tool,
                {_HANDOFF_SQL} AS is_handoff
-        FROM {SPANS_WITH_EVENTS} s {where}
+        FROM {_SPANS_AND_EVENTS} s {where}
     ),
     ordered AS (
-        SELECT *,
+        SELECT span_row, conv,
                row_number() OVER w AS span_order,
                CASE WHEN (is_model OR is_turn_agent)
                         AND (count(*) FILTER (WHERE is_model OR is_turn_agent) OVER before = 0
                         OR (user_message IS NOT NULL AND (user_message IS DISTINCT FROM
                                 last_value(CASE WHEN is_model OR is_turn_agent THEN user_message
                                     END IGNORE NULLS) OVER before
-                            OR last_value(CASE WHEN is_model THEN tool_calls_requested IS NULL
-                                    AND response_text IS NOT NULL WHEN is_turn_agent THEN false
+                            OR last_value(CASE WHEN is_model THEN answered
+                                    WHEN is_turn_agent THEN false
                                 END IGNORE NULLS) OVER before)))
                     THEN 1 ELSE 0 END AS starts_turn,
                count(*) FILTER (WHERE is_model OR is_turn_agent) OVER (w ROWS BETWEEN
                    UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS turn_spans,
-               CASE WHEN is_model AND tool_calls_requested IS NOT NULL
-                    THEN count(tool_calls_requested) FILTER (WHERE is_model)
+               CASE WHEN is_model AND requested
+                    THEN count(*) FILTER (WHERE is_model AND requested)
                         OVER (w ROWS UNBOUNDED PRECEDING)
                END AS parallel_group
-        FROM flagged
+        FROM (SELECT span_row, conv, start_time_unix_nano, operation, end_time_unix_nano,
+                     span_id, is_model, is_turn_agent, user_message,
+                     tool_calls_requested IS NOT NULL AS requested,
+                     tool_calls_requested IS NULL AND response_text IS NOT NULL AS answered
+              FROM flagged)
         WINDOW w AS (PARTITION BY conv ORDER BY {SPAN_ORDER}),
             before AS (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
     ),
-    placed AS MATERIALIZED (
-        SELECT * EXCLUDE (starts_turn),
+    turned AS (
+        SELECT span_row, conv, span_order, turn_spans, parallel_group,
                CASE WHEN turn_spans > 0
                     THEN greatest(sum(starts_turn) OVER upto - 1, 0) END::BIGINT AS turn_index
         FROM ordered
         WINDOW upto AS (PARTITION BY conv ORDER BY span_order ROWS UNBOUNDED PRECEDING)
+    ),
+    placed AS MATERIALIZED (
+        SELECT f.*, t.span_order, t.turn_spans, t.parallel_group, t.turn_index
+        FROM flagged f JOIN turned t
+            ON t.span_row = f.span_row AND t.conv = f.conv
     ),
     trace_turns AS (
         SELECT conv, trace_id, min(start_time) AS start_time, row_number() OVER (
@@ -443,19 +465,23 @@ def _joining(stage: str, source: str, key: str, before: list[str]) -> str:
 # request and the k-th span with the same turn, tool name and arguments (tools a framework ran
 # concurrently start in any order); then the same by turn and tool name. A call's result from
 # the messages is the latest `tool_results` entry with its call id.
+# Arguments as a key: equal for equal JSON (`json()` normalises it), and narrow (a 128-bit hash:
+# the windows that rank calls carry it).
+_ARGS_KEY = "md5_number(json({})::VARCHAR)"
 _CALLS = f"""
     items AS (
         SELECT conv, true AS is_request, turn_index, span_order, request_order,
-               c.id AS call_id, c.name AS match_name, json(c.arguments)::VARCHAR AS args_key
+               c.id AS call_id, c.name AS match_name, {_ARGS_KEY.format("c.arguments")} AS args_key
         FROM (SELECT *, unnest(calls) AS c, unnest(range(len(calls))) AS request_order
-              FROM (SELECT *, from_json(tool_calls_requested, {_CALLS_TYPE}) AS calls
+              FROM (SELECT conv, turn_index, span_order,
+                           from_json(tool_calls_requested, {_CALLS_TYPE}) AS calls
                     FROM placed WHERE is_model AND tool_calls_requested IS NOT NULL))
         -- a call id requested again (the same response recorded twice) is the first request
         QUALIFY c.id IS NULL OR row_number() OVER (
             PARTITION BY conv, c.id ORDER BY span_order, request_order) = 1
         UNION ALL
         SELECT p.conv, false, coalesce(p.turn_index, tt.turn_index), span_order, 0,
-               tool_call_id, tool_name, json(tool_arguments)::VARCHAR
+               tool_call_id, tool_name, {_ARGS_KEY.format("tool_arguments")}
         FROM placed p LEFT JOIN trace_turns tt ON tt.conv = p.conv AND tt.trace_id = p.trace_id
         WHERE is_tool
     ),
@@ -472,16 +498,18 @@ _CALLS = f"""
                      any_value(call_id) FILTER (WHERE is_request) AS request_id,
                      any_value(match_name) FILTER (WHERE is_request) AS request_name,
                      any_value(span_order) FILTER (WHERE NOT is_request) AS tool_order
-              FROM (SELECT *, CASE
-                        WHEN by_id THEN ['id', turn_index::VARCHAR, call_id, by_id_rank::VARCHAR]
-                        WHEN by_args THEN ['args', turn_index::VARCHAR, match_name, args_key,
-                            by_args_rank::VARCHAR]
-                        WHEN by_name THEN ['name', turn_index::VARCHAR, match_name,
-                            by_name_rank::VARCHAR]
-                        ELSE [is_request::VARCHAR, span_order::VARCHAR, request_order::VARCHAR]
-                        END AS pair
+              -- the pair an item is in: how it was joined and on what (an item joined by no
+              -- stage is a pair of its own)
+              FROM (SELECT *, CASE WHEN by_id THEN 1 WHEN by_args THEN 2 WHEN by_name THEN 3
+                                   ELSE 0 END AS how
                     FROM by_name)
-              GROUP BY conv, pair)
+              GROUP BY conv, how, CASE WHEN how > 0 THEN turn_index END,
+                  CASE how WHEN 1 THEN call_id WHEN 2 THEN match_name WHEN 3 THEN match_name END,
+                  CASE WHEN how = 2 THEN args_key END,
+                  CASE how WHEN 1 THEN by_id_rank WHEN 2 THEN by_args_rank
+                      WHEN 3 THEN by_name_rank END,
+                  CASE WHEN how = 0 THEN is_request END, CASE WHEN how = 0 THEN span_order END,
+                  CASE WHEN how = 0 THEN request_order END)
     ),
     answers AS (
         SELECT conv, r.id AS call_id, arg_max(r.result, [span_order, i]) AS answer
