@@ -14,8 +14,10 @@ sees several). Every ``--sample-s`` it records:
 
 At the end it prints the samples and, over the second half of the run (after warm-up), the
 trend of each series per hour, absolute and relative to its mean: "no growth trend" means
-those slopes are near zero. It asserts nothing about time; the exit status is 1 only when the
-lake is missing an acknowledged span or holds one twice.
+those slopes are near zero. Beside the server's RSS, the trend of its floor (the lowest sample
+of each 5 minutes): the allocator's swings leave the floor alone, a leak lifts it. It asserts
+nothing about time; the exit status is 1 only when the lake is missing an acknowledged span or
+holds one twice.
 
 Run (from the repository root)::
 
@@ -215,7 +217,24 @@ def slope_per_hour(points: Sequence[tuple[float, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var * 3600
 
 
-def print_report(samples: list[Sample]) -> None:
+def floors(points: Sequence[tuple[float, float]], window_s: float) -> list[tuple[float, float]]:
+    """The lowest point of each `window_s` window. Memory the allocator holds after a peak
+    (a compaction, a burst of exports) and gives back later swings the samples by hundreds of
+    MiB; what a leak holds is never given back, so it lifts the floor too."""
+    lowest: dict[int, tuple[float, float]] = {}
+    counts: dict[int, int] = {}
+    for t, value in points:
+        window = int(t // window_s)
+        counts[window] = counts.get(window, 0) + 1
+        if window not in lowest or value < lowest[window][1]:
+            lowest[window] = (t, value)
+    # A window cut short (the run's first or last) has no floor to speak of: one sample there
+    # may be a peak.
+    full = max(counts.values(), default=0)
+    return [lowest[w] for w in sorted(lowest) if counts[w] >= 0.8 * full]
+
+
+def print_report(samples: list[Sample], floor_window_s: float = 300.0) -> None:
     names = sorted({name for s in samples for name in s.rss_mib})
     head = f"{'t s':>7} {'spans/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'refused':>7} "
     head += " ".join(f"{n + ' MiB':>12}" for n in names)
@@ -233,6 +252,9 @@ def print_report(samples: list[Sample]) -> None:
         "p99 latency ms": [(s.t, s.p99_ms) for s in tail],
         "total RSS MiB": [(s.t, sum(s.rss_mib.values())) for s in tail],
         **{f"{n} RSS MiB": [(s.t, s.rss_mib.get(n, 0.0)) for s in tail] for n in names},
+        f"server RSS floor MiB ({floor_window_s / 60:.0f}-min lows)": floors(
+            [(s.t, s.rss_mib.get("server", 0.0)) for s in tail], floor_window_s
+        ),
         "data files": [(s.t, float(s.files)) for s in tail],
         "snapshots": [(s.t, float(s.snapshots)) for s in tail],
     }
@@ -240,7 +262,7 @@ def print_report(samples: list[Sample]) -> None:
         slope = slope_per_hour(points)
         mean = statistics.fmean(p[1] for p in points) if points else 0.0
         relative = f"{slope / mean:+8.1%}" if mean else "     n/a"
-        print(f"  {name:<22} {slope:+12.1f}/h  {relative}/h  (mean {mean:.1f})")
+        print(f"  {name:<34} {slope:+12.1f}/h  {relative}/h  (mean {mean:.1f})")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
