@@ -459,15 +459,16 @@ def _joining(stage: str, source: str, key: str, before: list[str]) -> str:
     )"""
 
 
+# Arguments as a key: equal when their JSON, minified by `json()`, is; and narrow (a 128-bit
+# hash: the windows that rank calls carry it).
+_ARGS_KEY = "md5_number(json({})::VARCHAR)"
+
 # Tool calls: every call a model requested (once per call id) and every tool span, ranked on
 # narrow rows and joined to their spans at the end. Joining is ranking: the k-th request and
 # the k-th span with the same turn and call id are one call; of what is left, so are the k-th
 # request and the k-th span with the same turn, tool name and arguments (tools a framework ran
 # concurrently start in any order); then the same by turn and tool name. A call's result from
 # the messages is the latest `tool_results` entry with its call id.
-# Arguments as a key: equal for equal JSON (`json()` normalises it), and narrow (a 128-bit hash:
-# the windows that rank calls carry it).
-_ARGS_KEY = "md5_number(json({})::VARCHAR)"
 _CALLS = f"""
     items AS (
         SELECT conv, true AS is_request, turn_index, span_order, request_order,
