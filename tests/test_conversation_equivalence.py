@@ -148,7 +148,8 @@ def span_sets(draw: st.DrawFn) -> tuple[str, list[list[trace_pb2.Span]]]:
             )
     if placement == "one":
         # Only one span of each trace carries the id: the others learn it from their trace.
-        for trace_id in {s.trace_id for s in spans}:
+        # (in order of appearance: a set of random ids would draw in another order on replay)
+        for trace_id in dict.fromkeys(s.trace_id for s in spans):
             carrier = draw(st.sampled_from([s for s in spans if s.trace_id == trace_id]))
             carrier.attributes.append(f.attr("gen_ai.conversation.id", conversation))
     order = draw(st.permutations(spans))  # any arrival order: children before roots too
