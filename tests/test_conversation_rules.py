@@ -17,6 +17,7 @@ from spanscore.cli import main
 from spanscore.collector import Collector
 from spanscore.evaluation import Trajectory, load_trajectories, open_lake
 from spanscore.evaluation.trajectory import Handoff, ModelCall, parse_value
+from spanscore.lake.schema import CONVERSATION_SUMMARIES
 
 from . import otlp_factory as f
 from .conftest import query
@@ -52,6 +53,11 @@ def agree_all(lake: Path, conversation_ids: list[str]) -> list[Trajectory]:
         "ORDER BY conversation_id, turn_index",
         "summary": "SELECT conversation_id, span_count, tool_call_count, turn_count "
         "FROM conversations",
+        # what a run chooses its conversations by: the same as `conversations` says
+        "chosen_by": "SELECT conversation_id, conversation_source, agent_name, service_name, "
+        "start_time, end_time FROM conversations",
+        "summaries": "SELECT conversation_id, conversation_source, agent_name, service_name, "
+        f"start_time, end_time FROM {CONVERSATION_SUMMARIES}",
     }.items():
         rows = con.execute(
             f"SELECT * FROM ({sql}) WHERE conversation_id IN (SELECT id FROM wanted)"
@@ -83,6 +89,7 @@ def agree_all(lake: Path, conversation_ids: list[str]) -> list[Trajectory]:
             for turn in t.turns
         ], cid
         assert views["summary"].get(cid) == [(t.span_count, len(t.tool_calls), len(t.turns))], cid
+        assert views["summaries"].get(cid) == views["chosen_by"].get(cid), cid
     return [built[cid] for cid in conversation_ids]
 
 

@@ -51,7 +51,7 @@ from spanscore.lake import (
     retrying,
     side_cursor,
 )
-from spanscore.lake.schema import EVAL_RUNS, SCORES, quote_identifier
+from spanscore.lake.schema import CONVERSATION_SUMMARIES, EVAL_RUNS, SCORES, quote_identifier
 
 from .judge import JudgeAnswer, JudgeConfig, JudgeRequest
 from .judge_pool import JudgeRunner
@@ -697,8 +697,8 @@ def _candidates(
         )
         params.insert(0, '$."' + options.stratify_by.replace('"', '\\"') + '"')
     sql = (
-        f"SELECT conversation_id, {stratum}, conversation_source = 'trace' FROM conversations c "
-        f"WHERE {' AND '.join(where)} ORDER BY conversation_id"
+        f"SELECT conversation_id, {stratum}, conversation_source = 'trace' "
+        f"FROM {CONVERSATION_SUMMARIES} c WHERE {' AND '.join(where)} ORDER BY conversation_id"
     )
     rows = con.execute(sql, params).fetchall()
     chosen = [(str(cid), None if s is None else str(s)) for cid, s, _ in rows]
