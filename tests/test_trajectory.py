@@ -6,10 +6,12 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -19,9 +21,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from spanscore.cli import main
 from spanscore.collector import Collector
-from spanscore.evaluation import Trajectory, load_trajectories, load_trajectory, open_lake
+from spanscore.evaluation import (
+    Trajectory,
+    load_trajectories,
+    load_trajectory,
+    open_lake,
+    trajectory,
+)
 from spanscore.examples.customer_service import Store
 from spanscore.examples.customer_service.scripted import ScriptedAgent, conversations
+from spanscore.examples.synthetic import build_lake
 
 from . import otlp_factory as f
 
@@ -461,3 +470,72 @@ def test_messages_sent_as_log_records_rebuild_like_attributes(
         ("get_order", {"order_id": "ORD-1"}, {"status": "shipped"}, "messages")
     ]
     _view_agrees(lake_dir, t)
+
+
+def test_chunked_loading_rebuilds_what_one_query_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`load_trajectories` reads many conversations in chunks, each queried by a background
+    thread while the one before is assembled: the same trajectories, in the same order, as one
+    query over all of them, whichever way the conversations are chosen."""
+    lake = tmp_path / "lake"
+    build_lake(lake, 240, per_commit=100)
+    con = open_lake(lake)
+
+    def dumped(**how: Any) -> list[dict[str, Any]]:
+        return [t.model_dump() for t in load_trajectories(con, **how)]
+
+    whole = dumped(chunk_spans=10_000)
+    assert len(whole) == 240
+    assert [t["conversation_id"] for t in whole] == sorted(t["conversation_id"] for t in whole)
+    assert dumped(chunk_spans=70) == whole
+    ids = [t["conversation_id"] for t in whole]
+    chosen = [*ids[::-3], ids[5], "no-such-conversation"]  # any order, a repeat, an unknown
+    assert dumped(conversation_ids=chosen) == [t for t in whole if t["conversation_id"] in chosen]
+    monkeypatch.setattr(trajectory, "_UNCOUNTED_IDS", 10)  # so that these are chunked too
+    expected = [t for t in whole if t["conversation_id"] in set(chosen)]
+    assert dumped(conversation_ids=chosen, chunk_spans=40) == expected
+    middle = sorted(t["start_time"] for t in whole)[120]
+    later = [t for t in whole if t["start_time"] >= middle]
+    assert dumped(since=middle, chunk_spans=90) == later
+    assert dumped(until=middle, chunk_spans=90) == [t for t in whole if t not in later]
+    assert dumped(conversation_ids=[], chunk_spans=70) == []
+
+
+def _query_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "spanscore-trajectory-rows"]
+
+
+def test_chunked_loading_stops_its_thread_when_closed_or_failing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lake = tmp_path / "lake"
+    build_lake(lake, 60)
+    con = open_lake(lake)
+    loading = load_trajectories(con, chunk_spans=50)
+    assert next(loading).conversation_id
+    assert _query_threads()
+    loading.close()  # the caller stopped reading: the thread and its query stop
+    assert not _query_threads()
+    assert con.execute("SELECT count(*) FROM spans").fetchone() == (600,)
+
+    # A query that fails in the thread fails the caller's iteration with its error, after the
+    # chunks before it were delivered.
+    real = trajectory.trajectory_rows
+    calls = 0
+
+    def failing_on_the_third(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise duckdb.IOException("the lake went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trajectory, "trajectory_rows", failing_on_the_third)
+    loading = load_trajectories(con, chunk_spans=50)
+    # the first two chunks (the last conversation of a chunk is complete when the next begins)
+    rebuilt = [next(loading).conversation_id for _ in range(9)]
+    assert len(set(rebuilt)) == 9
+    with pytest.raises(duckdb.IOException, match="the lake went away"):
+        next(loading)
+    assert not _query_threads()

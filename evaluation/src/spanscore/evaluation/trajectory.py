@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ast
 import datetime as dt
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from functools import cached_property
 from typing import Annotated, Any, Literal, TypeVar
@@ -23,8 +25,10 @@ from typing import Annotated, Any, Literal, TypeVar
 import duckdb
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 
+from spanscore.lake.connection import ALIAS
 from spanscore.lake.schema import TRAJECTORY_COLUMNS, trajectory_rows_sql
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -129,6 +133,17 @@ class Trajectory(BaseModel):
 CONVERSATION_ATTRIBUTES = ("scenario.id", "user.id", "gen_ai.tool.definitions")
 
 
+# Spans per query when `load_trajectories` reads many conversations: a background thread
+# queries the next chunk while the caller assembles this one, and DuckDB sorts a chunk at a
+# time, not the whole window. Each query also scans the conversation ids of the whole lake, so
+# chunks are few and large (bench/trajectories.py: on 1,000,000 spans, chunks of 250,000 were
+# 15% faster than one query and took half the memory; of 100,000, no faster than one query).
+CHUNK_SPANS = 250_000
+# Up to this many conversations asked for by id are read by one query without counting
+# their spans first (a point query, `load_trajectory`, stays one query).
+_UNCOUNTED_IDS = 1_000
+
+
 def load_trajectories(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -137,24 +152,129 @@ def load_trajectories(
     until: dt.datetime | None = None,
     batch_rows: int = 100_000,
     attributes: Sequence[str] = (),
+    chunk_spans: int = CHUNK_SPANS,
 ) -> Iterator[Trajectory]:
     """Rebuild the trajectories of the given conversations, or of every conversation with a
-    span starting in [since, until). Streams: memory holds one batch of rows.
+    span starting in [since, until), or of every conversation, in order of conversation id.
+
+    Streams: the conversations are read in chunks of about `chunk_spans` spans, each by a query
+    of its own, which a background thread runs (on a cursor of `con`) while the chunk before is
+    assembled; memory holds about two chunks of rows. Each conversation is read whole by one
+    query; on a lake that is being written, chunks may see different snapshots.
 
     `attributes`: span attribute keys to collect into `Trajectory.attributes`, besides
     `CONVERSATION_ATTRIBUTES` (e.g. the keys a suite selects scenarios by)."""
-    reader = trajectory_rows(
-        con,
-        conversation_ids=conversation_ids,
-        since=since,
-        until=until,
-        batch_rows=batch_rows,
-        attributes=attributes,
-    )
+    if conversation_ids is not None and len(set(conversation_ids)) <= _UNCOUNTED_IDS:
+        chunks = [sorted(set(conversation_ids))] if conversation_ids else []
+    else:
+        chunks = _chunks_of(_span_counts(con, conversation_ids, since, until), chunk_spans)
+    if not chunks:
+        return
     assembler = _Assembler(attribute_keys(attributes))
-    for batch in reader:
+    if len(chunks) == 1:
+        batches: Iterator[pa.RecordBatch] = iter(
+            trajectory_rows(
+                con, conversation_ids=chunks[0], batch_rows=batch_rows, attributes=attributes
+            )
+        )
+    else:
+        batches = _prefetched(con, chunks, batch_rows, attributes)
+    for batch in batches:
         yield from assembler.feed(batch)
     yield from assembler.finish()
+
+
+def _span_counts(
+    con: duckdb.DuckDBPyConnection,
+    conversation_ids: Sequence[str] | None,
+    since: dt.datetime | None,
+    until: dt.datetime | None,
+) -> list[tuple[str, int]]:
+    """(conversation id, spans) of the conversations asked for by id, else of those with a
+    span starting in [since, until) (either bound may be open; the spans counted are those in
+    the window), sorted by id."""
+    where, params = ["conversation_id IS NOT NULL"], []
+    if conversation_ids is not None:
+        con.register("spanscore_counted", pa.table({"id": list(conversation_ids)}))
+        where.append("conversation_id IN (SELECT id FROM spanscore_counted)")
+    else:
+        if since is not None:
+            where.append("start_time >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("start_time < ?")
+            params.append(until)
+    found = con.execute(
+        f"SELECT conversation_id, count(*) FROM spans WHERE {' AND '.join(where)} "
+        "GROUP BY 1 ORDER BY 1",
+        params,
+    ).fetchall()
+    return found
+
+
+def _chunks_of(counts: Sequence[tuple[str, int]], chunk_spans: int) -> list[list[str]]:
+    """Consecutive conversations, cut where a chunk reaches `chunk_spans` spans."""
+    chunks: list[list[str]] = []
+    chunk: list[str] = []
+    spans = 0
+    for conversation_id, count in counts:
+        chunk.append(conversation_id)
+        spans += count
+        if spans >= chunk_spans:
+            chunks.append(chunk)
+            chunk, spans = [], 0
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
+def _prefetched(
+    con: duckdb.DuckDBPyConnection,
+    chunks: Sequence[Sequence[str]],
+    batch_rows: int,
+    attributes: Sequence[str],
+) -> Iterator[pa.RecordBatch]:
+    """The rows of each chunk of conversations in turn, queried by a thread one chunk ahead of
+    the caller: DuckDB runs a query without holding the GIL, so the next chunk is queried while
+    the caller assembles this one. Closing the iterator early stops the thread and its query."""
+    cursor = con.cursor()
+    cursor.execute(f"USE {ALIAS}")
+    ready: queue.Queue[list[pa.RecordBatch] | BaseException | None] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def hand_over(item: list[pa.RecordBatch] | BaseException | None) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+            except queue.Full:
+                continue
+            return True
+        return False
+
+    def query_chunks() -> None:
+        try:
+            for chunk in chunks:
+                reader = trajectory_rows(
+                    cursor, conversation_ids=chunk, batch_rows=batch_rows, attributes=attributes
+                )
+                if not hand_over(list(reader)):
+                    return
+            hand_over(None)
+        except BaseException as exc:  # raised again in the caller's thread
+            hand_over(exc)
+
+    thread = threading.Thread(target=query_chunks, name="spanscore-trajectory-rows", daemon=True)
+    thread.start()
+    try:
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield from item
+    finally:
+        stop.set()
+        cursor.interrupt()
+        thread.join()
+        cursor.close()
 
 
 def attribute_keys(attributes: Sequence[str] = ()) -> tuple[str, ...]:
@@ -196,6 +316,11 @@ def trajectory_rows(
         )
     if chosen:
         where = "WHERE s.conversation_id IN (SELECT conversation_id FROM chosen)"
+    if conversation_ids:
+        # The ids' range too: a plain filter the scan applies (and prunes files by) before
+        # the join, so a chunk of nearby ids reads little more than its own spans.
+        where += " AND s.conversation_id BETWEEN ? AND ?"
+        params += [min(conversation_ids), max(conversation_ids)]
     sql = trajectory_rows_sql(chosen, where, attribute_keys(attributes))
     return con.execute(sql, params).to_arrow_reader(batch_rows)
 
@@ -220,194 +345,326 @@ def load_trajectory(
 
 M = TypeVar("M", bound=BaseModel)
 
+# The slots every pydantic model has, set through their descriptors: what `model_construct`
+# does, without the validation and the per-call work the hot path cannot pay.
+_SLOTS = BaseModel.__dict__
+_set_dict = _SLOTS["__dict__"].__set__
+_set_fields_set = _SLOTS["__pydantic_fields_set__"].__set__
+_set_extra = _SLOTS["__pydantic_extra__"].__set__
+_set_private = _SLOTS["__pydantic_private__"].__set__
+_new = object.__new__
 
-def _make(cls: type[M], **values: Any) -> M:
-    """A model from values this module produced itself: no validation (like `model_construct`,
-    which does more per call than the hot path can pay). Every field must be given."""
-    obj = cls.__new__(cls)
-    object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+
+def _make(cls: type[M], values: dict[str, Any]) -> M:
+    """A model from values this module produced itself: no validation. Every field must be
+    given; `values` becomes the model's own dict."""
+    obj: M = _new(cls)
+    _set_dict(obj, values)
+    _set_fields_set(obj, set(values))
+    _set_extra(obj, None)
+    _set_private(obj, None)
     return obj
 
 
 def parse_value(text: Any, warnings: list[str] | None = None, what: str = "value") -> Any:
     """JSON, else a Python literal repr, else the text itself. A JSON string holding a repr
     (how the collector stores arguments that were not JSON) is unwrapped first."""
+    value, unreadable = _read(text)
+    if unreadable and warnings is not None:
+        warnings.append(f"{what} is neither JSON nor a Python literal; kept as text")
+    return value
+
+
+def _read(text: Any) -> tuple[Any, bool]:
+    """`parse_value`'s value, and whether it was text shaped like JSON or a literal (it begins
+    with a brace or a bracket) that neither reads."""
     if not isinstance(text, str):
-        return text
+        return text, False
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         value = text
     else:
         if not isinstance(value, str) or value == text:
-            return value
+            return value, False
         text = value
     stripped = text.strip()
     if stripped[:1] in ("{", "[", "(", "'", '"') or stripped in ("None", "True", "False"):
         try:
-            return ast.literal_eval(stripped)
+            return ast.literal_eval(stripped), False
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            if warnings is not None and stripped[:1] in ("{", "["):
-                warnings.append(f"{what} is neither JSON nor a Python literal; kept as text")
-    return text
+            return text, stripped[:1] in ("{", "[")
+    return text, False
+
+
+_from_timestamp = dt.datetime.fromtimestamp
+# Below this many seconds from the epoch (the year 2096), a float of whole microseconds over a
+# million is within half a microsecond of the time, so `fromtimestamp`'s rounding gives the
+# exact microsecond back; past it, the slower exact sum.
+_FLOAT_EXACT_S = 4_000_000_000
 
 
 def _time(ns: int | None) -> dt.datetime | None:
+    """Nanoseconds since the epoch as a UTC datetime, truncated to the microsecond."""
     if not ns:
         return None
-    return _EPOCH + dt.timedelta(microseconds=ns // 1000)
+    micros = ns // 1000
+    if -_FLOAT_EXACT_S < ns // 1_000_000_000 < _FLOAT_EXACT_S:
+        return _from_timestamp(micros / 1e6, dt.UTC)
+    return _EPOCH + dt.timedelta(microseconds=micros)
+
+
+# The columns (of `TRAJECTORY_COLUMNS`) each kind of row is built from: each kind is converted
+# to Python objects on its own, so a row costs what its step has, not the width of the union.
+_CONVERSATION_FIELDS = (
+    "conversation_id",
+    "agent_name",
+    "service_name",
+    "start_ns",
+    "end_ns",
+    "span_count",
+    "rootless_traces",
+    "orphan_spans",
+)
+_TURN_FIELDS = ("turn_index", "text", "final_response")
+_MODEL_CALL_FIELDS = (
+    "span_id",
+    "trace_id",
+    "name",
+    "start_ns",
+    "latency_ms",
+    "requested",
+    "text",
+    "error",
+    "input_tokens",
+    "output_tokens",
+)
+_TOOL_CALL_FIELDS = (
+    "turn_index",
+    "name",
+    "arguments",
+    "result",
+    "error",
+    "error_message",
+    "call_id",
+    "span_id",
+    "trace_id",
+    "start_ns",
+    "latency_ms",
+    "parallel_group",
+    "source",
+)
+_HANDOFF_FIELDS = ("span_id", "agent_name", "to_agent", "start_ns")
+_KIND = TRAJECTORY_COLUMNS.index("kind")
+
+
+def _rows(
+    batch: pa.RecordBatch | pa.Table, kinds: Any, kind: str, fields: Sequence[str]
+) -> Iterator[tuple[Any, ...]]:
+    """The `fields` of the batch's rows of one kind, as tuples, in order."""
+    rows = batch.filter(pc.equal(kinds, kind))
+    if not rows.num_rows:
+        return iter(())
+    return zip(*(rows.column(name).to_pylist() for name in fields), strict=True)
+
+
+def _conversations(rows: Iterator[tuple[Any, ...]], keys: tuple[str, ...]) -> Iterator[Trajectory]:
+    for (
+        conversation_id,
+        agent_name,
+        service_name,
+        start_ns,
+        end_ns,
+        span_count,
+        rootless_traces,
+        orphan_spans,
+        *values,
+    ) in rows:
+        warnings: list[str] = []
+        if rootless_traces and orphan_spans:
+            warnings.append(
+                f"{rootless_traces} trace(s) have no root span ({orphan_spans} span(s) "
+                "with a missing parent): rebuilt from the spans present"
+            )
+        yield _make(
+            Trajectory,
+            {
+                "conversation_id": conversation_id,
+                "agent_name": agent_name,
+                "service_name": service_name,
+                "start_time": _time(start_ns),
+                "end_time": _time(end_ns),
+                "span_count": span_count,
+                "attributes": {
+                    key: parse_value(value)
+                    for key, value in zip(keys, values, strict=True)
+                    if value is not None
+                },
+                "turns": [],
+                "warnings": warnings,
+            },
+        )
+
+
+def _turns(rows: Iterator[tuple[Any, ...]]) -> Iterator[Turn]:
+    for turn_index, text, final_response in rows:
+        yield _make(
+            Turn,
+            {
+                "index": turn_index,
+                "user_message": text,
+                "steps": [],
+                "final_response": final_response,
+            },
+        )
+
+
+def _model_calls(rows: Iterator[tuple[Any, ...]]) -> Iterator[ModelCall]:
+    for (
+        span_id,
+        trace_id,
+        name,
+        start_ns,
+        latency_ms,
+        requested,
+        text,
+        error,
+        input_tokens,
+        output_tokens,
+    ) in rows:
+        yield _make(
+            ModelCall,
+            {
+                "kind": "model_call",
+                "span_id": span_id,
+                "trace_id": trace_id,
+                "name": name,
+                "start_time": _time(start_ns),
+                "latency_ms": latency_ms,
+                "requested": [str(r) for r in requested] if requested else [],
+                "response_text": text,
+                "error": error,
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+            },
+        )
+
+
+def _tool_calls(rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[ToolCall, list[str]]]:
+    """Each tool call, with the warnings its conversation gets for it."""
+    for (
+        turn_index,
+        name,
+        arguments,
+        result,
+        error,
+        error_message,
+        call_id,
+        span_id,
+        trace_id,
+        start_ns,
+        latency_ms,
+        parallel_group,
+        source,
+    ) in rows:
+        warnings: list[str] = []
+        arguments, bad_arguments = _read(arguments)
+        result, bad_result = _read(result)
+        if span_id is not None:
+            for bad, what in ((bad_arguments, "arguments"), (bad_result, "result")):
+                if bad:
+                    warnings.append(
+                        f"{what} of tool span {span_id} is neither JSON nor a Python literal; "
+                        "kept as text"
+                    )
+        elif result is None:
+            warnings.append(
+                f"turn {turn_index}: tool call {name} ({call_id}) was requested but "
+                "neither a tool span nor a result was recorded"
+            )
+        call = _make(
+            ToolCall,
+            {
+                "kind": "tool_call",
+                "name": name if name is not None else "unknown",
+                "arguments": arguments,
+                "result": result,
+                "error": error,
+                "error_message": error_message,
+                "call_id": call_id,
+                "span_id": span_id,
+                "trace_id": trace_id,
+                "start_time": _time(start_ns),
+                "latency_ms": latency_ms,
+                "parallel_group": parallel_group,
+                "source": source,
+            },
+        )
+        yield call, warnings
+
+
+def _handoffs(rows: Iterator[tuple[Any, ...]]) -> Iterator[Handoff]:
+    for span_id, agent_name, to_agent, start_ns in rows:
+        yield _make(
+            Handoff,
+            {
+                "kind": "handoff",
+                "span_id": span_id,
+                "from_agent": agent_name,
+                "to_agent": to_agent,
+                "start_time": _time(start_ns),
+            },
+        )
 
 
 class _Assembler:
     """Trajectories from `trajectory_rows`, batch after batch: a conversation may go on in the
     next batch, so the one being assembled is yielded when the next begins or at the end. The
-    rows already say which turn each step is in and in what order: nothing is decided here."""
+    rows already say which turn each step is in and in what order: nothing is decided here.
+    Each kind of row is built on its own (`_conversations`, `_turns`...), and one pass over the
+    kinds puts what they built in place."""
 
     def __init__(self, keys: tuple[str, ...]) -> None:
         self.keys = keys
         self.trajectory: Trajectory | None = None
-        self.turns: list[Turn] = []
-        self.warnings: list[str] = []
+        self.steps: list[Step] | None = None  # the steps of the turn being assembled
 
     def finish(self) -> Iterator[Trajectory]:
         if self.trajectory is not None:
             yield self.trajectory
             self.trajectory = None
+            self.steps = None
 
     def feed(self, batch: pa.RecordBatch | pa.Table) -> Iterator[Trajectory]:
-        columns = [c.to_pylist() for c in batch.columns]
-        keys = self.keys
-        n_fixed = len(TRAJECTORY_COLUMNS)
-        turn: Turn | None = self.turns[-1] if self.turns else None
-        for row in zip(*columns, strict=True):
-            (
-                conversation_id,
-                kind,
-                turn_index,
-                span_id,
-                trace_id,
-                name,
-                start_ns,
-                end_ns,
-                latency_ms,
-                error,
-                error_message,
-                text,
-                final_response,
-                arguments,
-                result,
-                call_id,
-                parallel_group,
-                source,
-                requested,
-                input_tokens,
-                output_tokens,
-                agent_name,
-                to_agent,
-                service_name,
-                span_count,
-                rootless_traces,
-                orphan_spans,
-            ) = row[:n_fixed]
+        kinds = batch.column(_KIND)
+        fields = (*_CONVERSATION_FIELDS, *(f"attribute_{i}" for i in range(1, len(self.keys) + 1)))
+        conversations = _conversations(_rows(batch, kinds, "conversation", fields), self.keys)
+        turns = _turns(_rows(batch, kinds, "turn", _TURN_FIELDS))
+        model_calls = _model_calls(_rows(batch, kinds, "model_call", _MODEL_CALL_FIELDS))
+        tool_calls = _tool_calls(_rows(batch, kinds, "tool_call", _TOOL_CALL_FIELDS))
+        handoffs = _handoffs(_rows(batch, kinds, "handoff", _HANDOFF_FIELDS))
+        trajectory, steps = self.trajectory, self.steps
+        for kind in kinds.to_pylist():
             if kind == "tool_call":
-                warnings = self.warnings
-                if span_id is not None:
-                    what = f"tool span {span_id}"
-                    arguments = parse_value(arguments, warnings, f"arguments of {what}")
-                    result = parse_value(result, warnings, f"result of {what}")
-                else:
-                    arguments = parse_value(arguments)
-                    result = parse_value(result)
-                    if result is None:
-                        warnings.append(
-                            f"turn {turn_index}: tool call {name} ({call_id}) was requested but "
-                            "neither a tool span nor a result was recorded"
-                        )
-                assert turn is not None
-                turn.steps.append(
-                    _make(
-                        ToolCall,
-                        kind="tool_call",
-                        name=name if name is not None else "unknown",
-                        arguments=arguments,
-                        result=result,
-                        error=error,
-                        error_message=error_message,
-                        call_id=call_id,
-                        span_id=span_id,
-                        trace_id=trace_id,
-                        start_time=_time(start_ns),
-                        latency_ms=latency_ms,
-                        parallel_group=parallel_group,
-                        source=source,
-                    )
-                )
+                call, warnings = next(tool_calls)
+                assert steps is not None
+                assert trajectory is not None
+                steps.append(call)
+                if warnings:
+                    trajectory.warnings.extend(warnings)
             elif kind == "model_call":
-                assert turn is not None
-                turn.steps.append(
-                    _make(
-                        ModelCall,
-                        kind="model_call",
-                        span_id=span_id,
-                        trace_id=trace_id,
-                        name=name,
-                        start_time=_time(start_ns),
-                        latency_ms=latency_ms,
-                        requested=[str(r) for r in requested] if requested else [],
-                        response_text=text,
-                        error=error,
-                        input_tokens=input_tokens,
-                        output_tokens=output_tokens,
-                    )
-                )
+                assert steps is not None
+                steps.append(next(model_calls))
             elif kind == "turn":
-                turn = _make(
-                    Turn,
-                    index=turn_index,
-                    user_message=text,
-                    steps=[],
-                    final_response=final_response,
-                )
-                self.turns.append(turn)
+                assert trajectory is not None
+                turn = next(turns)
+                trajectory.turns.append(turn)
+                steps = turn.steps
             elif kind == "handoff":
-                assert turn is not None
-                turn.steps.append(
-                    _make(
-                        Handoff,
-                        kind="handoff",
-                        span_id=span_id,
-                        from_agent=agent_name,
-                        to_agent=to_agent,
-                        start_time=_time(start_ns),
-                    )
-                )
+                assert steps is not None
+                steps.append(next(handoffs))
             else:  # the conversation's own row: the one before is complete
-                yield from self.finish()
-                self.turns = []
-                self.warnings = []
-                turn = None
-                attributes = {
-                    key: parse_value(value)
-                    for key, value in zip(keys, row[n_fixed:], strict=True)
-                    if value is not None
-                }
-                if rootless_traces and orphan_spans:
-                    self.warnings.append(
-                        f"{rootless_traces} trace(s) have no root span ({orphan_spans} span(s) "
-                        "with a missing parent): rebuilt from the spans present"
-                    )
-                self.trajectory = _make(
-                    Trajectory,
-                    conversation_id=conversation_id,
-                    agent_name=agent_name,
-                    service_name=service_name,
-                    start_time=_time(start_ns),
-                    end_time=_time(end_ns),
-                    span_count=span_count,
-                    attributes=attributes,
-                    turns=self.turns,
-                    warnings=self.warnings,
-                )
+                if trajectory is not None:
+                    yield trajectory
+                trajectory, steps = next(conversations), None
+        self.trajectory, self.steps = trajectory, steps

@@ -553,7 +553,7 @@ _CALLS = f"""
 # (text, no tool calls requested); in a conversation without model calls, a trace.
 _TURNS = """all_turns AS (
             SELECT conv, turn_index,
-                   (list(user_message ORDER BY span_order))[1] AS user_message,
+                   arg_min_null(user_message, span_order) AS user_message,
                    coalesce(arg_max(response_text, span_order) FILTER (WHERE is_model
                            AND tool_calls_requested IS NULL AND response_text IS NOT NULL),
                        arg_max(response_text, span_order) FILTER (WHERE is_turn_agent
