@@ -136,6 +136,12 @@ def unwrap_arguments(value: Any) -> Any:
     own flags). Keyword arguments when there are no positional ones, and the reverse; with
     both, the wrapper is kept (there is no single arguments value)."""
     parsed = _loads(value)
+    unwrapped = _unwrapped(parsed)
+    return value if unwrapped is parsed else unwrapped
+
+
+def _unwrapped(parsed: Any) -> Any:
+    """`unwrap_arguments` of parsed JSON: `parsed` itself when it is no wrapper."""
     if (
         isinstance(parsed, dict)
         and set(parsed) == {"kwargs"}
@@ -143,13 +149,25 @@ def unwrap_arguments(value: Any) -> Any:
     ):
         return parsed["kwargs"]  # LlamaIndex's tool spans: keyword arguments only
     if not (isinstance(parsed, dict) and "args" in parsed and "kwargs" in parsed):
-        return value
+        return parsed
     args, kwargs = parsed["args"], parsed["kwargs"]
     if not args and isinstance(kwargs, dict):
         return kwargs
     if not kwargs and isinstance(args, list):
         return args
-    return value
+    return parsed
+
+
+def _arguments_json(text: str) -> bytes:
+    """A tool span's arguments as JSON text for the JSON column, unwrapped
+    (`unwrap_arguments`): JSON passes through, a text that is not JSON (a Python repr, say) is
+    kept as a JSON string. Reads the text once: it runs for every tool span."""
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return orjson.dumps(text)  # not JSON (a Python repr, say): kept as a JSON string
+    unwrapped = _unwrapped(parsed)
+    return text.encode() if unwrapped is parsed else orjson.dumps(unwrapped)
 
 
 def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
@@ -720,20 +738,6 @@ CONVENTIONS: tuple[Convention, ...] = (OPENINFERENCE, TRACELOOP, VERCEL, ADK_LEG
 # --- reading one span ------------------------------------------------------------------------
 
 
-def _json_text(value: Any) -> bytes | None:
-    """JSON text for a JSON column: JSON strings pass through (validated), values are encoded,
-    and a string that is not JSON (a Python repr, say) is kept as a JSON string."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return orjson.dumps(value)
-        return value.encode()
-    return orjson.dumps(value)
-
-
 def _as_text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -839,8 +843,9 @@ class Extractor:
                 break
         else:
             out[0] = trace_id
+        names = attrs.keys()  # a keys view tests the few markers, not every attribute
         for convention, markers, lookups in self._compiled:
-            if markers.isdisjoint(attrs):
+            if names.isdisjoint(markers):
                 continue
             for position, keys in lookups:
                 for key in keys:
@@ -898,7 +903,7 @@ class Extractor:
             # or results (its user message and answer stay, for the turn).
             out[8] = out[9] = None
         if out[5] is not None:  # tool arguments: JSON text, or a non-JSON value as a string
-            out[5] = _json_text(unwrap_arguments(out[5]))
+            out[5] = _arguments_json(out[5])
         if out[11] is None and is_error:
             out[11] = exception_type
         return out
