@@ -32,6 +32,12 @@ Run (from the repository root)::
     .venv/bin/python bench/ingest.py --quick          # ~3 s per protocol, smoke test
     .venv/bin/python bench/ingest.py --clients 16 --seconds 30
     .venv/bin/python bench/ingest.py --collector-arg=--batch-delay-ms=20   # try a setting
+    .venv/bin/python bench/ingest.py --baseline-flatten e4bc8a8   # flatten against a revision
+
+``--baseline-flatten REV`` also times the flattener of git revision REV (its ``collector`` and
+``lake`` sources, extracted to a temporary directory) on the same request bodies as today's,
+each in a fresh child process, alternating, three rounds each, and prints both (best round)
+and their ratio: the flattener is where ingest spends its Python time.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import http.client
 import json
 import math
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -1058,6 +1065,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(e.g. --collector-arg=--batch-delay-ms=20)",
     )
     parser.add_argument("--quick", action="store_true", help="a ~3 s per phase smoke run")
+    parser.add_argument(
+        "--baseline-flatten",
+        metavar="REV",
+        help="also time the flattener of this git revision on the same bodies",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds = min(args.seconds, 3.0)
@@ -1125,6 +1137,65 @@ def _raise_interrupt(signum: int, frame: types.FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+# Times `Flattener().spans` on pickled bodies (argv[1]); the flattener is whichever
+# `spanscore.collector` PYTHONPATH puts first. Prints the best of 5 passes, in spans/s.
+_FLATTEN_TIMER = """
+import pickle, sys, time
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from spanscore.collector.flatten import Flattener
+with open(sys.argv[1], "rb") as f:
+    bodies, batch_size = pickle.load(f)
+requests = [trace_service_pb2.ExportTraceServiceRequest.FromString(b) for b in bodies]
+flattener, best = Flattener(), 0.0
+for _ in range(5):
+    started = time.perf_counter()
+    for request in requests:
+        flattener.spans(request.resource_spans)
+    best = max(best, len(requests) * batch_size / (time.perf_counter() - started))
+print(best)
+"""
+
+
+def compare_flatten(rev: str, bodies: Sequence[bytes], batch_size: int, workdir: Path) -> None:
+    """Today's flattener against revision `rev`'s on the same bodies, alternating fresh child
+    processes (three rounds each): both best rates and their ratio."""
+    source = workdir / f"flatten-{rev}"
+    source.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", rev, "collector/src", "lake/src"], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        raise RuntimeError(f"--baseline-flatten {rev}: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    sample = workdir / "flatten-bodies.pickle"
+    with sample.open("wb") as f:
+        pickle.dump((list(bodies[:120]), batch_size), f)
+    paths = {
+        rev: os.pathsep.join([str(source / "collector/src"), str(source / "lake/src")]),
+        "today": "",
+    }
+    best = dict.fromkeys(paths, 0.0)
+    for _ in range(3):
+        for name, path in paths.items():
+            env = {**os.environ, "PYTHONPATH": path} if path else dict(os.environ)
+            if not path:
+                env.pop("PYTHONPATH", None)
+            timed = subprocess.run(
+                [sys.executable, "-c", _FLATTEN_TIMER, str(sample)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            best[name] = max(best[name], float(timed.stdout))
+    print(
+        f"  flatten, same bodies, fresh processes (best of 3 rounds): today "
+        f"{_fmt_rate(best['today'])} spans/s, {rev} {_fmt_rate(best[rev])} spans/s; "
+        f"today / {rev} = {best['today'] / best[rev]:.2f}",
+        flush=True,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # clean up on SIGTERM as on Ctrl-C
@@ -1152,7 +1223,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             bodies, args.batch_size, workdir, threads=args.clients, conversation_traces=0
         )
         ceiling = run_ceiling(bodies, args.batch_size, workdir, threads=args.clients)
-        del bodies
         print(
             f"  {ceiling.spans:,} spans: parse {_fmt_rate(ceiling.parse_rate)} spans/s, "
             f"flatten {_fmt_rate(ceiling.flatten_rate)} spans/s, parse+flatten+append "
@@ -1166,6 +1236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{100 * (1 - ceiling.end_to_end_rate / unresolved.end_to_end_rate):.0f}%)",
             flush=True,
         )
+        if args.baseline_flatten:
+            compare_flatten(args.baseline_flatten, bodies, args.batch_size, workdir)
+        del bodies
 
         # Enough requests for well over the ceiling's rate; a phase that runs out ends early.
         expected = max(ceiling.end_to_end_rate * 1.5, 10_000) * args.seconds
