@@ -193,23 +193,34 @@ def _span_counts(
     """(conversation id, spans) of the conversations asked for by id, else of those with a
     span starting in [since, until) (either bound may be open; the spans counted are those in
     the window), sorted by id."""
-    where, params = ["conversation_id IS NOT NULL"], []
+    where = ["conversation_id IS NOT NULL"]
+    params: list[Any] = []
     if conversation_ids is not None:
         con.register("spanscore_counted", pa.table({"id": list(conversation_ids)}))
         where.append("conversation_id IN (SELECT id FROM spanscore_counted)")
     else:
-        if since is not None:
-            where.append("start_time >= ?")
-            params.append(since)
-        if until is not None:
-            where.append("start_time < ?")
-            params.append(until)
+        conditions, params = _window(since, until)
+        where += conditions
     found = con.execute(
         f"SELECT conversation_id, count(*) FROM spans WHERE {' AND '.join(where)} "
         "GROUP BY 1 ORDER BY 1",
         params,
     ).fetchall()
     return found
+
+
+def _window(since: dt.datetime | None, until: dt.datetime | None) -> tuple[list[str], list[Any]]:
+    """Conditions on `start_time` for [since, until) (either bound may be open), and their
+    parameters."""
+    conditions: list[str] = []
+    params: list[Any] = []
+    if since is not None:
+        conditions.append("start_time >= ?")
+        params.append(since)
+    if until is not None:
+        conditions.append("start_time < ?")
+        params.append(until)
+    return conditions, params
 
 
 def _chunks_of(counts: Sequence[tuple[str, int]], chunk_spans: int) -> list[list[str]]:
@@ -301,13 +312,7 @@ def trajectory_rows(
         con.register("spanscore_chosen", pa.table({"conversation_id": list(conversation_ids)}))
         chosen = "chosen AS (SELECT conversation_id FROM spanscore_chosen), "
     elif since is not None or until is not None:
-        window = []
-        if since is not None:
-            window.append("start_time >= ?")
-            params.append(since)
-        if until is not None:
-            window.append("start_time < ?")
-            params.append(until)
+        window, params = _window(since, until)
         # Whole conversations: every span of one that started in the window.
         chosen = (
             "chosen AS (SELECT DISTINCT conversation_id FROM spans WHERE "
