@@ -83,14 +83,14 @@ def main() -> None:
             f"in {rebuild_s:.1f}s"
         )
         print()
-        print(f"{'':34}{'spans/s':>12}{'conversations/s':>18}")
-        print(f"{'sorted read of the spans':34}{spans / read_s:>12,.0f}{count / read_s:>18,.0f}")
-        print(f"{'rules query alone':34}{spans / query_s:>12,.0f}{count / query_s:>18,.0f}")
+        print(f"{'':40}{'spans/s':>12}{'conversations/s':>18}")
+        print(f"{'sorted read of the spans':40}{spans / read_s:>12,.0f}{count / read_s:>18,.0f}")
+        print(f"{'rules query alone':40}{spans / query_s:>12,.0f}{count / query_s:>18,.0f}")
         print(
-            f"{'query + rebuild, one query':34}{spans / whole_s:>12,.0f}{count / whole_s:>18,.0f}"
+            f"{'query + rebuild, one query':40}{spans / whole_s:>12,.0f}{count / whole_s:>18,.0f}"
         )
         label = f"query + rebuild, {args.chunk_spans:,}-span chunks"
-        print(f"{label:34}{spans / rebuild_s:>12,.0f}{count / rebuild_s:>18,.0f}")
+        print(f"{label:40}{spans / rebuild_s:>12,.0f}{count / rebuild_s:>18,.0f}")
         print(f"peak RSS of this process: {peak / 2**20:,.0f} MiB")
         print("target: >= 200,000 spans/s on 2 cores (printed, not asserted)")
     finally:
