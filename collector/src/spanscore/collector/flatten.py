@@ -528,8 +528,3 @@ def _to_batch(rows: list[tuple[Any, ...]], arrow_schema: pa.Schema) -> pa.Record
 # Record batches are immutable: one empty batch per table serves every request.
 _NO_SPANS = pa.RecordBatch.from_pylist([], schema=SPANS_SCHEMA)
 _NO_LOGS = pa.RecordBatch.from_pylist([], schema=LOGS_SCHEMA)
-
-
-# Record batches are immutable: one empty batch per table serves every request.
-_NO_SPANS = pa.RecordBatch.from_pylist([], schema=SPANS_SCHEMA)
-_NO_LOGS = pa.RecordBatch.from_pylist([], schema=LOGS_SCHEMA)
