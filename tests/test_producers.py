@@ -1,7 +1,8 @@
 """Real producer instrumentations, real OTLP, the real collector: what lands in the lake.
 
 Each producer package runs in its own virtual environment (their pins conflict with each other
-and with the main one), built by these tests under `.venv-producers/` and reused while its
+and with the main one), built by these tests under the user's cache
+(`~/.cache/spanscore/producers/`, or `$SPANSCORE_PRODUCER_ENVS`) and reused while its
 requirements file is unchanged; `tests/producers/run_producer.py` runs there, one scripted
 two-turn conversation with the real `openai` client against the local `ScriptedLLM` (the plan
 below: a parallel pair of tool calls, one of which fails, then one more call), and exports over
@@ -36,7 +37,7 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   and openinference-instrumentation-openai 0.1.66 (the model calls), openai 2.54.0; each turn a
   `Crew` kickoff of one task.
 - vercel-ai6, vercel-ai6-grpc: a Node project (tests/producers/node/vercel-ai6/package.json,
-  built by `npm install` under `.venv-producers/`) with ai 6.0.326 and the OpenTelemetry JS SDK
+  built by `npm install` beside the venvs) with ai 6.0.326 and the OpenTelemetry JS SDK
   (@opentelemetry/sdk-trace 2.12.1, OTLP exporters 0.223.1), running run_vercel.mjs: the
   SDK's `MockLanguageModelV3` scripted from the plan, `generateText` with
   `experimental_telemetry`, exported over OTLP HTTP/protobuf and over gRPC. JavaScript has
@@ -136,7 +137,12 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "tests" / "producers"
 RUNNER = HERE / "run_producer.py"
 NODE_RUNNER = HERE / "run_vercel.mjs"
-VENVS = ROOT / ".venv-producers"
+# The producer environments (2.5 GB for all of them) live outside the checkout, so that a fresh
+# clone (CI's) reuses what an earlier run built: `SPANSCORE_PRODUCER_ENVS`, else the user's cache.
+VENVS = Path(
+    os.environ.get("SPANSCORE_PRODUCER_ENVS")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "spanscore" / "producers"
+)
 
 # --- the conversation ---------------------------------------------------------------------------
 
@@ -542,7 +548,7 @@ class Venv:
 def build_venv(name: str) -> Venv:
     """The producer's venv, reused when its requirements file (and Python) are unchanged; for
     a Node producer, its Node project (`node/<name>/package.json`)."""
-    VENVS.mkdir(exist_ok=True)
+    VENVS.mkdir(parents=True, exist_ok=True)
     with (VENVS / f".{name}.lock").open("w") as lock:  # one builder at a time (other sessions)
         if os.name != "nt":
             import fcntl
@@ -554,7 +560,7 @@ def build_venv(name: str) -> Venv:
 
 
 def _build_node_project(name: str) -> Venv:
-    """`npm install` of the pinned package.json into `.venv-producers/<name>-<hash>/`."""
+    """`npm install` of the pinned package.json into `<VENVS>/<name>-<hash>/`."""
     started = time.monotonic()
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
