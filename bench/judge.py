@@ -7,7 +7,10 @@ capacity / latency calls per second. A suite of two judged rubrics and two deter
 scores ``--conversations`` conversations (default 10,000, so 20,000 judge calls). Printed:
 
 - judge throughput as a share of the server's capacity (target >= 90 %), the 429s received,
-  and where the adaptive limit settled;
+  and where the adaptive limit settled; beside it, what the bare ``AsyncOpenAI`` client reaches
+  holding exactly ``--capacity`` calls in flight (it is told the capacity and does nothing
+  else): the most this server allows on this machine in this run, so a slow day's figure can
+  be read against it;
 - the client's CPU per judged call (target < 1 ms): the process CPU of the judged run minus
   that of the deterministic-only run of the same conversations, over the calls; beside it the
   floor, the bare ``AsyncOpenAI`` client's CPU per call for requests of the same shape and size
@@ -98,12 +101,15 @@ def start_server(capacity: int, latency_ms: int) -> tuple[subprocess.Popen[bytes
             time.sleep(0.05)
 
 
-def openai_floor(url: str, calls: int, concurrency: int, *, as_spanscore: bool) -> float:
-    """CPU ms per call of the bare `AsyncOpenAI` client: a judge-sized request (instructions,
-    a transcript, a strict JSON Schema answer) `calls` times, `concurrency` at once (below the
-    server's capacity, so that no 429 is counted). `as_spanscore`: the way spanscore calls it
-    (the aiohttp transport, `client.post` with the JSON returned as is); else the way most
-    code does (`chat.completions.create` on the default transport)."""
+def openai_floor(
+    url: str, calls: int, concurrency: int, *, as_spanscore: bool
+) -> tuple[float, float]:
+    """(CPU ms per call, calls per second) of the bare `AsyncOpenAI` client: a judge-sized
+    request (instructions, a transcript, a strict JSON Schema answer) `calls` times,
+    `concurrency` at once (at most the server's capacity, so that no 429 is counted).
+    `as_spanscore`: the way spanscore calls it (the aiohttp transport, `client.post` with the
+    JSON returned as is); else the way most code does (`chat.completions.create` on the
+    default transport)."""
     import asyncio
 
     from openai import AsyncOpenAI, DefaultAioHttpClient
@@ -146,9 +152,10 @@ def openai_floor(url: str, calls: int, concurrency: int, *, as_spanscore: bool) 
         await asyncio.gather(*(one() for _ in range(calls)))
         await client.close()
 
-    cpu = time.process_time()
+    cpu, wall = time.process_time(), time.perf_counter()
     asyncio.run(run())
-    return (time.process_time() - cpu) / calls * 1000
+    wall = time.perf_counter() - wall
+    return (time.process_time() - cpu) / calls * 1000, calls / wall
 
 
 def timed_run(lake: Path, suite: dict[str, Any], **judge: Any) -> tuple[RunResult, float, float]:
@@ -199,6 +206,14 @@ def main() -> None:
             f"judged (cold cache):  {n / judged_wall:9.0f} conversations/s, {rate:.0f} calls/s = "
             f"{rate / ceiling_rate:.1%} of the server's capacity ({ceiling_rate:.0f} calls/s)"
         )
+        # The same-run baseline: a client told the capacity, with no limit to find and nothing
+        # else to do, shows what this server and this machine allow today.
+        _, bare_rate = openai_floor(url, min(calls, 4000) or 1000, args.capacity, as_spanscore=True)
+        print(
+            f"  the bare AsyncOpenAI client holding exactly {args.capacity} calls in flight: "
+            f"{bare_rate:.0f} calls/s = {bare_rate / ceiling_rate:.1%} of capacity; the judged "
+            f"run reached {rate / bare_rate:.1%} of that"
+        )
         print(
             f"  429s received: {info.get('throttled')}, retries: {info.get('retries')}, "
             f"limit settled at {info.get('limit')} (lowest after a 429: "
@@ -211,8 +226,8 @@ def main() -> None:
             f"({judged_cpu:.1f} s CPU against {base_cpu:.1f} s deterministic-only)"
         )
         floor_calls, floor_concurrency = min(calls, 5000) or 1000, max(1, args.capacity // 2)
-        floor = openai_floor(url, floor_calls, floor_concurrency, as_spanscore=True)
-        common = openai_floor(url, floor_calls, floor_concurrency, as_spanscore=False)
+        floor, _ = openai_floor(url, floor_calls, floor_concurrency, as_spanscore=True)
+        common, _ = openai_floor(url, floor_calls, floor_concurrency, as_spanscore=False)
         print(
             f"  floor, the bare AsyncOpenAI client called as spanscore calls it: {floor:.3f} ms "
             f"per call (spanscore's own share above it: {per_call - floor:.3f} ms); "
