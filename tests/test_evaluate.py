@@ -105,6 +105,33 @@ def test_two_runs_give_identical_scores(synthetic_lake: Path):
     assert score_rows(synthetic_lake, first.run_id) == score_rows(synthetic_lake, again.run_id)
 
 
+def test_a_run_leaves_the_processs_garbage_collector_as_it_found_it(synthetic_lake: Path):
+    """A run collects less often while it lasts (a third of a warm judged run went to the
+    collector), but `evaluate` is a library call: the caller's settings come back, whether the
+    run ends or fails."""
+    import gc
+
+    before = gc.get_threshold(), gc.get_freeze_count()
+    seen: list[tuple[int, int, int]] = []
+
+    def watch(_: Any) -> None:
+        seen.append(gc.get_threshold())
+
+    result = evaluate(
+        synthetic_lake,
+        load_suite(SUITE),
+        RunOptions(settle_s=0, workers=1, now=LATER),
+        progress=watch,
+    )
+    assert result.scored == 300
+    assert seen
+    assert all(t[0] > before[0][0] for t in seen)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    with pytest.raises(Exception, match="since"):
+        run(synthetic_lake, load_suite(SUITE), since=LATER + dt.timedelta(days=1))
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
 def test_the_first_batch_is_read_by_a_query_of_its_own(
     synthetic_lake: Path, monkeypatch: pytest.MonkeyPatch
 ):

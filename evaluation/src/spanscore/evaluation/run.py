@@ -301,11 +301,34 @@ def evaluate(
     options = options or RunOptions()
     started = time.monotonic()
     now = _now(options)
-    con = connect(lake)
+    with _few_collections():
+        con = connect(lake)
+        try:
+            return _run(con, str(lake), suite, options, now, started, progress)
+        finally:
+            con.close()
+
+
+# A run allocates many objects that form no cycles (rows, trajectories, scores, the judge's
+# requests and answers) and keeps some alive for a while (trajectories waiting for the judge):
+# with the default thresholds the collector ran every 700 allocations and rescanned them, and
+# everything the process had loaded, again and again (measured: a third of a warm judged run's
+# time above a deterministic one).
+_RUN_GC_THRESHOLD = (50_000, 50, 100)
+
+
+@contextlib.contextmanager
+def _few_collections() -> Iterator[None]:
+    """Collect less often while a run lasts, and never rescan what existed before it; the
+    process's own settings are restored after it."""
+    before = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(*_RUN_GC_THRESHOLD)
     try:
-        return _run(con, str(lake), suite, options, now, started, progress)
+        yield
     finally:
-        con.close()
+        gc.set_threshold(*before)
+        gc.unfreeze()
 
 
 def _run(
@@ -1107,10 +1130,9 @@ def _worker_start(document: dict[str, Any], base_dir: str, allow_outside_metrics
         document, base_dir=base_dir, allow_outside_metrics=allow_outside_metrics
     )
     suite.start_watchdog()  # scoring runs in this (main) thread of the worker
-    # A worker allocates many short-lived objects (rows, trajectories, scores) that form no
-    # cycles: collect less often, and never rescan what was loaded at start.
+    # As in a run (`_few_collections`), for the worker's whole life.
     gc.freeze()
-    gc.set_threshold(50_000, 50, 100)
+    gc.set_threshold(*_RUN_GC_THRESHOLD)
 
 
 def worker_suite(
