@@ -9,7 +9,9 @@ queries that apply the conversation rules to chunks of conversations, a backgrou
 querying the next chunk while Python assembles this one) and prints spans/s and
 conversations/s, next to three baselines of the same run: the same with one query for the
 whole lake (nothing overlaps), that query alone, fetched as Arrow without building anything,
-and the sorted read of the spans it starts from.
+and the sorted read of the spans it starts from. And the ceiling of one design not built yet:
+the query's output stored as a table (as maintenance would store it), read back in order and
+assembled, with and without the assembly.
 
 Target (issue 12): >= 200,000 spans/s on 2 cores. Figures are printed, nothing is asserted.
 
@@ -20,16 +22,26 @@ Target (issue 12): >= 200,000 spans/s on 2 cores. Figures are printed, nothing i
 from __future__ import annotations
 
 import argparse
+import queue
 import resource
 import shutil
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
+import pyarrow as pa
+
 from spanscore.evaluation import load_trajectories
-from spanscore.evaluation.trajectory import CHUNK_SPANS, trajectory_rows
+from spanscore.evaluation.trajectory import (
+    CHUNK_SPANS,
+    trajectories_from_batches,
+    trajectory_rows,
+)
 from spanscore.examples.synthetic import SPANS_PER_CONVERSATION, build_lake
-from spanscore.lake import connect
+from spanscore.lake import ALIAS, connect
 from spanscore.lake.schema import SPAN_ORDER
 
 
@@ -74,6 +86,7 @@ def main() -> None:
                 warnings += len(trajectory.warnings)
             return time.perf_counter() - started, count, tool_calls, warnings
 
+        stored_read_s, stored_s = stored_rows(con, args.batch_rows)
         whole_s, *_ = rebuild(spans + 1)
         rebuild_s, count, tool_calls, warnings = rebuild(args.chunk_spans)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -91,10 +104,55 @@ def main() -> None:
         )
         label = f"query + rebuild, {args.chunk_spans:,}-span chunks"
         print(f"{label:40}{spans / rebuild_s:>12,.0f}{count / rebuild_s:>18,.0f}")
+        print()
+        print("the ceiling of storing the rules' output at maintenance (not built):")
+        label = "stored rows, read in order"
+        print(f"{label:40}{spans / stored_read_s:>12,.0f}{count / stored_read_s:>18,.0f}")
+        label = "stored rows, read + rebuild"
+        print(f"{label:40}{spans / stored_s:>12,.0f}{count / stored_s:>18,.0f}")
         print(f"peak RSS of this process: {peak / 2**20:,.0f} MiB")
         print("target: >= 200,000 spans/s on 2 cores (printed, not asserted)")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def stored_rows(con: duckdb.DuckDBPyConnection, batch_rows: int) -> tuple[float, float]:
+    """(seconds to read, seconds to read and assemble) the rules query's output once it is
+    stored in a lake table in its order: what storing it at maintenance would leave to a
+    rebuild. Read ahead by a thread, as `load_trajectories` reads its chunks."""
+    table = f"{ALIAS}.bench_builder_rows"
+    con.register("bench_rows", trajectory_rows(con, batch_rows=batch_rows).read_all())
+    con.execute(f"CREATE TABLE {table} AS SELECT row_number() OVER () AS seq, * FROM bench_rows")
+    con.unregister("bench_rows")
+    read = f"SELECT * EXCLUDE (seq) FROM {table} ORDER BY seq"
+
+    started = time.perf_counter()
+    for _ in con.execute(read).to_arrow_reader(batch_rows):
+        pass
+    read_s = time.perf_counter() - started
+
+    def read_ahead() -> Iterator[pa.RecordBatch]:
+        batches: queue.Queue[pa.RecordBatch | None] = queue.Queue(2)
+
+        def produce() -> None:
+            try:
+                for batch in con.cursor().execute(read).to_arrow_reader(batch_rows):
+                    batches.put(batch)
+            finally:
+                batches.put(None)
+
+        thread = threading.Thread(target=produce, daemon=True)
+        thread.start()
+        while (batch := batches.get()) is not None:
+            yield batch
+        thread.join()
+
+    started = time.perf_counter()
+    for trajectory in trajectories_from_batches(read_ahead()):
+        len(trajectory.tool_calls)
+    rebuild_s = time.perf_counter() - started
+    con.execute(f"DROP TABLE {table}")
+    return read_s, rebuild_s
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import ast
 import datetime as dt
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -170,7 +170,6 @@ def load_trajectories(
         chunks = _chunks_of(_span_counts(con, conversation_ids, since, until), chunk_spans)
     if not chunks:
         return
-    assembler = _Assembler(attribute_keys(attributes))
     if len(chunks) == 1:
         batches: Iterator[pa.RecordBatch] = iter(
             trajectory_rows(
@@ -179,9 +178,7 @@ def load_trajectories(
         )
     else:
         batches = _prefetched(con, chunks, batch_rows, attributes)
-    for batch in batches:
-        yield from assembler.feed(batch)
-    yield from assembler.finish()
+    yield from trajectories_from_batches(batches, attributes)
 
 
 def _span_counts(
@@ -334,8 +331,17 @@ def trajectories_from_rows(
     rows: pa.RecordBatch | pa.Table, attributes: Sequence[str] = ()
 ) -> Iterator[Trajectory]:
     """Trajectories from `trajectory_rows` output holding whole conversations."""
+    return trajectories_from_batches([rows], attributes)
+
+
+def trajectories_from_batches(
+    batches: Iterable[pa.RecordBatch | pa.Table], attributes: Sequence[str] = ()
+) -> Iterator[Trajectory]:
+    """Trajectories from `trajectory_rows` output in order, batch after batch (a conversation
+    may go on in the next batch)."""
     assembler = _Assembler(attribute_keys(attributes))
-    yield from assembler.feed(rows)
+    for batch in batches:
+        yield from assembler.feed(batch)
     yield from assembler.finish()
 
 
