@@ -297,7 +297,8 @@ def evaluate(
     """Run the suite over the lake's conversations as `options` says (see the module doc).
 
     Raises `RunInterrupted` (with the partial result, recorded as `interrupted`) on
-    KeyboardInterrupt; scores committed before it are kept and a re-run resumes."""
+    KeyboardInterrupt; scores committed before it are kept and a re-run resumes. While it runs,
+    the process's garbage collector runs less often (its settings are restored after)."""
     options = options or RunOptions()
     started = time.monotonic()
     now = _now(options)
