@@ -321,15 +321,19 @@ _RUN_GC_THRESHOLD = (50_000, 50, 100)
 @contextlib.contextmanager
 def _few_collections() -> Iterator[None]:
     """Collect less often while a run lasts, and never rescan what existed before it; the
-    process's own settings are restored after it."""
+    process's own settings are restored after it. A process that froze objects itself keeps
+    them frozen (unfreezing is all or nothing, so the run then freezes nothing)."""
     before = gc.get_threshold()
-    gc.freeze()
+    freezing = gc.get_freeze_count() == 0
+    if freezing:
+        gc.freeze()
     gc.set_threshold(*_RUN_GC_THRESHOLD)
     try:
         yield
     finally:
         gc.set_threshold(*before)
-        gc.unfreeze()
+        if freezing:
+            gc.unfreeze()
 
 
 def _run(
