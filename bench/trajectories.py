@@ -133,11 +133,14 @@ def stored_rows(con: duckdb.DuckDBPyConnection, batch_rows: int) -> tuple[float,
 
     def read_ahead() -> Iterator[pa.RecordBatch]:
         batches: queue.Queue[pa.RecordBatch | None] = queue.Queue(2)
+        failed: list[BaseException] = []
 
         def produce() -> None:
             try:
                 for batch in con.cursor().execute(read).to_arrow_reader(batch_rows):
                     batches.put(batch)
+            except BaseException as exc:  # raised in the caller: a short read is no figure
+                failed.append(exc)
             finally:
                 batches.put(None)
 
@@ -146,6 +149,8 @@ def stored_rows(con: duckdb.DuckDBPyConnection, batch_rows: int) -> tuple[float,
         while (batch := batches.get()) is not None:
             yield batch
         thread.join()
+        if failed:
+            raise failed[0]
 
     started = time.perf_counter()
     for trajectory in trajectories_from_batches(read_ahead()):
