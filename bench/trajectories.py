@@ -9,9 +9,9 @@ queries that apply the conversation rules to chunks of conversations, a backgrou
 querying the next chunk while Python assembles this one) and prints spans/s and
 conversations/s, next to three baselines of the same run: the same with one query for the
 whole lake (nothing overlaps), that query alone, fetched as Arrow without building anything,
-and the sorted read of the spans it starts from. And the ceiling of one design not built yet:
-the query's output stored as a table (as maintenance would store it), read back in order and
-assembled, with and without the assembly.
+and the sorted read of the spans it starts from. Then it has maintenance store the rules'
+output (``spanscore.lake.stored``), as the collector does for settled conversations, and times
+``load_trajectories`` again, now reading the stored rows, and that read alone.
 
 Target (issue 12): >= 200,000 spans/s on 2 cores. Figures are printed, nothing is asserted.
 
@@ -22,27 +22,20 @@ Target (issue 12): >= 200,000 spans/s on 2 cores. Figures are printed, nothing i
 from __future__ import annotations
 
 import argparse
-import queue
 import resource
 import shutil
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from spanscore.evaluation import load_trajectories
-from spanscore.evaluation.trajectory import (
-    CHUNK_SPANS,
-    trajectories_from_batches,
-    trajectory_rows,
-)
+from spanscore.evaluation.trajectory import CHUNK_SPANS, trajectory_rows
 from spanscore.examples.synthetic import SPANS_PER_CONVERSATION, build_lake
-from spanscore.lake import ALIAS, connect
-from spanscore.lake.schema import SPAN_ORDER
+from spanscore.lake import connect
+from spanscore.lake.schema import SPAN_ORDER, stored_rows_sql
+from spanscore.lake.stored import store_trajectories
 
 
 def main() -> None:
@@ -77,18 +70,26 @@ def main() -> None:
         query_s = time.perf_counter() - started
         print(f"baseline, the rules query alone: {spans / query_s:,.0f} spans/s ({query_s:.1f}s)")
 
-        def rebuild(chunk: int) -> tuple[float, int, int, int]:
+        def rebuild(chunk: int, *, stored: bool) -> tuple[float, int, int, int]:
             started = time.perf_counter()
             count = tool_calls = warnings = 0
-            for trajectory in load_trajectories(con, batch_rows=args.batch_rows, chunk_spans=chunk):
+            for trajectory in load_trajectories(
+                con, batch_rows=args.batch_rows, chunk_spans=chunk, stored=stored
+            ):
                 count += 1
                 tool_calls += len(trajectory.tool_calls)
                 warnings += len(trajectory.warnings)
             return time.perf_counter() - started, count, tool_calls, warnings
 
-        stored_read_s, stored_s = stored_rows(con, args.batch_rows)
-        whole_s, *_ = rebuild(spans + 1)
-        rebuild_s, count, tool_calls, warnings = rebuild(args.chunk_spans)
+        whole_s, *_ = rebuild(spans + 1, stored=False)
+        rebuild_s, count, tool_calls, warnings = rebuild(args.chunk_spans, stored=False)
+        started = time.perf_counter()
+        done = store_trajectories(con, settled_after_s=0)
+        store_s = time.perf_counter() - started
+        assert done["conversations_stored"] == args.conversations, done
+        stored_read_s = read_stored(con, args.batch_rows)
+        stored_s, stored_count, stored_calls, _ = rebuild(args.chunk_spans, stored=True)
+        assert (stored_count, stored_calls) == (count, tool_calls)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         con.close()
         print(
@@ -105,59 +106,26 @@ def main() -> None:
         label = f"query + rebuild, {args.chunk_spans:,}-span chunks"
         print(f"{label:40}{spans / rebuild_s:>12,.0f}{count / rebuild_s:>18,.0f}")
         print()
-        print("the ceiling of storing the rules' output at maintenance (not built):")
+        print("after maintenance stored the rows (`spanscore.lake.stored`):")
+        label = "maintenance storing them"
+        print(f"{label:40}{spans / store_s:>12,.0f}{count / store_s:>18,.0f}")
         label = "stored rows, read in order"
         print(f"{label:40}{spans / stored_read_s:>12,.0f}{count / stored_read_s:>18,.0f}")
-        label = "stored rows, read + rebuild"
+        label = "load_trajectories from stored rows"
         print(f"{label:40}{spans / stored_s:>12,.0f}{count / stored_s:>18,.0f}")
+        print(f"load from stored rows / sorted read of the spans: {read_s / stored_s:.2f}")
         print(f"peak RSS of this process: {peak / 2**20:,.0f} MiB")
         print("target: >= 200,000 spans/s on 2 cores (printed, not asserted)")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def stored_rows(con: duckdb.DuckDBPyConnection, batch_rows: int) -> tuple[float, float]:
-    """(seconds to read, seconds to read and assemble) the rules query's output once it is
-    stored in a lake table in its order: what storing it at maintenance would leave to a
-    rebuild. Read ahead by a thread, as `load_trajectories` reads its chunks."""
-    table = f"{ALIAS}.bench_builder_rows"
-    con.register("bench_rows", trajectory_rows(con, batch_rows=batch_rows).read_all())
-    con.execute(f"CREATE TABLE {table} AS SELECT row_number() OVER () AS seq, * FROM bench_rows")
-    con.unregister("bench_rows")
-    read = f"SELECT * EXCLUDE (seq) FROM {table} ORDER BY seq"
-
+def read_stored(con: duckdb.DuckDBPyConnection, batch_rows: int) -> float:
+    """Seconds to read every stored row in the builder's order, building nothing."""
     started = time.perf_counter()
-    for _ in con.execute(read).to_arrow_reader(batch_rows):
+    for _ in con.execute(stored_rows_sql("")).to_arrow_reader(batch_rows):
         pass
-    read_s = time.perf_counter() - started
-
-    def read_ahead() -> Iterator[pa.RecordBatch]:
-        batches: queue.Queue[pa.RecordBatch | None] = queue.Queue(2)
-        failed: list[BaseException] = []
-
-        def produce() -> None:
-            try:
-                for batch in con.cursor().execute(read).to_arrow_reader(batch_rows):
-                    batches.put(batch)
-            except BaseException as exc:  # raised in the caller: a short read is no figure
-                failed.append(exc)
-            finally:
-                batches.put(None)
-
-        thread = threading.Thread(target=produce, daemon=True)
-        thread.start()
-        while (batch := batches.get()) is not None:
-            yield batch
-        thread.join()
-        if failed:
-            raise failed[0]
-
-    started = time.perf_counter()
-    for trajectory in trajectories_from_batches(read_ahead()):
-        len(trajectory.tool_calls)
-    rebuild_s = time.perf_counter() - started
-    con.execute(f"DROP TABLE {table}")
-    return read_s, rebuild_s
+    return time.perf_counter() - started
 
 
 if __name__ == "__main__":

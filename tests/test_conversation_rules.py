@@ -16,8 +16,9 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from spanscore.cli import main
 from spanscore.collector import Collector
 from spanscore.evaluation import Trajectory, load_trajectories, open_lake
-from spanscore.evaluation.trajectory import Handoff, ModelCall, parse_value
+from spanscore.evaluation.trajectory import Handoff, ModelCall, parse_value, stored_current
 from spanscore.lake.schema import CONVERSATION_SUMMARIES
+from spanscore.lake.stored import store_trajectories
 
 from . import otlp_factory as f
 from .conftest import query
@@ -39,10 +40,18 @@ def agree_all(lake: Path, conversation_ids: list[str]) -> list[Trajectory]:
     """`_agree` for many conversations: one load, one query per view."""
     con = open_lake(lake)
     built = {
-        t.conversation_id: t for t in load_trajectories(con, conversation_ids=conversation_ids)
+        t.conversation_id: t
+        for t in load_trajectories(con, conversation_ids=conversation_ids, stored=False)
     }
     missing = set(conversation_ids) - set(built)
     assert not missing, f"the builder found no spans for conversations the views list: {missing}"
+    # What maintenance stores of them rebuilds the same trajectories, read from the store.
+    store_trajectories(con, settled_after_s=0)
+    assert stored_current(con, conversation_ids) == sorted(set(conversation_ids))
+    from_store = load_trajectories(con, conversation_ids=conversation_ids)
+    assert [t.model_dump() for t in from_store] == [
+        built[c].model_dump() for c in sorted(set(conversation_ids))
+    ]
     con.register("wanted", pa.table({"id": conversation_ids}))
     views: dict[str, dict[str, list[tuple[Any, ...]]]] = {}
     for view, sql in {

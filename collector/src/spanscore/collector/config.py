@@ -106,6 +106,11 @@ class CollectorConfig(BaseModel):
     maintenance_interval_s: float = Field(
         300.0, ge=0, description="seconds between compactions (0: never)"
     )
+    store_trajectories: bool = Field(
+        True,
+        description="have maintenance store each settled conversation's rebuilt trajectory, "
+        "which evaluations read instead of rebuilding it (more storage, faster evaluations)",
+    )
     snapshot_retention_s: float = Field(
         3600.0,
         ge=0,

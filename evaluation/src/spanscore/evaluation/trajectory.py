@@ -29,7 +29,14 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 
 from spanscore.lake.connection import ALIAS
-from spanscore.lake.schema import TRAJECTORY_COLUMNS, trajectory_rows_sql
+from spanscore.lake.schema import (
+    CONVERSATION_ATTRIBUTES,
+    TRAJECTORY_COLUMNS,
+    fresh_stored_sql,
+    stored_rows_sql,
+    trajectory_rows_sql,
+)
+from spanscore.lake.stored import by_spans
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -129,9 +136,6 @@ class Trajectory(BaseModel):
 
 # --- reading the lake ------------------------------------------------------------------------
 
-# Read from every span's attributes (first value per conversation wins), besides the columns.
-CONVERSATION_ATTRIBUTES = ("scenario.id", "user.id", "gen_ai.tool.definitions")
-
 
 # Spans per query when `load_trajectories` reads many conversations: a background thread
 # queries the next chunk while the caller assembles this one, and DuckDB sorts a chunk at a
@@ -139,6 +143,7 @@ CONVERSATION_ATTRIBUTES = ("scenario.id", "user.id", "gen_ai.tool.definitions")
 # chunks are few and large (bench/trajectories.py: on 1,000,000 spans, chunks of 250,000 were
 # 15% faster than one query and took half the memory; of 100,000, no faster than one query).
 CHUNK_SPANS = 250_000
+FIRST_CHUNK_SPANS = 25_000
 # Up to this many conversations asked for by id are read by one query without counting
 # their spans first (a point query, `load_trajectory`, stays one query).
 _UNCOUNTED_IDS = 1_000
@@ -153,6 +158,7 @@ def load_trajectories(
     batch_rows: int = 100_000,
     attributes: Sequence[str] = (),
     chunk_spans: int = CHUNK_SPANS,
+    stored: bool = True,
 ) -> Iterator[Trajectory]:
     """Rebuild the trajectories of the given conversations, or of every conversation with a
     span starting in [since, until), or of every conversation, in order of conversation id.
@@ -163,21 +169,33 @@ def load_trajectories(
     query; on a lake that is being written, chunks may see different snapshots.
 
     `attributes`: span attribute keys to collect into `Trajectory.attributes`, besides
-    `CONVERSATION_ATTRIBUTES` (e.g. the keys a suite selects scenarios by)."""
+    `CONVERSATION_ATTRIBUTES` (e.g. the keys a suite selects scenarios by). `stored`: read the
+    rows maintenance stored where they are current (`trajectory_rows`)."""
     if conversation_ids is not None and len(set(conversation_ids)) <= _UNCOUNTED_IDS:
         chunks = [sorted(set(conversation_ids))] if conversation_ids else []
     else:
-        chunks = _chunks_of(_span_counts(con, conversation_ids, since, until), chunk_spans)
+        # Small chunks first, each twice the one before: assembling starts soon, and the
+        # thread reading the next chunk keeps ahead.
+        parts = by_spans(
+            _span_counts(con, conversation_ids, since, until),
+            chunk_spans,
+            first_spans=FIRST_CHUNK_SPANS,
+        )
+        chunks = [[conversation_id for conversation_id, _ in part] for part in parts]
     if not chunks:
         return
     if len(chunks) == 1:
         batches: Iterator[pa.RecordBatch] = iter(
             trajectory_rows(
-                con, conversation_ids=chunks[0], batch_rows=batch_rows, attributes=attributes
+                con,
+                conversation_ids=chunks[0],
+                batch_rows=batch_rows,
+                attributes=attributes,
+                stored=stored,
             )
         )
     else:
-        batches = _prefetched(con, chunks, batch_rows, attributes)
+        batches = _prefetched(con, chunks, batch_rows, attributes, stored)
     yield from trajectories_from_batches(batches, attributes)
 
 
@@ -220,27 +238,12 @@ def _window(since: dt.datetime | None, until: dt.datetime | None) -> tuple[list[
     return conditions, params
 
 
-def _chunks_of(counts: Sequence[tuple[str, int]], chunk_spans: int) -> list[list[str]]:
-    """Consecutive conversations, cut where a chunk reaches `chunk_spans` spans."""
-    chunks: list[list[str]] = []
-    chunk: list[str] = []
-    spans = 0
-    for conversation_id, count in counts:
-        chunk.append(conversation_id)
-        spans += count
-        if spans >= chunk_spans:
-            chunks.append(chunk)
-            chunk, spans = [], 0
-    if chunk:
-        chunks.append(chunk)
-    return chunks
-
-
 def _prefetched(
     con: duckdb.DuckDBPyConnection,
     chunks: Sequence[Sequence[str]],
     batch_rows: int,
     attributes: Sequence[str],
+    stored: bool,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of each chunk of conversations in turn, queried by a thread one chunk ahead of
     the caller: DuckDB runs a query without holding the GIL, so the next chunk is queried while
@@ -263,7 +266,11 @@ def _prefetched(
         try:
             for chunk in chunks:
                 reader = trajectory_rows(
-                    cursor, conversation_ids=chunk, batch_rows=batch_rows, attributes=attributes
+                    cursor,
+                    conversation_ids=chunk,
+                    batch_rows=batch_rows,
+                    attributes=attributes,
+                    stored=stored,
                 )
                 if not hand_over(list(reader)):
                     return
@@ -298,33 +305,71 @@ def trajectory_rows(
     until: dt.datetime | None = None,
     batch_rows: int = 100_000,
     attributes: Sequence[str] = (),
+    stored: bool = True,
 ) -> pa.RecordBatchReader:
     """The rows `load_trajectories` assembles (`spanscore.lake.schema.TRAJECTORY_COLUMNS`), as
     Arrow batches sorted by conversation, each conversation's rows together: for building
-    trajectories elsewhere (`trajectories_from_rows`)."""
-    params: list[Any] = []
-    chosen = where = ""
-    if conversation_ids is not None:
-        # A registered Arrow table: a list of any length, joined rather than inlined.
-        con.register("spanscore_chosen", pa.table({"conversation_id": list(conversation_ids)}))
-        chosen = "chosen AS (SELECT conversation_id FROM spanscore_chosen), "
-    elif since is not None or until is not None:
+    trajectories elsewhere (`trajectories_from_rows`).
+
+    Conversations asked for by id whose rows maintenance stored (`spanscore.lake.stored`) from
+    the spans and log records they have now are read as stored, unless `stored` is false or
+    `attributes` asks for more than `CONVERSATION_ATTRIBUTES`; the rules are applied to the
+    rest. Either way the rows are the same."""
+    keys = attribute_keys(attributes)
+    if conversation_ids is None:
+        chosen = where = ""
         window, params = _window(since, until)
-        # Whole conversations: every span of one that started in the window.
-        chosen = (
-            "chosen AS (SELECT DISTINCT conversation_id FROM spans WHERE "
-            + " AND ".join(window)
-            + "), "
+        if window:
+            # Whole conversations: every span of one that started in the window.
+            spans = f"SELECT DISTINCT conversation_id FROM spans WHERE {' AND '.join(window)}"
+            chosen = f"chosen AS ({spans}), "
+            where = "WHERE s.conversation_id IN (SELECT conversation_id FROM chosen)"
+        return con.execute(trajectory_rows_sql(chosen, where, keys), params).to_arrow_reader(
+            batch_rows
         )
-    if chosen:
-        where = "WHERE s.conversation_id IN (SELECT conversation_id FROM chosen)"
-    if conversation_ids:
+    ids = sorted(set(conversation_ids))
+    fresh = stored_current(con, ids) if stored and ids and keys == CONVERSATION_ATTRIBUTES else []
+    named: dict[str, Any] = {}
+    stored_where = ""
+    if fresh:
+        con.register("spanscore_fresh", pa.table({"conversation_id": fresh}))
+        stored_where = (
+            "WHERE conversation_id IN (SELECT conversation_id FROM spanscore_fresh) "
+            "AND conversation_id BETWEEN $first_fresh AND $last_fresh"
+        )
+        named = {"first_fresh": fresh[0], "last_fresh": fresh[-1]}
+        if len(fresh) == len(ids):
+            return con.execute(stored_rows_sql(stored_where), named).to_arrow_reader(batch_rows)
+        current = set(fresh)
+        ids = [i for i in ids if i not in current]
+    # A registered Arrow table: a list of any length, joined rather than inlined.
+    con.register("spanscore_chosen", pa.table({"conversation_id": ids}))
+    chosen = "chosen AS (SELECT conversation_id FROM spanscore_chosen), "
+    where = "WHERE s.conversation_id IN (SELECT conversation_id FROM chosen)"
+    if ids:
         # The ids' range too: a plain filter the scan applies (and prunes files by) before
         # the join, so a chunk of nearby ids reads little more than its own spans.
-        where += " AND s.conversation_id BETWEEN ? AND ?"
-        params += [min(conversation_ids), max(conversation_ids)]
-    sql = trajectory_rows_sql(chosen, where, attribute_keys(attributes))
-    return con.execute(sql, params).to_arrow_reader(batch_rows)
+        where += " AND s.conversation_id BETWEEN $first AND $last"
+        named |= {"first": ids[0], "last": ids[-1]}
+    sql = trajectory_rows_sql(chosen, where, keys, stored=stored_where)
+    return con.execute(sql, named).to_arrow_reader(batch_rows)
+
+
+def stored_current(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> list[str]:
+    """Of the conversations `ids`, those whose stored rows are current (built by these rules
+    from the spans and log records they have now), sorted."""
+    if not ids:
+        return []
+    con.register("spanscore_wanted", pa.table({"conversation_id": list(ids)}))
+    wanted = "{}conversation_id IN (SELECT conversation_id FROM spanscore_wanted) AND " + (
+        "{}conversation_id BETWEEN $first AND $last"
+    )
+    sql = fresh_stored_sql("WHERE " + wanted.format("s.", "s."), "WHERE " + wanted.format("", ""))
+    try:
+        rows = con.execute(sql, {"first": min(ids), "last": max(ids)}).fetchall()
+    finally:
+        con.unregister("spanscore_wanted")
+    return sorted(r[0] for r in rows)
 
 
 def trajectories_from_rows(
@@ -371,10 +416,17 @@ def _make(cls: type[M], values: dict[str, Any]) -> M:
     given; `values` becomes the model's own dict."""
     obj: M = _new(cls)
     _set_dict(obj, values)
-    _set_fields_set(obj, set(values))
+    # Every field is set, so every model of a class shares one set of them (pydantic only
+    # ever adds a field's name to it, which it already holds).
+    _set_fields_set(obj, _ALL_FIELDS[cls])
     _set_extra(obj, None)
     _set_private(obj, None)
     return obj
+
+
+_ALL_FIELDS: dict[type[BaseModel], set[str]] = {
+    cls: set(cls.model_fields) for cls in (Trajectory, Turn, ModelCall, ToolCall, Handoff)
+}
 
 
 def parse_value(text: Any, warnings: list[str] | None = None, what: str = "value") -> Any:
@@ -408,11 +460,18 @@ def _read(text: Any) -> tuple[Any, bool]:
     return text, False
 
 
+_loads = orjson.loads  # raises a ValueError (orjson.JSONDecodeError)
+_JSON_OPENERS = ("{", "[")
 _from_timestamp = dt.datetime.fromtimestamp
 # Below this many seconds from the epoch (the year 2096), a float of whole microseconds over a
 # million is within half a microsecond of the time, so `fromtimestamp`'s rounding gives the
 # exact microsecond back; past it, the slower exact sum.
 _FLOAT_EXACT_S = 4_000_000_000
+
+
+# `_time`'s common case, which the loops below test for before calling it.
+_FLOAT_EXACT_NS = _FLOAT_EXACT_S * 1_000_000_000
+_UTC = dt.UTC
 
 
 def _time(ns: int | None) -> dt.datetime | None:
@@ -550,7 +609,9 @@ def _model_calls(rows: Iterator[tuple[Any, ...]]) -> Iterator[ModelCall]:
                 "span_id": span_id,
                 "trace_id": trace_id,
                 "name": name,
-                "start_time": _time(start_ns),
+                "start_time": _from_timestamp(start_ns // 1000 / 1e6, _UTC)
+                if start_ns is not None and 0 < start_ns < _FLOAT_EXACT_NS
+                else _time(start_ns),
                 "latency_ms": latency_ms,
                 "requested": [str(r) for r in requested] if requested else [],
                 "response_text": text,
@@ -561,8 +622,8 @@ def _model_calls(rows: Iterator[tuple[Any, ...]]) -> Iterator[ModelCall]:
         )
 
 
-def _tool_calls(rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[ToolCall, list[str]]]:
-    """Each tool call, with the warnings its conversation gets for it."""
+def _tool_calls(rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[ToolCall, list[str] | None]]:
+    """Each tool call, with the warnings its conversation gets for it (None for none)."""
     for (
         turn_index,
         name,
@@ -578,21 +639,34 @@ def _tool_calls(rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[ToolCall, lis
         parallel_group,
         source,
     ) in rows:
-        warnings: list[str] = []
-        arguments, bad_arguments = _read(arguments)
-        result, bad_result = _read(result)
+        warnings: list[str] | None = None
+        bad_arguments = bad_result = False
+        # A JSON object or array (nearly every value) reads as one; the rest as `_read` says.
+        try:
+            if arguments.__class__ is not str or arguments[:1] not in _JSON_OPENERS:
+                raise ValueError
+            arguments = _loads(arguments)
+        except ValueError:
+            arguments, bad_arguments = _read(arguments)
+        try:
+            if result.__class__ is not str or result[:1] not in _JSON_OPENERS:
+                raise ValueError
+            result = _loads(result)
+        except ValueError:
+            result, bad_result = _read(result)
         if span_id is not None:
-            for bad, what in ((bad_arguments, "arguments"), (bad_result, "result")):
-                if bad:
-                    warnings.append(
-                        f"{what} of tool span {span_id} is neither JSON nor a Python literal; "
-                        "kept as text"
-                    )
+            if bad_arguments or bad_result:
+                warnings = [
+                    f"{what} of tool span {span_id} is neither JSON nor a Python literal; "
+                    "kept as text"
+                    for bad, what in ((bad_arguments, "arguments"), (bad_result, "result"))
+                    if bad
+                ]
         elif result is None:
-            warnings.append(
+            warnings = [
                 f"turn {turn_index}: tool call {name} ({call_id}) was requested but "
                 "neither a tool span nor a result was recorded"
-            )
+            ]
         call = _make(
             ToolCall,
             {
@@ -605,7 +679,9 @@ def _tool_calls(rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[ToolCall, lis
                 "call_id": call_id,
                 "span_id": span_id,
                 "trace_id": trace_id,
-                "start_time": _time(start_ns),
+                "start_time": _from_timestamp(start_ns // 1000 / 1e6, _UTC)
+                if start_ns is not None and 0 < start_ns < _FLOAT_EXACT_NS
+                else _time(start_ns),
                 "latency_ms": latency_ms,
                 "parallel_group": parallel_group,
                 "source": source,

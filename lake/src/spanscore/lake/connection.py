@@ -641,8 +641,12 @@ def maintain(
     step_deadline_s: float = 60.0,
     merge_below_bytes: int = MERGE_BELOW_BYTES,
     merged_file_bytes: int = MERGED_FILE_BYTES,
+    store_settled_after_s: float | None = None,
+    store_deadline_s: float | None = None,
 ) -> dict[str, int]:
-    """Compact small data files, expire old snapshots and delete files nobody can read any more.
+    """Compact small data files, expire old snapshots and delete files nobody can read any more;
+    given `store_settled_after_s`, first store the trajectories of the conversations without a
+    new span for that long (`stored.store_trajectories`, for at most `store_deadline_s`).
 
     Compaction merges only files smaller than `merge_below_bytes`: without that bound, the
     file the last run made was merged again with the new ones every time, so each run
@@ -670,6 +674,7 @@ def maintain(
     trace, `schema.RESOLVE_CONVERSATIONS`), `rows_flushed` (inlined rows written to files),
     `files_merged` and `files_created` (compaction), `snapshots_expired`, `files_deleted`
     (of expired snapshots) and `orphans_deleted` (files of transactions that never committed);
+    what storing trajectories did (`conversations_stored`, ...);
     and how long each kind of step took in all, in milliseconds (`merge_files_ms`, ...), with
     `merge_steps` and `longest_step_ms`: the longest the writer was held off at once.
     """
@@ -703,6 +708,17 @@ def maintain(
     if unresolved and unresolved[0]:
         resolve = schema.RESOLVE_ALL_CONVERSATIONS.format(spans=spans)
         done["spans_resolved"] = total(step(resolve, "resolve conversations"), 0)
+    # Before compaction, which then merges the files this writes. Not under `exclusive`: it
+    # writes only `trajectory_steps`, so it does not conflict with the writer's commits.
+    if store_settled_after_s is not None:
+        from .stored import store_trajectories
+
+        done |= store_trajectories(
+            con,
+            settled_after_s=store_settled_after_s,
+            step_deadline_s=step_deadline_s,
+            deadline_s=store_deadline_s,
+        )
     # flush: (schema, table, rows_flushed); merge: (schema, table, files_processed,
     # files_created); expire: one row per snapshot; cleanup and orphans: one row per file.
     flushed = step(f"CALL ducklake_flush_inlined_data('{ALIAS}')", "flush inlined data")

@@ -12,6 +12,7 @@ _ensure_views`): a view change needs no new version.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -177,6 +178,51 @@ JUDGE_CACHE: tuple[Column, ...] = (
     Column("created_at", "TIMESTAMPTZ", "when it was stored"),
 )
 
+# Span attributes every trajectory carries besides the columns (the first value a span of the
+# conversation has), and stored with its rows.
+CONVERSATION_ATTRIBUTES = ("scenario.id", "user.id", "gen_ai.tool.definitions")
+
+# The builder's rows (`TRAJECTORY_COLUMNS`), stored by maintenance for conversations whose spans
+# have settled (`spanscore.lake.stored`), so that a rebuild reads them instead of applying the
+# rules again. Not a contract to query: the views are; this is what they compute, kept.
+TRAJECTORY_STEPS: tuple[Column, ...] = (
+    Column("conversation_id", "VARCHAR", "conversation"),
+    Column("kind", "VARCHAR", "conversation, turn, model_call, tool_call or handoff"),
+    Column("turn_index", "BIGINT", "turn of the row (NULL on the conversation's row)"),
+    Column("span_id", "VARCHAR", "span of the step"),
+    Column("trace_id", "VARCHAR", "trace of the step"),
+    Column("name", "VARCHAR", "model call's span name, tool's name"),
+    Column("start_ns", "BIGINT", "start, ns since the epoch"),
+    Column("end_ns", "BIGINT", "the conversation's end, ns since the epoch"),
+    Column("latency_ms", "DOUBLE", "step duration in milliseconds"),
+    Column("error", "VARCHAR", "error type of a failed step"),
+    Column("error_message", "VARCHAR", "what the failure said"),
+    Column("text", "VARCHAR", "a turn's user message, a model call's answer"),
+    Column("final_response", "VARCHAR", "a turn's final answer"),
+    Column("arguments", "VARCHAR", "a tool call's arguments"),
+    Column("result", "VARCHAR", "a tool call's result"),
+    Column("call_id", "VARCHAR", "a tool call's id"),
+    Column("parallel_group", "BIGINT", "calls one model response requested share it"),
+    Column("source", "VARCHAR", "span, messages or span+messages"),
+    Column("requested", "VARCHAR[]", "tools a model call asked for"),
+    Column("input_tokens", "BIGINT", "a model call's input tokens"),
+    Column("output_tokens", "BIGINT", "a model call's output tokens"),
+    Column("agent_name", "VARCHAR", "the conversation's agent; the agent that handed off"),
+    Column("to_agent", "VARCHAR", "the agent handed off to"),
+    Column("service_name", "VARCHAR", "the conversation's service"),
+    Column("span_count", "BIGINT", "the conversation's spans"),
+    Column("rootless_traces", "BIGINT", "its traces without a root span"),
+    Column("orphan_spans", "BIGINT", "its spans whose parent is missing"),
+    *(
+        Column(f"attribute_{i}", "VARCHAR", f"the conversation's first `{key}`")
+        for i, key in enumerate(CONVERSATION_ATTRIBUTES, 1)
+    ),
+    Column("place", "BIGINT", "where the step stands in the conversation"),
+    Column("sub", "BIGINT", "where a requested call stands in its request"),
+    Column("fingerprint", "UBIGINT", "what the rows were built from (conversation's row)"),
+    Column("rules", "VARCHAR", "version of the rules that built them (conversation's row)"),
+)
+
 SCHEMA_INFO: tuple[Column, ...] = (
     Column("version", "INTEGER", "lake schema version"),
     Column("applied_at", "TIMESTAMPTZ", "when it was applied"),
@@ -189,6 +235,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "eval_runs": EVAL_RUNS,
     "scores": SCORES,
     "judge_cache": JUDGE_CACHE,
+    "trajectory_steps": TRAJECTORY_STEPS,
     "spanscore_schema": SCHEMA_INFO,
 }
 
@@ -684,10 +731,20 @@ def _json_path(key: str) -> str:
     return "'$.\"" + key.replace("'", "''").replace('"', '\\"') + "\"'"
 
 
-def trajectory_rows_sql(chosen: str, where: str, attribute_keys: tuple[str, ...]) -> str:
+def trajectory_rows_sql(
+    chosen: str,
+    where: str,
+    attribute_keys: tuple[str, ...],
+    *,
+    placed: bool = False,
+    stored: str = "",
+) -> str:
     """The builder's rows (`TRAJECTORY_COLUMNS`, then `attribute_1`...), from the same `placed`
     and `calls` as the views: the rules are applied here, once, and the builder only assembles.
-    `chosen` is a CTE (with its trailing comma) that `where` may read to narrow the spans."""
+    `chosen` is a CTE (with its trailing comma) that `where` may read to narrow the spans.
+    `placed` adds the columns the rows are ordered by (`place`, `sub`); `stored` adds the
+    stored rows (`stored_rows_sql`) of the conversations it chooses (then `attribute_keys` must
+    be `CONVERSATION_ATTRIBUTES`)."""
     paths = [_json_path(k) for k in (*TOKEN_ATTRIBUTES, *attribute_keys)]
     extra = f", json_extract_string(s.attributes, [{', '.join(paths)}]) AS attribute_list"
     n = len(TOKEN_ATTRIBUTES)
@@ -703,6 +760,7 @@ def trajectory_rows_sql(chosen: str, where: str, attribute_keys: tuple[str, ...]
         return f"TRY_CAST(trunc(TRY_CAST({value} AS DOUBLE)) AS BIGINT)"
 
     columns = [*TRAJECTORY_COLUMNS, *(f"attribute_{i}" for i in range(1, len(attribute_keys) + 1))]
+    stored_rows = f"UNION ALL BY NAME {stored_rows_sql(stored, in_union=True)}" if stored else ""
     return f"""
 WITH {chosen}{_placed(where, extra)}, {_CALLS}, {_TURNS},
 orphans AS (
@@ -741,12 +799,94 @@ steps AS (
            nullif(regexp_extract(name, '^[^ ]+ (?:to )?(.+)$', 1), '') AS to_agent
     FROM placed p LEFT JOIN trace_turns tt USING (conv, trace_id) WHERE is_handoff
 )
-SELECT conv AS {", ".join(columns)}
-FROM steps LEFT JOIN orphans USING (conv)
-ORDER BY conv, turn_index NULLS FIRST, place NULLS FIRST, sub"""
+SELECT {", ".join(columns)}{", place, sub" if placed else ""} FROM (
+    SELECT conv AS conversation_id, * EXCLUDE (conv) FROM steps LEFT JOIN orphans USING (conv)
+    {stored_rows}
+)
+ORDER BY {_STEP_ORDER}"""
 
 
-SCHEMA_VERSION = 8
+# The order of the builder's rows: each conversation's row, then each turn's row and its steps.
+_STEP_ORDER = "conversation_id, turn_index NULLS FIRST, place NULLS FIRST, sub"
+
+
+def stored_rows_sql(where: str, *, in_union: bool = False) -> str:
+    """The builder's rows as maintenance stored them (`trajectory_steps`), for the
+    conversations `where` chooses, in the builder's order; `in_union`: with the columns they
+    are ordered by, unordered (`trajectory_rows_sql` orders them with its own)."""
+    attributes = (f"attribute_{i}" for i in range(1, len(CONVERSATION_ATTRIBUTES) + 1))
+    columns = ", ".join([*TRAJECTORY_COLUMNS, *attributes])
+    if in_union:
+        return f"SELECT {columns}, place, sub FROM trajectory_steps {where}"
+    return f"SELECT {columns} FROM trajectory_steps {where} ORDER BY {_STEP_ORDER}"
+
+
+# What a conversation's stored rows were built from: which spans it has and when each was
+# stored, and how many log records each of those spans has and when the last was stored. A span
+# added, removed or moved to another conversation (`RESOLVE_CONVERSATIONS`), and a log record
+# added for one of its spans, change it; `where` narrows the spans (`s`) read.
+def fingerprints_sql(where: str) -> str:
+    return f"""
+    SELECT s.conversation_id, count(*) AS span_count, max(s.ingest_time) AS last_ingest_time,
+           hash(count(*), bit_xor(hash(s.trace_id, s.span_id, s.ingest_time, r.records,
+               r.last_record))) AS fingerprint
+    FROM spans s LEFT JOIN (
+        SELECT trace_id, span_id, count(*) AS records, max(ingest_time) AS last_record
+        FROM logs WHERE span_id IS NOT NULL GROUP BY trace_id, span_id
+    ) r ON r.trace_id = s.trace_id AND r.span_id = s.span_id
+    {where}
+    GROUP BY s.conversation_id"""
+
+
+# The version of the rules stored rows were built by: rows another version stored are not
+# read, and maintenance builds them again.
+STORED_RULES = hashlib.sha256(
+    (
+        trajectory_rows_sql("", "", CONVERSATION_ATTRIBUTES, placed=True) + fingerprints_sql("")
+    ).encode()
+).hexdigest()[:16]
+
+
+def fresh_stored_sql(where: str, stored_where: str) -> str:
+    """The conversations of `where` (on spans `s`) whose stored rows (`stored_where` on
+    `trajectory_steps`) were built by these rules from the spans and records they have now."""
+    return f"""
+    SELECT f.conversation_id FROM ({fingerprints_sql(where)}) f
+    SEMI JOIN (SELECT conversation_id, fingerprint FROM trajectory_steps {stored_where}
+               {"AND" if stored_where else "WHERE"} kind = 'conversation'
+               AND rules = '{STORED_RULES}') t
+        ON t.conversation_id = f.conversation_id AND t.fingerprint = f.fingerprint"""
+
+
+def stale_stored_sql() -> str:
+    """Conversations whose stored rows maintenance must build again or delete (id, spans):
+    built from other spans or by other rules, and settled (no span stored since the time
+    given), or stored but without spans any more; by id."""
+    return f"""
+SELECT coalesce(f.conversation_id, t.conversation_id) AS conversation_id,
+       coalesce(f.span_count, 0) AS span_count
+FROM ({fingerprints_sql("WHERE s.conversation_id IS NOT NULL")}) f
+FULL JOIN (SELECT conversation_id, fingerprint, rules FROM trajectory_steps
+           WHERE kind = 'conversation') t ON t.conversation_id = f.conversation_id
+WHERE f.conversation_id IS NULL OR (f.last_ingest_time < ? AND (t.conversation_id IS NULL
+      OR t.fingerprint <> f.fingerprint OR t.rules <> '{STORED_RULES}'))
+ORDER BY 1"""
+
+
+def store_rows_sql(rows: str, fingerprints: str) -> str:
+    """Store some conversations' rows (`rows`) with what they were built from (`fingerprints`),
+    in the builder's order, so that a conversation's rows sit together in the files
+    (`spanscore.lake.stored` deletes their rows stored before in the same transaction)."""
+    return f"""INSERT INTO trajectory_steps BY NAME
+SELECT * FROM (
+    SELECT r.*, CASE WHEN r.kind = 'conversation' THEN f.fingerprint END AS fingerprint,
+           CASE WHEN r.kind = 'conversation' THEN '{STORED_RULES}' END AS rules
+    FROM ({rows}) r LEFT JOIN ({fingerprints}) f ON f.conversation_id = r.conversation_id
+)
+ORDER BY {_STEP_ORDER}"""
+
+
+SCHEMA_VERSION = 9
 
 # MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
 # tables that already have their columns: later migrations must be idempotent (IF NOT EXISTS).
@@ -786,4 +926,6 @@ MIGRATIONS: dict[int, list[str]] = {
     # 8: a span's conversation is stored resolved (`RESOLVE_CONVERSATIONS`), so the views
     # filter a stored column: spans stored before are resolved once here.
     8: [RESOLVE_ALL_CONVERSATIONS.format(spans="spans")],
+    # 9: the builder's rows, stored by maintenance for settled conversations.
+    9: [create_table_sql("trajectory_steps", TRAJECTORY_STEPS)],
 }

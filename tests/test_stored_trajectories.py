@@ -1,0 +1,241 @@
+"""Stored trajectories (`spanscore.lake.stored`): maintenance keeps each settled conversation's
+rebuilt rows, and a reader uses them only while they are what the rules would give now."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from spanscore import lake
+from spanscore.collector import Collector
+from spanscore.evaluation import load_suite, load_trajectories, open_lake, trajectory
+from spanscore.evaluation.trajectory import stored_current
+from spanscore.examples.synthetic import build_lake
+from spanscore.lake import schema
+from spanscore.lake.stored import by_spans, store_trajectories
+
+from . import otlp_factory as f
+from .test_conversation_rules import T0, _chat, _post, _tool
+from .test_evaluate import SUITE, SYNTHETIC_START, run, score_rows
+from .test_trajectory import _post_logs, _record
+
+
+@pytest.fixture
+def con(lake_dir: Path, collector: Collector) -> Iterator[duckdb.DuckDBPyConnection]:
+    connection = open_lake(lake_dir)
+    yield connection
+    connection.close()
+
+
+def _conversation(collector: Collector, conversation: str, at: int = T0) -> None:
+    call = {"id": f"{conversation}-1", "name": "lookup", "arguments": {"q": conversation}}
+    _post(
+        collector,
+        [
+            _chat(conversation, user="find it", calls=[call], at=at),
+            _tool(
+                conversation,
+                "lookup",
+                call_id=call["id"],
+                arguments={"q": 1},
+                result="ok",
+                at=at + 10,
+            ),
+            _chat(
+                conversation,
+                user="find it",
+                results=[(call["id"], "ok")],
+                answer="done",
+                at=at + 20,
+            ),
+        ],
+    )
+
+
+def _same_either_way(con: duckdb.DuckDBPyConnection, ids: list[str]) -> list[dict[str, object]]:
+    """The trajectories as the rules give them now, which the store-reading load must equal."""
+    rules = [t.model_dump() for t in load_trajectories(con, conversation_ids=ids, stored=False)]
+    assert [t.model_dump() for t in load_trajectories(con, conversation_ids=ids)] == rules
+    return rules
+
+
+def test_a_settled_conversation_is_stored_once_and_read_from_the_store(
+    collector: Collector, con: duckdb.DuckDBPyConnection
+) -> None:
+    for name in ("s-1", "s-2", "s-3"):
+        _conversation(collector, name)
+    # Nothing has settled for an hour: nothing is stored yet.
+    assert store_trajectories(con, settled_after_s=3600)["conversations_stored"] == 0
+    assert stored_current(con, ["s-1", "s-2", "s-3"]) == []
+    done = store_trajectories(con, settled_after_s=0)
+    assert (done["conversations_stored"], done["conversations_left"]) == (3, 0)
+    assert stored_current(con, ["s-3", "s-1", "nope"]) == ["s-1", "s-3"]
+    # Stored once: a second run finds nothing to do.
+    assert store_trajectories(con, settled_after_s=0)["store_steps"] == 0
+    trajectories = _same_either_way(con, ["s-1", "s-2", "s-3", "nope"])
+    assert [t["conversation_id"] for t in trajectories] == ["s-1", "s-2", "s-3"]
+    assert [len(t["turns"][0]["steps"]) for t in trajectories] == [3, 3, 3]
+
+
+def test_a_span_added_after_storing_makes_the_rules_apply_until_stored_again(
+    collector: Collector, con: duckdb.DuckDBPyConnection
+) -> None:
+    _conversation(collector, "late")
+    _conversation(collector, "quiet")
+    store_trajectories(con, settled_after_s=0)
+    _post(collector, [_tool("late", "audit", arguments={"x": 1}, result="logged", at=T0 + 30)])
+    assert stored_current(con, ["late", "quiet"]) == ["quiet"]
+    (late, _) = _same_either_way(con, ["late", "quiet"])
+    assert [c["name"] for c in late["turns"][0]["steps"] if c["kind"] == "tool_call"] == [
+        "lookup",
+        "audit",
+    ]
+    # Not settled yet (the span just arrived): left as it is; settled: stored again.
+    assert store_trajectories(con, settled_after_s=3600)["conversations_stored"] == 0
+    assert store_trajectories(con, settled_after_s=0)["conversations_stored"] == 1
+    assert stored_current(con, ["late", "quiet"]) == ["late", "quiet"]
+    assert _same_either_way(con, ["late"]) == [late]
+
+
+def test_a_log_record_added_after_storing_makes_the_rules_apply(
+    collector: Collector, con: duckdb.DuckDBPyConnection
+) -> None:
+    chat = f.span(
+        "chat gpt", attributes={"gen_ai.operation.name": "chat", "gen_ai.conversation.id": "ev"}
+    )
+    _post(collector, [chat])
+    store_trajectories(con, settled_after_s=0)
+    assert stored_current(con, ["ev"]) == ["ev"]
+    _post_logs(collector, [_record(chat, "gen_ai.user.message", {"content": "Where is it?"})])
+    assert stored_current(con, ["ev"]) == []
+    (ev,) = _same_either_way(con, ["ev"])
+    assert ev["turns"][0]["user_message"] == "Where is it?"
+
+
+def test_a_span_that_moves_to_its_traces_conversation_unstores_the_old_one(
+    collector: Collector, con: duckdb.DuckDBPyConnection
+) -> None:
+    trace = bytes.fromhex("ab" * 16)
+    # A child exported before its root: alone, its trace id stands in for the conversation.
+    _post(
+        collector, [_tool(None, "lookup", arguments={"q": 1}, result="ok", at=T0, trace_id=trace)]
+    )
+    assert store_trajectories(con, settled_after_s=0)["conversations_stored"] == 1
+    root = f.span("agent", trace_id=trace, attributes={"session.id": "moved"})
+    root.start_time_unix_nano, root.end_time_unix_nano = T0 - 10, T0 + 100
+    _post(collector, [root])
+    assert stored_current(con, ["ab" * 16, "moved"]) == []
+    done = store_trajectories(con, settled_after_s=0)
+    assert (done["conversations_unstored"], done["conversations_stored"]) == (1, 1)
+    assert stored_current(con, ["ab" * 16, "moved"]) == ["moved"]
+    assert [t["span_count"] for t in _same_either_way(con, ["ab" * 16, "moved"])] == [2]
+
+
+def test_rows_another_version_of_the_rules_stored_are_not_read(
+    collector: Collector, con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _conversation(collector, "v")
+    store_trajectories(con, settled_after_s=0)
+    before = _same_either_way(con, ["v"])
+    monkeypatch.setattr(schema, "STORED_RULES", "another-version")
+    assert stored_current(con, ["v"]) == []
+    assert store_trajectories(con, settled_after_s=0)["conversations_stored"] == 1
+    assert stored_current(con, ["v"]) == ["v"]
+    assert _same_either_way(con, ["v"]) == before
+    rules = con.execute(
+        "SELECT DISTINCT rules FROM trajectory_steps WHERE kind = 'conversation'"
+    ).fetchall()
+    assert rules == [("another-version",)]
+
+
+def test_more_attributes_than_stored_are_read_by_the_rules(
+    collector: Collector, con: duckdb.DuckDBPyConnection
+) -> None:
+    chat = _chat("attrs", user="hi", answer="hello", at=T0)
+    chat.attributes.append(f.attr("customer.tier", "gold"))
+    _post(collector, [chat])
+    store_trajectories(con, settled_after_s=0)
+    (t,) = load_trajectories(con, conversation_ids=["attrs"], attributes=["customer.tier"])
+    assert t.attributes["customer.tier"] == "gold"
+    (stored,) = load_trajectories(con, conversation_ids=["attrs"])
+    assert "customer.tier" not in stored.attributes
+
+
+def test_a_run_cut_short_leaves_the_rest_for_the_next(
+    collector: Collector, con: duckdb.DuckDBPyConnection
+) -> None:
+    for i in range(4):
+        _conversation(collector, f"cut-{i}", at=T0 + i * 1000)
+    done = store_trajectories(con, settled_after_s=0, step_spans=3, deadline_s=0)
+    assert (done["store_steps"], done["conversations_left"]) == (1, 3)
+    assert stored_current(con, [f"cut-{i}" for i in range(4)]) == ["cut-0"]
+    done = store_trajectories(con, settled_after_s=0, step_spans=3)
+    assert (done["store_steps"], done["conversations_stored"]) == (3, 3)
+
+
+def test_maintenance_stores_them_and_compacts_what_it_wrote(
+    collector: Collector, con: duckdb.DuckDBPyConnection
+) -> None:
+    for i in range(3):
+        _conversation(collector, f"m-{i}", at=T0 + i * 1000)
+    done = lake.maintain(
+        con.cursor(), expire_older_than_s=0, delete_older_than_s=0, store_settled_after_s=0
+    )
+    assert done["conversations_stored"] == 3
+    assert stored_current(con, ["m-0", "m-1", "m-2"]) == ["m-0", "m-1", "m-2"]
+    # Without the setting, maintenance stores nothing.
+    _conversation(collector, "m-3", at=T0 + 5000)
+    assert "conversations_stored" not in lake.maintain(con.cursor())
+
+
+def test_parts_by_spans_start_small_and_double() -> None:
+    counts = [(str(i), 10) for i in range(20)]
+    parts = by_spans(counts, 80, first_spans=20)
+    assert [len(p) for p in parts] == [2, 4, 8, 6]
+    assert [c for p in parts for c, _ in p] == [c for c, _ in counts]
+    assert [len(p) for p in by_spans(counts, 80)] == [8, 8, 4]
+    assert by_spans([], 80) == []
+    assert json.dumps(by_spans([("a", 500)], 80, first_spans=20)) == '[[["a", 500]]]'
+
+
+def test_an_evaluation_of_stored_rows_gives_the_scores_the_rules_give(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lake_dir = tmp_path / "lake"
+    build_lake(lake_dir, 300)
+    suite = load_suite(SUITE)
+    first = run(lake_dir, suite, batch_size=64)
+    assert first.scored == 300
+    connection = lake.connect(lake_dir)
+    try:
+        assert store_trajectories(connection, settled_after_s=0)["conversations_stored"] == 300
+        ids = [
+            r[0] for r in connection.sql("SELECT DISTINCT conversation_id FROM spans").fetchall()
+        ]
+        assert len(stored_current(connection, ids)) == 300
+    finally:
+        connection.close()
+    read_stored: list[int] = []
+
+    def spied(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> list[str]:
+        current = stored_current(con, ids)
+        read_stored.append(len(current))
+        return current
+
+    monkeypatch.setattr(trajectory, "stored_current", spied)
+    again = run(
+        lake_dir,
+        suite,
+        rescore=True,
+        workers=2,
+        batch_size=50,
+        since=SYNTHETIC_START - dt.timedelta(days=1),
+    )
+    assert again.scored == 300
+    assert sum(read_stored) == 300  # every conversation was read from the store
+    assert score_rows(lake_dir, first.run_id) == score_rows(lake_dir, again.run_id)
