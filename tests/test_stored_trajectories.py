@@ -16,7 +16,7 @@ from spanscore.collector import Collector
 from spanscore.evaluation import load_suite, load_trajectories, open_lake, trajectory
 from spanscore.evaluation.trajectory import stored_current
 from spanscore.examples.synthetic import build_lake
-from spanscore.lake import schema
+from spanscore.lake import schema, stored
 from spanscore.lake.stored import by_spans, store_trajectories
 
 from . import otlp_factory as f
@@ -239,3 +239,18 @@ def test_an_evaluation_of_stored_rows_gives_the_scores_the_rules_give(
     assert again.scored == 300
     assert sum(read_stored) == 300  # every conversation was read from the store
     assert score_rows(lake_dir, first.run_id) == score_rows(lake_dir, again.run_id)
+
+
+def test_maintenance_goes_on_when_storing_fails(
+    collector: Collector, con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _conversation(collector, "f-0")
+
+    def failing(*args: object, **kwargs: object) -> dict[str, int]:
+        raise duckdb.IOException("No space left on device")
+
+    monkeypatch.setattr(stored, "store_trajectories", failing)
+    done = lake.maintain(con.cursor(), store_settled_after_s=0)
+    assert done["store_failed"] == 1
+    assert "merge_steps" in done  # compaction ran after it
+    assert stored_current(con, ["f-0"]) == []

@@ -367,6 +367,8 @@ def stored_current(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> list[s
     sql = fresh_stored_sql("WHERE " + wanted.format("s.", "s."), "WHERE " + wanted.format("", ""))
     try:
         rows = con.execute(sql, {"first": min(ids), "last": max(ids)}).fetchall()
+    except duckdb.CatalogException:  # a snapshot from before schema 9 has no stored rows
+        return []
     finally:
         con.unregister("spanscore_wanted")
     return sorted(r[0] for r in rows)

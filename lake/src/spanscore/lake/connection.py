@@ -674,7 +674,7 @@ def maintain(
     trace, `schema.RESOLVE_CONVERSATIONS`), `rows_flushed` (inlined rows written to files),
     `files_merged` and `files_created` (compaction), `snapshots_expired`, `files_deleted`
     (of expired snapshots) and `orphans_deleted` (files of transactions that never committed);
-    what storing trajectories did (`conversations_stored`, ...);
+    what storing trajectories did (`conversations_stored`, ..., `store_failed`);
     and how long each kind of step took in all, in milliseconds (`merge_files_ms`, ...), with
     `merge_steps` and `longest_step_ms`: the longest the writer was held off at once.
     """
@@ -709,16 +709,23 @@ def maintain(
         resolve = schema.RESOLVE_ALL_CONVERSATIONS.format(spans=spans)
         done["spans_resolved"] = total(step(resolve, "resolve conversations"), 0)
     # Before compaction, which then merges the files this writes. Not under `exclusive`: it
-    # writes only `trajectory_steps`, so it does not conflict with the writer's commits.
+    # writes only `trajectory_steps`, so it does not conflict with the writer's commits. Its
+    # failure costs readers time, never correctness, so compaction goes on without it.
     if store_settled_after_s is not None:
         from .stored import store_trajectories
 
-        done |= store_trajectories(
-            con,
-            settled_after_s=store_settled_after_s,
-            step_deadline_s=step_deadline_s,
-            deadline_s=store_deadline_s,
-        )
+        try:
+            done |= store_trajectories(
+                con,
+                settled_after_s=store_settled_after_s,
+                step_deadline_s=step_deadline_s,
+                deadline_s=store_deadline_s,
+            )
+        except duckdb.Error as exc:
+            if is_interrupt(exc):
+                raise
+            done["store_failed"] = 1
+            log.warning("storing trajectories failed (maintenance goes on): %s", exc)
     # flush: (schema, table, rows_flushed); merge: (schema, table, files_processed,
     # files_created); expire: one row per snapshot; cleanup and orphans: one row per file.
     flushed = step(f"CALL ducklake_flush_inlined_data('{ALIAS}')", "flush inlined data")
