@@ -5,7 +5,8 @@ default 100,000 = 1,000,000 spans), then runs ``spanscore.evaluation.run.evaluat
 holding every deterministic assertion kind (tool_calls in two modes; custom metrics aside):
 rebuild + score + store, in batches, on all cores.
 Prints conversations/s and the peak memory of the run, next to the baseline of the same run:
-rebuilding the trajectories alone (one process, no scoring, nothing stored).
+rebuilding the trajectories alone (one process, no scoring, nothing stored); then the same run
+again once maintenance has stored the rebuilt rows (``spanscore.lake.stored``).
 
 Target (issue): >= 2,000 conversations/s on 2 cores, memory that does not grow with the window.
 Figures are printed, nothing is asserted.
@@ -31,6 +32,7 @@ from trajectories import SPANS_PER_CONVERSATION, build_lake
 from spanscore.evaluation import load_suite, load_trajectories
 from spanscore.evaluation.run import Progress, RunOptions, evaluate
 from spanscore.lake import connect
+from spanscore.lake.stored import store_trajectories
 
 ORDER_CALL = {
     "name": "get_order",
@@ -170,6 +172,28 @@ def main() -> None:
         )
         run_s = time.perf_counter() - started
         peak_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+        # The same run once maintenance has stored the rebuilt rows (`spanscore.lake.stored`),
+        # as the collector does for conversations that have settled before a nightly run.
+        con = connect(lake)
+        started = time.perf_counter()
+        stored = store_trajectories(con, settled_after_s=0)["conversations_stored"]
+        store_s = time.perf_counter() - started
+        con.close()
+        started = time.perf_counter()
+        again = evaluate(
+            lake,
+            suite,
+            RunOptions(
+                settle_s=0,
+                workers=args.workers,
+                batch_size=args.batch_size,
+                since=result.window_start,
+                rescore=True,
+            ),
+        )
+        stored_run_s = time.perf_counter() - started
+        assert again.scored == result.scored, (again.scored, result.scored)
         print(
             f"run {result.status}: {result.scored:,} conversations, {result.score_count:,} "
             f"scores ({assertions} assertions each), {result.error_count} errors, {run_s:.1f}s"
@@ -178,6 +202,11 @@ def main() -> None:
         print(f"{'':44}{'conversations/s':>16}")
         print(f"{'rebuild alone, 1 process (baseline)':44}{rebuilt / baseline_s:>16,.0f}")
         print(f"{'rebuild + score + store (the run)':44}{result.scored / run_s:>16,.0f}")
+        print(f"{'the run, from stored rows':44}{again.scored / stored_run_s:>16,.0f}")
+        print(
+            f"(maintenance stored {stored:,} conversations' rows beforehand in {store_s:.1f}s: "
+            f"{stored / store_s:,.0f} conversations/s)"
+        )
         if rss:
             quarter = max(1, len(rss) // 4)
             print(

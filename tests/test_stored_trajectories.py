@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -222,12 +222,14 @@ def test_an_evaluation_of_stored_rows_gives_the_scores_the_rules_give(
         connection.close()
     read_stored: list[int] = []
 
-    def spied(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> list[str]:
-        current = stored_current(con, ids)
-        read_stored.append(len(current))
-        return current
+    current = trajectory._current
 
-    monkeypatch.setattr(trajectory, "stored_current", spied)
+    def spied(con: duckdb.DuckDBPyConnection, stored: dict[str, int]) -> list[str]:
+        found = current(con, stored)
+        read_stored.append(len(found))
+        return found
+
+    monkeypatch.setattr(trajectory, "_current", spied)
     again = run(
         lake_dir,
         suite,

@@ -18,7 +18,7 @@ import ast
 import datetime as dt
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cached_property
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -32,7 +32,8 @@ from spanscore.lake.connection import ALIAS
 from spanscore.lake.schema import (
     CONVERSATION_ATTRIBUTES,
     TRAJECTORY_COLUMNS,
-    fresh_stored_sql,
+    fingerprints_sql,
+    stored_fingerprints_sql,
     stored_rows_sql,
     trajectory_rows_sql,
 )
@@ -184,18 +185,18 @@ def load_trajectories(
         chunks = [[conversation_id for conversation_id, _ in part] for part in parts]
     if not chunks:
         return
+    keys = attribute_keys(attributes)
+    # Which conversations have stored rows, looked up once; whether they are current, chunk by
+    # chunk (that reads their spans).
+    candidates = _stored(con, [c for chunk in chunks for c in chunk]) if stored else {}
+    if keys != CONVERSATION_ATTRIBUTES:
+        candidates = {}
     if len(chunks) == 1:
         batches: Iterator[pa.RecordBatch] = iter(
-            trajectory_rows(
-                con,
-                conversation_ids=chunks[0],
-                batch_rows=batch_rows,
-                attributes=attributes,
-                stored=stored,
-            )
+            _rows_of(con, chunks[0], candidates, keys, batch_rows)
         )
     else:
-        batches = _prefetched(con, chunks, batch_rows, attributes, stored)
+        batches = _prefetched(con, chunks, batch_rows, keys, candidates)
     yield from trajectories_from_batches(batches, attributes)
 
 
@@ -242,8 +243,8 @@ def _prefetched(
     con: duckdb.DuckDBPyConnection,
     chunks: Sequence[Sequence[str]],
     batch_rows: int,
-    attributes: Sequence[str],
-    stored: bool,
+    keys: tuple[str, ...],
+    candidates: dict[str, int],
 ) -> Iterator[pa.RecordBatch]:
     """The rows of each chunk of conversations in turn, queried by a thread one chunk ahead of
     the caller: DuckDB runs a query without holding the GIL, so the next chunk is queried while
@@ -265,13 +266,7 @@ def _prefetched(
     def query_chunks() -> None:
         try:
             for chunk in chunks:
-                reader = trajectory_rows(
-                    cursor,
-                    conversation_ids=chunk,
-                    batch_rows=batch_rows,
-                    attributes=attributes,
-                    stored=stored,
-                )
+                reader = _rows_of(cursor, chunk, candidates, keys, batch_rows)
                 if not hand_over(list(reader)):
                     return
             hand_over(None)
@@ -328,7 +323,20 @@ def trajectory_rows(
             batch_rows
         )
     ids = sorted(set(conversation_ids))
-    fresh = stored_current(con, ids) if stored and ids and keys == CONVERSATION_ATTRIBUTES else []
+    candidates = _stored(con, ids) if stored and keys == CONVERSATION_ATTRIBUTES else {}
+    return _rows_of(con, ids, candidates, keys, batch_rows)
+
+
+def _rows_of(
+    con: duckdb.DuckDBPyConnection,
+    ids: Sequence[str],
+    candidates: dict[str, int],
+    keys: tuple[str, ...],
+    batch_rows: int,
+) -> pa.RecordBatchReader:
+    """`trajectory_rows` of the conversations `ids` (sorted), reading stored rows for those of
+    `candidates` (`_stored`) that are still current."""
+    fresh = _current(con, {c: candidates[c] for c in ids if c in candidates})
     named: dict[str, Any] = {}
     stored_where = ""
     if fresh:
@@ -358,20 +366,41 @@ def trajectory_rows(
 def stored_current(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> list[str]:
     """Of the conversations `ids`, those whose stored rows are current (built by these rules
     from the spans and log records they have now), sorted."""
+    return _current(con, _stored(con, ids))
+
+
+def _stored(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> dict[str, int]:
+    """{conversation id: fingerprint} of those of `ids` whose rows these rules stored."""
     if not ids:
+        return {}
+    return _by_id(con, ids, lambda where: stored_fingerprints_sql(where.format("")))
+
+
+def _current(con: duckdb.DuckDBPyConnection, stored: dict[str, int]) -> list[str]:
+    """The conversations of `stored` whose spans have the fingerprint stored, sorted."""
+    if not stored:
         return []
+    now = _by_id(con, list(stored), lambda where: fingerprints_sql(where.format("s.")))
+    return sorted(c for c, fingerprint in stored.items() if now.get(c) == fingerprint)
+
+
+def _by_id(
+    con: duckdb.DuckDBPyConnection, ids: Sequence[str], sql: Callable[[str], str]
+) -> dict[str, Any]:
+    """{id: value} from the query `sql(where)` (its first and last columns), where `where` is
+    a condition on the ids (`{}` before each column name is for the table's alias)."""
     con.register("spanscore_wanted", pa.table({"conversation_id": list(ids)}))
-    wanted = "{}conversation_id IN (SELECT conversation_id FROM spanscore_wanted) AND " + (
-        "{}conversation_id BETWEEN $first AND $last"
+    where = (
+        "WHERE {0}conversation_id IN (SELECT conversation_id FROM spanscore_wanted) "
+        "AND {0}conversation_id BETWEEN $first AND $last"
     )
-    sql = fresh_stored_sql("WHERE " + wanted.format("s.", "s."), "WHERE " + wanted.format("", ""))
     try:
-        rows = con.execute(sql, {"first": min(ids), "last": max(ids)}).fetchall()
+        rows = con.execute(sql(where), {"first": min(ids), "last": max(ids)}).fetchall()
     except duckdb.CatalogException:  # a snapshot from before schema 9 has no stored rows
-        return []
+        return {}
     finally:
         con.unregister("spanscore_wanted")
-    return sorted(r[0] for r in rows)
+    return {row[0]: row[-1] for row in rows}
 
 
 def trajectories_from_rows(

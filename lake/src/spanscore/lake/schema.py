@@ -847,15 +847,12 @@ STORED_RULES = hashlib.sha256(
 ).hexdigest()[:16]
 
 
-def fresh_stored_sql(where: str, stored_where: str) -> str:
-    """The conversations of `where` (on spans `s`) whose stored rows (`stored_where` on
-    `trajectory_steps`) were built by these rules from the spans and records they have now."""
+def stored_fingerprints_sql(where: str) -> str:
+    """(conversation id, fingerprint) of the conversations `where` chooses whose rows these
+    rules stored: a reader then compares the fingerprints their spans have now."""
     return f"""
-    SELECT f.conversation_id FROM ({fingerprints_sql(where)}) f
-    SEMI JOIN (SELECT conversation_id, fingerprint FROM trajectory_steps {stored_where}
-               {"AND" if stored_where else "WHERE"} kind = 'conversation'
-               AND rules = '{STORED_RULES}') t
-        ON t.conversation_id = f.conversation_id AND t.fingerprint = f.fingerprint"""
+    SELECT conversation_id, fingerprint FROM trajectory_steps {where}
+    {"AND" if where else "WHERE"} kind = 'conversation' AND rules = '{STORED_RULES}'"""
 
 
 def stale_stored_sql() -> str:
