@@ -179,7 +179,9 @@ def main() -> None:
         started = time.perf_counter()
         stored = store_trajectories(con, settled_after_s=0)["conversations_stored"]
         store_s = time.perf_counter() - started
+        first_span = con.execute("SELECT min(start_time) FROM spans").fetchone()
         con.close()
+        assert first_span is not None
         started = time.perf_counter()
         again = evaluate(
             lake,
@@ -188,7 +190,7 @@ def main() -> None:
                 settle_s=0,
                 workers=args.workers,
                 batch_size=args.batch_size,
-                since=result.window_start,
+                since=first_span[0],  # the same window: every conversation again
                 rescore=True,
             ),
         )
