@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -20,6 +20,7 @@ from spanscore.lake import schema, stored
 from spanscore.lake.stored import by_spans, store_trajectories
 
 from . import otlp_factory as f
+from .conftest import wait_for
 from .test_conversation_rules import T0, _chat, _post, _tool
 from .test_evaluate import SUITE, SYNTHETIC_START, run, score_rows
 from .test_trajectory import _post_logs, _record
@@ -256,3 +257,30 @@ def test_maintenance_goes_on_when_storing_fails(
     assert done["store_failed"] == 1
     assert "merge_steps" in done  # compaction ran after it
     assert stored_current(con, ["f-0"]) == []
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collectors_maintenance_stores_settled_conversations(
+    make_collector: Callable[..., Collector],
+    lake_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    enabled: bool,
+) -> None:
+    monkeypatch.setattr(stored, "SETTLED_AFTER_S", 0.0)
+    collector = make_collector(maintenance_interval_s=0.5, store_trajectories=enabled)
+    for i in range(3):
+        _conversation(collector, f"c-{i}", at=T0 + i * 1000)
+    ids = ["c-0", "c-1", "c-2"]
+    runs = collector.stats.get
+    connection = open_lake(lake_dir)
+    try:
+        if enabled:
+            wait_for(lambda: stored_current(connection, ids) == ids, timeout=120, interval=0.2)
+        else:
+            start = runs("maintenance_runs")
+            wait_for(lambda: runs("maintenance_runs") >= start + 3, timeout=120, interval=0.2)
+            assert stored_current(connection, ids) == []
+        assert runs("maintenance_failed") == 0
+        _same_either_way(connection, ids)
+    finally:
+        connection.close()
