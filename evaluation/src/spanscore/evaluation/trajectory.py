@@ -472,7 +472,12 @@ def parse_value(text: Any, warnings: list[str] | None = None, what: str = "value
 def _read(text: Any) -> tuple[Any, bool]:
     """`parse_value`'s value, and whether it was text shaped like JSON or a literal (it begins
     with a brace or a bracket) that neither reads."""
-    if not isinstance(text, str):
+    if text.__class__ is str and text[:1] in _JSON_OPENERS:  # nearly every value: first
+        try:
+            return _loads(text), False
+        except ValueError:
+            pass
+    elif not isinstance(text, str):
         return text, False
     try:
         value = orjson.loads(text)
@@ -671,20 +676,8 @@ def _tool_calls(rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[ToolCall, lis
         source,
     ) in rows:
         warnings: list[str] | None = None
-        bad_arguments = bad_result = False
-        # A JSON object or array (nearly every value) reads as one; the rest as `_read` says.
-        try:
-            if arguments.__class__ is not str or arguments[:1] not in _JSON_OPENERS:
-                raise ValueError
-            arguments = _loads(arguments)
-        except ValueError:
-            arguments, bad_arguments = _read(arguments)
-        try:
-            if result.__class__ is not str or result[:1] not in _JSON_OPENERS:
-                raise ValueError
-            result = _loads(result)
-        except ValueError:
-            result, bad_result = _read(result)
+        arguments, bad_arguments = _read(arguments)
+        result, bad_result = _read(result)
         if span_id is not None:
             if bad_arguments or bad_result:
                 warnings = [
