@@ -380,27 +380,33 @@ def _current(con: duckdb.DuckDBPyConnection, stored: dict[str, int]) -> list[str
     """The conversations of `stored` whose spans have the fingerprint stored, sorted."""
     if not stored:
         return []
-    now = _by_id(con, list(stored), lambda where: fingerprints_sql(where.format("s.")))
+    now = _by_id(
+        con,
+        list(stored),
+        lambda where: (
+            f"SELECT conversation_id, fingerprint FROM ({fingerprints_sql(where.format('s.'))})"
+        ),
+    )
     return sorted(c for c, fingerprint in stored.items() if now.get(c) == fingerprint)
 
 
 def _by_id(
     con: duckdb.DuckDBPyConnection, ids: Sequence[str], sql: Callable[[str], str]
 ) -> dict[str, Any]:
-    """{id: value} from the query `sql(where)` (its first and last columns), where `where` is
-    a condition on the ids (`{}` before each column name is for the table's alias)."""
+    """{id: value} from the two-column query `sql(where)`, where `where` is a condition on the
+    ids (`{}` before each column name is for the table's alias)."""
     con.register("spanscore_wanted", pa.table({"conversation_id": list(ids)}))
     where = (
         "WHERE {0}conversation_id IN (SELECT conversation_id FROM spanscore_wanted) "
         "AND {0}conversation_id BETWEEN $first AND $last"
     )
     try:
-        rows = con.execute(sql(where), {"first": min(ids), "last": max(ids)}).fetchall()
+        found = con.execute(sql(where), {"first": min(ids), "last": max(ids)}).to_arrow_table()
     except duckdb.CatalogException:  # a snapshot from before schema 9 has no stored rows
         return {}
     finally:
         con.unregister("spanscore_wanted")
-    return {row[0]: row[-1] for row in rows}
+    return dict(zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True))
 
 
 def trajectories_from_rows(
