@@ -11,6 +11,8 @@ import duckdb
 import pytest
 
 from spanscore import lake
+from spanscore.evaluation import load_trajectories
+from spanscore.evaluation.trajectory import stored_current
 from spanscore.lake import LakeError, LakeLocation, LakeVersionError, connect, schema
 
 
@@ -271,6 +273,12 @@ def test_postgres_catalog_round_trip(postgres_lake: str, make_collector: object)
         5,
         "pg-conv",
     )
+    # Maintenance stores its trajectory there too, and a load reads it back the same.
+    rules = [t.model_dump() for t in load_trajectories(reader, stored=False)]
+    done = lake.maintain(reader.cursor(), store_settled_after_s=0)
+    assert done["conversations_stored"] == 1
+    assert stored_current(reader, ["pg-conv"]) == ["pg-conv"]
+    assert [t.model_dump() for t in load_trajectories(reader)] == rules
 
 
 @pytest.mark.postgres
