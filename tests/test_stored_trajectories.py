@@ -154,17 +154,39 @@ def test_rows_another_version_of_the_rules_stored_are_not_read(
     assert rules == [("another-version",)]
 
 
-def test_more_attributes_than_stored_are_read_by_the_rules(
+def test_attributes_past_the_stored_ones_are_read_from_the_spans_as_the_rules_read_them(
     collector: Collector, con: duckdb.DuckDBPyConnection
 ) -> None:
-    chat = _chat("attrs", user="hi", answer="hello", at=T0)
+    # The first value in the spans' order wins: at the same start time a tool span comes after
+    # the model call, whatever order they arrive in; a span without the attribute is skipped.
+    chat = _chat("attrs", user="hi", calls=[{"id": "a-1", "name": "t", "arguments": {}}], at=T0)
+    tool = _tool("attrs", "t", call_id="a-1", arguments={}, result="ok", at=T0)
+    tool.attributes.append(f.attr("customer.tier", "silver"))
     chat.attributes.append(f.attr("customer.tier", "gold"))
-    _post(collector, [chat])
+    late = _chat("attrs", user="hi", results=[("a-1", "ok")], answer="done", at=T0 + 20)
+    late.attributes.append(f.attr("region", "eu"))
+    _post(collector, [tool, late, chat])
+    _conversation(collector, "plain")
     store_trajectories(con, settled_after_s=0)
-    (t,) = load_trajectories(con, conversation_ids=["attrs"], attributes=["customer.tier"])
-    assert t.attributes["customer.tier"] == "gold"
-    (stored,) = load_trajectories(con, conversation_ids=["attrs"])
-    assert "customer.tier" not in stored.attributes
+    assert stored_current(con, ["attrs", "plain"]) == ["attrs", "plain"]
+    keys = ["customer.tier", "region", "absent"]
+    rules = [
+        t.model_dump()
+        for t in load_trajectories(con, conversation_ids=["attrs", "plain"], attributes=keys)
+    ]
+    assert rules[0]["attributes"] == {"customer.tier": "gold", "region": "eu"}
+    assert rules[1]["attributes"] == {}
+    # From the store alone, and from the store and the rules in one query.
+    for stored_too in ([], ["plain"]):
+        _post(collector, [_tool(c, "audit", result="x", at=T0 + 99) for c in stored_too])
+        loaded = load_trajectories(
+            con, conversation_ids=["attrs", "plain"], attributes=keys, stored=True
+        )
+        expected = load_trajectories(
+            con, conversation_ids=["attrs", "plain"], attributes=keys, stored=False
+        )
+        assert [t.model_dump() for t in loaded] == [t.model_dump() for t in expected]
+    assert stored_current(con, ["attrs", "plain"]) == ["attrs"]
 
 
 def test_a_run_cut_short_leaves_the_rest_for_the_next(

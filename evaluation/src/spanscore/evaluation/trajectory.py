@@ -189,8 +189,6 @@ def load_trajectories(
     # Which conversations have stored rows, looked up once; whether they are current, chunk by
     # chunk (that reads their spans).
     candidates = _stored(con, [c for chunk in chunks for c in chunk]) if stored else {}
-    if keys != CONVERSATION_ATTRIBUTES:
-        candidates = {}
     if len(chunks) == 1:
         batches: Iterator[pa.RecordBatch] = iter(
             _rows_of(con, chunks[0], candidates, keys, batch_rows)
@@ -307,9 +305,9 @@ def trajectory_rows(
     trajectories elsewhere (`trajectories_from_rows`).
 
     Conversations asked for by id whose rows maintenance stored (`spanscore.lake.stored`) from
-    the spans and log records they have now are read as stored, unless `stored` is false or
-    `attributes` asks for more than `CONVERSATION_ATTRIBUTES`; the rules are applied to the
-    rest. Either way the rows are the same."""
+    the spans and log records they have now are read as stored (their attributes past
+    `CONVERSATION_ATTRIBUTES` from their spans), unless `stored` is false; the rules are
+    applied to the rest. Either way the rows are the same."""
     keys = attribute_keys(attributes)
     if conversation_ids is None:
         chosen = where = ""
@@ -323,7 +321,7 @@ def trajectory_rows(
             batch_rows
         )
     ids = sorted(set(conversation_ids))
-    candidates = _stored(con, ids) if stored and keys == CONVERSATION_ATTRIBUTES else {}
+    candidates = _stored(con, ids) if stored else {}
     return _rows_of(con, ids, candidates, keys, batch_rows)
 
 
@@ -347,7 +345,8 @@ def _rows_of(
         )
         named = {"first_fresh": fresh[0], "last_fresh": fresh[-1]}
         if len(fresh) == len(ids):
-            return con.execute(stored_rows_sql(stored_where), named).to_arrow_reader(batch_rows)
+            sql = stored_rows_sql(stored_where, attribute_keys=keys)
+            return con.execute(sql, named).to_arrow_reader(batch_rows)
         current = set(fresh)
         ids = [i for i in ids if i not in current]
     # A registered Arrow table: a list of any length, joined rather than inlined.

@@ -743,8 +743,7 @@ def trajectory_rows_sql(
     and `calls` as the views: the rules are applied here, once, and the builder only assembles.
     `chosen` is a CTE (with its trailing comma) that `where` may read to narrow the spans.
     `placed` adds the columns the rows are ordered by (`place`, `sub`); `stored` adds the
-    stored rows (`stored_rows_sql`) of the conversations it chooses (then `attribute_keys` must
-    be `CONVERSATION_ATTRIBUTES`)."""
+    stored rows (`stored_rows_sql`) of the conversations it chooses."""
     paths = [_json_path(k) for k in (*TOKEN_ATTRIBUTES, *attribute_keys)]
     extra = f", json_extract_string(s.attributes, [{', '.join(paths)}]) AS attribute_list"
     n = len(TOKEN_ATTRIBUTES)
@@ -760,7 +759,11 @@ def trajectory_rows_sql(
         return f"TRY_CAST(trunc(TRY_CAST({value} AS DOUBLE)) AS BIGINT)"
 
     columns = [*TRAJECTORY_COLUMNS, *(f"attribute_{i}" for i in range(1, len(attribute_keys) + 1))]
-    stored_rows = f"UNION ALL BY NAME {stored_rows_sql(stored, in_union=True)}" if stored else ""
+    stored_rows = (
+        f"UNION ALL BY NAME {stored_rows_sql(stored, in_union=True, attribute_keys=attribute_keys)}"
+        if stored
+        else ""
+    )
     return f"""
 WITH {chosen}{_placed(where, extra)}, {_CALLS}, {_TURNS},
 orphans AS (
@@ -810,15 +813,42 @@ ORDER BY {_STEP_ORDER}"""
 _STEP_ORDER = "conversation_id, turn_index NULLS FIRST, place NULLS FIRST, sub"
 
 
-def stored_rows_sql(where: str, *, in_union: bool = False) -> str:
+def stored_rows_sql(
+    where: str,
+    *,
+    in_union: bool = False,
+    attribute_keys: tuple[str, ...] = CONVERSATION_ATTRIBUTES,
+) -> str:
     """The builder's rows as maintenance stored them (`trajectory_steps`), for the
-    conversations `where` chooses, in the builder's order; `in_union`: with the columns they
-    are ordered by, unordered (`trajectory_rows_sql` orders them with its own)."""
-    attributes = (f"attribute_{i}" for i in range(1, len(CONVERSATION_ATTRIBUTES) + 1))
-    columns = ", ".join([*TRAJECTORY_COLUMNS, *attributes])
+    conversations `where` chooses (a condition on `conversation_id`), in the builder's order;
+    `in_union`: with the columns they are ordered by, unordered (`trajectory_rows_sql` orders
+    them with its own). Attributes past `CONVERSATION_ATTRIBUTES` (`attribute_keys` begins
+    with them) are read from the spans: the first value in `SPAN_ORDER`, as the rules take it."""
+    stored = len(CONVERSATION_ATTRIBUTES)
+    columns = [*TRAJECTORY_COLUMNS, *(f"attribute_{i}" for i in range(1, stored + 1))]
+    rows = f"SELECT {', '.join(columns)}, place, sub FROM trajectory_steps {where}"
+    extra = attribute_keys[stored:]
+    if extra:
+        paths = ", ".join(_json_path(k) for k in extra)
+        added = [f"attribute_{stored + i}" for i in range(1, len(extra) + 1)]
+        firsts = ", ".join(
+            f"first(v[{i}] ORDER BY {SPAN_ORDER}) FILTER (WHERE v[{i}] IS NOT NULL) AS {name}"
+            for i, name in enumerate(added, 1)
+        )
+        # Joined on the id alone, the values kept on the conversation's row: a join condition
+        # on the row's kind made DuckDB plan the rows' query anew, ten times slower.
+        kept = ", ".join(
+            f"CASE WHEN r.kind = 'conversation' THEN x.{name} END AS {name}" for name in added
+        )
+        rows = f"""SELECT r.*, {kept} FROM ({rows}) r LEFT JOIN (
+            SELECT conversation_id, {firsts}
+            FROM (SELECT *, json_extract_string(attributes, [{paths}]) AS v FROM spans {where})
+            GROUP BY conversation_id
+        ) x ON x.conversation_id = r.conversation_id"""
+        columns += added
     if in_union:
-        return f"SELECT {columns}, place, sub FROM trajectory_steps {where}"
-    return f"SELECT {columns} FROM trajectory_steps {where} ORDER BY {_STEP_ORDER}"
+        return rows
+    return f"SELECT {', '.join(columns)} FROM ({rows}) ORDER BY {_STEP_ORDER}"
 
 
 # What a conversation's stored rows were built from: which spans it has and when each was
