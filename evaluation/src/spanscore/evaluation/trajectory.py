@@ -573,10 +573,11 @@ def _rows(
     batch: pa.RecordBatch | pa.Table, kinds: Any, kind: str, fields: Sequence[str]
 ) -> Iterator[tuple[Any, ...]]:
     """The `fields` of the batch's rows of one kind, as tuples, in order."""
-    rows = batch.filter(pc.equal(kinds, kind))
+    # Only its columns are filtered: a batch carries every kind's.
+    rows = batch.select(fields).filter(pc.equal(kinds, kind))
     if not rows.num_rows:
         return iter(())
-    return zip(*(rows.column(name).to_pylist() for name in fields), strict=True)
+    return zip(*(column.to_pylist() for column in rows.columns), strict=True)
 
 
 def _conversations(rows: Iterator[tuple[Any, ...]], keys: tuple[str, ...]) -> Iterator[Trajectory]:
