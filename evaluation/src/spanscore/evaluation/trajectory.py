@@ -32,6 +32,7 @@ from spanscore.lake.connection import ALIAS
 from spanscore.lake.schema import (
     CONVERSATION_ATTRIBUTES,
     TRAJECTORY_COLUMNS,
+    chosen_ids,
     fingerprints_sql,
     stored_fingerprints_sql,
     stored_rows_sql,
@@ -339,10 +340,7 @@ def _rows_of(
     stored_where = ""
     if fresh:
         con.register("spanscore_fresh", pa.table({"conversation_id": fresh}))
-        stored_where = (
-            "WHERE conversation_id IN (SELECT conversation_id FROM spanscore_fresh) "
-            "AND conversation_id BETWEEN $first_fresh AND $last_fresh"
-        )
+        stored_where = chosen_ids("spanscore_fresh", bounds="_fresh")
         named = {"first_fresh": fresh[0], "last_fresh": fresh[-1]}
         if len(fresh) == len(ids):
             sql = stored_rows_sql(stored_where, attribute_keys=keys)
@@ -353,10 +351,8 @@ def _rows_of(
     con.register("spanscore_chosen", pa.table({"conversation_id": ids}))
     chosen = "chosen AS (SELECT conversation_id FROM spanscore_chosen), "
     where = "WHERE s.conversation_id IN (SELECT conversation_id FROM chosen)"
-    if ids:
-        # The ids' range too: a plain filter the scan applies (and prunes files by) before
-        # the join, so a chunk of nearby ids reads little more than its own spans.
-        where += " AND s.conversation_id BETWEEN $first AND $last"
+    if ids:  # a chunk of nearby ids then reads little more than its own spans
+        where = chosen_ids("chosen", "s.")
         named |= {"first": ids[0], "last": ids[-1]}
     sql = trajectory_rows_sql(chosen, where, keys, stored=stored_where)
     return con.execute(sql, named).to_arrow_reader(batch_rows)
@@ -372,7 +368,7 @@ def _stored(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> dict[str, int
     """{conversation id: fingerprint} of those of `ids` whose rows these rules stored."""
     if not ids:
         return {}
-    return _by_id(con, ids, lambda where: stored_fingerprints_sql(where.format("")))
+    return _by_id(con, ids, lambda wanted: stored_fingerprints_sql(wanted()))
 
 
 def _current(con: duckdb.DuckDBPyConnection, stored: dict[str, int]) -> list[str]:
@@ -382,25 +378,24 @@ def _current(con: duckdb.DuckDBPyConnection, stored: dict[str, int]) -> list[str
     now = _by_id(
         con,
         list(stored),
-        lambda where: (
-            f"SELECT conversation_id, fingerprint FROM ({fingerprints_sql(where.format('s.'))})"
+        lambda wanted: (
+            f"SELECT conversation_id, fingerprint FROM ({fingerprints_sql(wanted('s.'))})"
         ),
     )
     return sorted(c for c, fingerprint in stored.items() if now.get(c) == fingerprint)
 
 
 def _by_id(
-    con: duckdb.DuckDBPyConnection, ids: Sequence[str], sql: Callable[[str], str]
+    con: duckdb.DuckDBPyConnection,
+    ids: Sequence[str],
+    sql: Callable[[Callable[..., str]], str],
 ) -> dict[str, Any]:
-    """{id: value} from the two-column query `sql(where)`, where `where` is a condition on the
-    ids (`{}` before each column name is for the table's alias)."""
+    """{id: value} from the two-column query `sql(wanted)`, where `wanted(alias)` is the
+    condition choosing the ids (`chosen_ids`)."""
     con.register("spanscore_wanted", pa.table({"conversation_id": list(ids)}))
-    where = (
-        "WHERE {0}conversation_id IN (SELECT conversation_id FROM spanscore_wanted) "
-        "AND {0}conversation_id BETWEEN $first AND $last"
-    )
+    query = sql(lambda alias="": chosen_ids("spanscore_wanted", alias))
     try:
-        found = con.execute(sql(where), {"first": min(ids), "last": max(ids)}).to_arrow_table()
+        found = con.execute(query, {"first": min(ids), "last": max(ids)}).to_arrow_table()
     except duckdb.CatalogException:  # a snapshot from before schema 9 has no stored rows
         return {}
     finally:

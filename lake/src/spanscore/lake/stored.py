@@ -106,26 +106,15 @@ def by_spans(
 
 def _store(cur: duckdb.DuckDBPyConnection, ids: list[str]) -> None:
     cur.register("spanscore_store", pa.table({"conversation_id": ids}))
-    chosen = "chosen AS (SELECT conversation_id FROM spanscore_store), "
-    narrowed = (
-        "WHERE s.conversation_id IN (SELECT conversation_id FROM chosen) "
-        "AND s.conversation_id BETWEEN $first AND $last"
+    rows = schema.trajectory_rows_sql(
+        "chosen AS (SELECT conversation_id FROM spanscore_store), ",
+        schema.chosen_ids("chosen", "s."),
+        schema.CONVERSATION_ATTRIBUTES,
+        placed=True,
     )
-    rows = schema.trajectory_rows_sql(chosen, narrowed, schema.CONVERSATION_ATTRIBUTES, placed=True)
-    fingerprints = schema.fingerprints_sql(
-        "WHERE s.conversation_id IN (SELECT conversation_id FROM spanscore_store) "
-        "AND s.conversation_id BETWEEN $first AND $last"
-    )
+    spans = schema.chosen_ids("spanscore_store", "s.")
     bounds = {"first": min(ids), "last": max(ids)}
     cur.execute("BEGIN")
-    cur.execute(
-        "DELETE FROM trajectory_steps WHERE conversation_id IN "
-        "(SELECT conversation_id FROM spanscore_store) "
-        "AND conversation_id BETWEEN $first AND $last",
-        bounds,
-    )
-    cur.execute(
-        schema.store_rows_sql(rows, fingerprints),
-        bounds,
-    )
+    cur.execute(f"DELETE FROM trajectory_steps {schema.chosen_ids('spanscore_store')}", bounds)
+    cur.execute(schema.store_rows_sql(rows, schema.fingerprints_sql(spans)), bounds)
     cur.execute("COMMIT")
