@@ -142,11 +142,7 @@ def unwrap_arguments(value: Any) -> Any:
 
 def _unwrapped(parsed: Any) -> Any:
     """`unwrap_arguments` of parsed JSON: `parsed` itself when it is no wrapper."""
-    if (
-        isinstance(parsed, dict)
-        and set(parsed) == {"kwargs"}
-        and isinstance(parsed["kwargs"], dict)
-    ):
+    if isinstance(parsed, dict) and len(parsed) == 1 and isinstance(parsed.get("kwargs"), dict):
         return parsed["kwargs"]  # LlamaIndex's tool spans: keyword arguments only
     if not (isinstance(parsed, dict) and "args" in parsed and "kwargs" in parsed):
         return parsed
@@ -872,38 +868,45 @@ class Extractor:
                     out[10] = text
             out[12] = convention.name
             break
-        if out[2] == "execute_tool" and out[3] is None and span_name.startswith(HANDOFF_PREFIX):
-            # OpenInference's Agents SDK instrumentation: a hand-off recorded as a tool span,
-            # `handoff to <agent>`, the agent handing off in `input.value`
-            out[2] = "handoff"
-            handing = get("input.value")
-            out[1] = handing if isinstance(handing, str) and handing else out[1]
-        if out[2] == "chat" and span_name.rsplit(".", 1)[-1] in NOT_MODEL_CALLS:
-            out[2] = out[7] = out[8] = out[9] = out[10] = None
-        if out[2] == "execute_tool" and (out[3] in ANSWER_TOOLS or out[3] in NOT_TOOL_CALLS):
-            out[2] = None  # the answer, read from the model call that asked for it; or none
-        if out[2] != "execute_tool":
+        operation = out[2]
+        if operation == "execute_tool":
+            tool = out[3]
+            if tool is None and span_name.startswith(HANDOFF_PREFIX):
+                # OpenInference's Agents SDK instrumentation: a hand-off recorded as a tool
+                # span, `handoff to <agent>`, the agent handing off in `input.value`
+                operation = out[2] = "handoff"
+                handing = get("input.value")
+                out[1] = handing if isinstance(handing, str) and handing else out[1]
+            elif tool in ANSWER_TOOLS or tool in NOT_TOOL_CALLS:
+                # the answer, read from the model call that asked for it; or no call at all
+                operation = out[2] = None
+        elif operation == "chat" and span_name.rsplit(".", 1)[-1] in NOT_MODEL_CALLS:
+            operation = out[2] = out[7] = out[8] = out[9] = out[10] = None
+        if operation != "execute_tool":
             out[3] = out[4] = out[5] = out[6] = None  # tool fields only describe tool spans
+            if operation in AGENT_OPERATIONS:
+                # An agent's span repeats its model calls' messages: it never adds requested
+                # calls or results (its user message and answer stay, for the turn).
+                out[8] = out[9] = None
         else:
             if (out[5] is None or out[6] is None) and events:
                 arguments, result = tool_span_events(events)
                 out[5] = out[5] if out[5] is not None else _as_text(arguments)
                 out[6] = out[6] if out[6] is not None else _as_text(result)
-            if out[6] is not None and out[6][:1] == "[":  # a provider's wrapping: unwrapped
-                out[6] = _as_text(unwrap_result(out[6]))
-            elif out[6] is not None and out[6][:1] == "{" and '"raw_output"' in out[6]:
-                out[6] = unwrap_tool_output(out[6])
-            elif out[6] is not None and out[6][:1] == '"':
+            result_text = out[6]
+            if result_text is not None and result_text[:1] == "[":  # a provider's wrapping
+                out[6] = _as_text(unwrap_result(result_text))
+            elif (
+                result_text is not None and result_text[:1] == "{" and '"raw_output"' in result_text
+            ):
+                out[6] = unwrap_tool_output(result_text)
+            elif result_text is not None and result_text[:1] == '"':
                 # a returned string serialized again (traceloop-sdk's `@tool` output is
                 # `json.dumps` of what the function returned): the string is the result
-                text = _loads(out[6])
-                out[6] = text if isinstance(text, str) else out[6]
-        if out[2] in AGENT_OPERATIONS:
-            # An agent's span repeats its model calls' messages: it never adds requested calls
-            # or results (its user message and answer stay, for the turn).
-            out[8] = out[9] = None
-        if out[5] is not None:  # tool arguments: JSON text, or a non-JSON value as a string
-            out[5] = _arguments_json(out[5])
+                text = _loads(result_text)
+                out[6] = text if isinstance(text, str) else result_text
+            if out[5] is not None:  # tool arguments: JSON text, or a non-JSON value as text
+                out[5] = _arguments_json(out[5])
         if out[11] is None and is_error:
             out[11] = exception_type
         return out

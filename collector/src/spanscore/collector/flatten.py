@@ -8,6 +8,7 @@ spans (ids of the wrong length) are rejected one by one, with a reason, for OTLP
 from __future__ import annotations
 
 import base64
+import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -172,24 +173,30 @@ class _AttributeReader:
             kvs = list(kvs)[: self.max_attributes]
         out: dict[str, Any] = {}
         max_len = self.max_len
-        max_key = self.max_key
         for kv in kvs:
             key = kv.key
-            if len(key) > max_key and not self._key_fits(key, notes):
-                dropped += 1
-                continue
             v = kv.value
-            kind = v.WhichOneof("value")
-            # The common kinds inline: this loop runs ~15 times per span.
-            if kind == "string_value":
-                text = v.string_value
+            # The common kinds inline: this loop runs ~15 times per span. A non-empty string,
+            # the commonest, is read without asking which kind the value holds (any other
+            # kind reads as "").
+            text = v.string_value
+            if text:
                 out[key] = text if len(text) <= max_len else self.value(v, notes)
+                continue
+            kind = v.WhichOneof("value")
+            if kind == "string_value":
+                out[key] = text
             elif kind == "int_value":
                 out[key] = v.int_value
             elif kind == "bool_value":
                 out[key] = v.bool_value
             else:
                 out[key] = self.value(v, notes)
+        # Keys over the limit are rare: one pass in C over the kept keys finds whether any is.
+        if out and max(map(len, out)) > self.max_key:
+            for key in [key for key in out if not self._key_fits(key, notes)]:
+                del out[key]
+                dropped += 1
         if self.redact is not None:
             hits = [k for k in out if self.redact.search(k)]
             for k in hits:
@@ -200,7 +207,10 @@ class _AttributeReader:
 
 
 def _hex_id(raw: bytes, size: int) -> str | None:
-    return raw.hex() if len(raw) == size and raw != bytes(size) else None
+    return raw.hex() if len(raw) == size and raw != _ZEROS[size] else None
+
+
+_ZEROS = {16: bytes(16), 8: bytes(8)}  # the invalid all-zero ids
 
 
 _INT64_MAX = 2**63 - 1
@@ -208,7 +218,12 @@ _INT64_MAX = 2**63 - 1
 
 def _positions(skipped: Sequence[int]) -> Iterator[int]:
     """Original positions of the items the decoder kept, given the ones it rejected."""
-    skip = set(skipped)
+    if not skipped:
+        return itertools.count()  # the common case, counted in C
+    return _kept(set(skipped))
+
+
+def _kept(skip: set[int]) -> Iterator[int]:
     position = 0
     while True:
         while position in skip:
@@ -273,7 +288,7 @@ class Flattener:
                 )
                 for span in ss.spans:
                     index = next(position)
-                    key = (span.trace_id, span.span_id)
+                    raw_ids = key = (span.trace_id, span.span_id)
                     if key in seen:
                         # Stored once: the writer keeps the first of a (trace_id, span_id).
                         out.reject(
@@ -282,7 +297,7 @@ class Flattener:
                         )
                         continue
                     try:
-                        row, changed = self._span_row(span, index, context, scope_context)
+                        row, changed = self._span_row(span, raw_ids, index, context, scope_context)
                     except _Reject as exc:
                         out.reject(str(exc))
                         continue
@@ -306,19 +321,22 @@ class Flattener:
     def _span_row(
         self,
         span: trace_pb2.Span,
+        raw_ids: tuple[bytes, bytes],
         index: int,
         resource: tuple[str | None, bytes, list[str]],
         scope: tuple[str | None, str | None, bytes | None, str | None],
     ) -> tuple[tuple[Any, ...], bool]:
         """(the lake row of one span, whether limits changed it); raises _Reject."""
-        trace_id = _hex_id(span.trace_id, 16)
-        span_id = _hex_id(span.span_id, 8)
+        name = span.name
+        raw_trace, raw_span = raw_ids
+        trace_id = raw_trace.hex() if len(raw_trace) == 16 and raw_trace != _ZEROS[16] else None
+        span_id = raw_span.hex() if len(raw_span) == 8 and raw_span != _ZEROS[8] else None
         if trace_id is None or span_id is None:
             which = "trace_id" if trace_id is None else "span_id"
-            size = len(span.trace_id if trace_id is None else span.span_id)
+            size = len(raw_ids[0] if trace_id is None else raw_ids[1])
             want = 16 if trace_id is None else 8
             raise _Reject(
-                f"span {index} ({clip(repr(span.name))}): {which} must be {want} non-zero "
+                f"span {index} ({clip(repr(name))}): {which} must be {want} non-zero "
                 f"bytes, got {size} bytes"
             )
         parent_raw = span.parent_span_id
@@ -327,7 +345,7 @@ class Flattener:
             parent = _hex_id(parent_raw, 8)
             if parent is None:
                 raise _Reject(
-                    f"span {index} ({clip(repr(span.name))}): parent_span_id must be 8 bytes "
+                    f"span {index} ({clip(repr(name))}): parent_span_id must be 8 bytes "
                     f"or empty, got {len(parent_raw)} bytes"
                 )
         start = span.start_time_unix_nano
@@ -335,7 +353,7 @@ class Flattener:
         if start > _INT64_MAX or end > _INT64_MAX:
             field = "start_time_unix_nano" if start > _INT64_MAX else "end_time_unix_nano"
             raise _Reject(
-                f"span {index} ({clip(repr(span.name))}): {field} is past the year 2262 "
+                f"span {index} ({clip(repr(name))}): {field} is past the year 2262 "
                 "(over 2**63 - 1 nanoseconds)"
             )
         mapping = self.attrs.mapping
@@ -379,16 +397,14 @@ class Flattener:
             )
         status = span.status
         is_error = status.code == 2
-        extracted = self.extractor.extract(
-            attrs, span.name, is_error, exception_type, trace_id, events
-        )
+        extracted = self.extractor.extract(attrs, name, is_error, exception_type, trace_id, events)
         row = (
             trace_id,
             span_id,
             parent,
             span.trace_state or None,
             span.flags,
-            span.name,
+            name,
             _KINDS.get(span.kind, "UNSPECIFIED"),
             start // 1000,
             end // 1000,
