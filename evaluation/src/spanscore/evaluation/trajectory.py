@@ -19,6 +19,7 @@ import datetime as dt
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from functools import cached_property
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -187,15 +188,16 @@ def load_trajectories(
     if not chunks:
         return
     keys = attribute_keys(attributes)
-    # Which conversations have stored rows, looked up once; whether they are current, chunk by
-    # chunk (that reads their spans).
-    candidates = _stored(con, [c for chunk in chunks for c in chunk]) if stored else {}
+    # Which conversations have stored rows that are still current, by one query for the whole
+    # load: fingerprinting chunk by chunk read the spans around each chunk again, three times
+    # the work (bench/trajectories.py), in the thread the assembly waits for.
+    current = set(stored_current(con, [c for chunk in chunks for c in chunk]) if stored else ())
     if len(chunks) == 1:
         batches: Iterator[pa.RecordBatch] = iter(
-            _rows_of(con, chunks[0], candidates, keys, batch_rows)
+            _rows_of(con, chunks[0], current, keys, batch_rows)
         )
     else:
-        batches = _prefetched(con, chunks, batch_rows, keys, candidates)
+        batches = _prefetched(con, chunks, batch_rows, keys, current)
     yield from trajectories_from_batches(batches, attributes)
 
 
@@ -243,7 +245,7 @@ def _prefetched(
     chunks: Sequence[Sequence[str]],
     batch_rows: int,
     keys: tuple[str, ...],
-    candidates: dict[str, int],
+    current: AbstractSet[str],
 ) -> Iterator[pa.RecordBatch]:
     """The rows of each chunk of conversations in turn, queried by a thread one chunk ahead of
     the caller: DuckDB runs a query without holding the GIL, so the next chunk is queried while
@@ -265,7 +267,7 @@ def _prefetched(
     def query_chunks() -> None:
         try:
             for chunk in chunks:
-                reader = _rows_of(cursor, chunk, candidates, keys, batch_rows)
+                reader = _rows_of(cursor, chunk, current, keys, batch_rows)
                 if not hand_over(list(reader)):
                     return
             hand_over(None)
@@ -322,20 +324,20 @@ def trajectory_rows(
             batch_rows
         )
     ids = sorted(set(conversation_ids))
-    candidates = _stored(con, ids) if stored else {}
-    return _rows_of(con, ids, candidates, keys, batch_rows)
+    current = set(stored_current(con, ids)) if stored else set()
+    return _rows_of(con, ids, current, keys, batch_rows)
 
 
 def _rows_of(
     con: duckdb.DuckDBPyConnection,
     ids: Sequence[str],
-    candidates: dict[str, int],
+    current: AbstractSet[str],
     keys: tuple[str, ...],
     batch_rows: int,
 ) -> pa.RecordBatchReader:
-    """`trajectory_rows` of the conversations `ids` (sorted), reading stored rows for those of
-    `candidates` (`_stored`) that are still current."""
-    fresh = _current(con, {c: candidates[c] for c in ids if c in candidates})
+    """`trajectory_rows` of the conversations `ids` (sorted), reading stored rows for those
+    that are `current` (`stored_current`)."""
+    fresh = [c for c in ids if c in current] if current else []
     named: dict[str, Any] = {}
     stored_where = ""
     if fresh:
@@ -345,7 +347,6 @@ def _rows_of(
         if len(fresh) == len(ids):
             sql = stored_rows_sql(stored_where, attribute_keys=keys)
             return con.execute(sql, named).to_arrow_reader(batch_rows)
-        current = set(fresh)
         ids = [i for i in ids if i not in current]
     # A registered Arrow table: a list of any length, joined rather than inlined.
     con.register("spanscore_chosen", pa.table({"conversation_id": ids}))
