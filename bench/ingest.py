@@ -33,6 +33,13 @@ Run (from the repository root)::
     .venv/bin/python bench/ingest.py --clients 16 --seconds 30
     .venv/bin/python bench/ingest.py --collector-arg=--batch-delay-ms=20   # try a setting
     .venv/bin/python bench/ingest.py --baseline-flatten e4bc8a8   # flatten against a revision
+    .venv/bin/python bench/ingest.py --baseline-collector e4bc8a8 # end to end against one
+
+``--baseline-collector REV`` runs each protocol's phase against git revision REV's collector
+too (its sources extracted to a temporary directory and put first on the collector's
+PYTHONPATH; its lake counted by its own code), alternating with today's for
+``--baseline-rounds`` rounds (default 2), and prints both rates and their ratio: ingest of
+today's collector against an earlier one's, in the same run.
 
 ``--baseline-flatten REV`` also times the flattener of git revision REV (its ``collector`` and
 ``lake`` sources, extracted to a temporary directory) on the same request bodies as today's,
@@ -463,9 +470,12 @@ def free_port() -> int:
 class CollectorProcess:
     """`spanscore serve` in a child process on free loopback ports, logging JSON to a file."""
 
-    def __init__(self, lake: Path, log_path: Path, extra: Sequence[str] = ()) -> None:
+    def __init__(
+        self, lake: Path, log_path: Path, extra: Sequence[str] = (), sources: str = ""
+    ) -> None:
         self.lake = lake
         self.log_path = log_path
+        self.sources = sources  # another revision's sources, first on PYTHONPATH ("": today's)
         self.grpc_port = free_port()
         self.http_port = free_port()
         self.args = [
@@ -492,7 +502,9 @@ class CollectorProcess:
 
     def start(self, timeout: float = 60.0) -> CollectorProcess:
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=log)
+            self.proc = subprocess.Popen(
+                self.args, stdout=log, stderr=log, env=_python_env(self.sources)
+            )
         deadline = time.monotonic() + timeout
         while not self._get("/health"):
             if self.proc.poll() is not None:
@@ -787,7 +799,17 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-def lake_counts(lake_dir: Path) -> tuple[int, int]:
+def lake_counts(lake_dir: Path, sources: str = "") -> tuple[int, int]:
+    if sources:  # a lake another revision wrote: counted by that revision's code
+        counted = subprocess.run(
+            [sys.executable, "-c", _LAKE_COUNTER, str(lake_dir)],
+            env=_python_env(sources),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        rows, distinct = counted.stdout.split()
+        return int(rows), int(distinct)
     con = connect(lake_dir)
     try:
         row = con.execute(
@@ -797,6 +819,23 @@ def lake_counts(lake_dir: Path) -> tuple[int, int]:
         con.close()
     assert row is not None
     return int(row[0]), int(row[1])
+
+
+_LAKE_COUNTER = """
+import sys
+from spanscore.lake import connect
+con = connect(sys.argv[1])
+print(*con.execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans").fetchone())
+"""
+
+
+def _python_env(sources: str) -> dict[str, str]:
+    """This environment, with `sources` (another revision's) as PYTHONPATH, else none."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if sources:
+        env["PYTHONPATH"] = sources
+    return env
 
 
 @dataclass
@@ -836,9 +875,11 @@ def run_network_phase(
     args: argparse.Namespace,
     workdir: Path,
     collectors: list[CollectorProcess],
+    sources: str = "",
 ) -> PhaseResult:
-    lake_dir = workdir / f"lake-{name.lower()}"
-    collector = CollectorProcess(lake_dir, workdir / f"collector-{name.lower()}.log")
+    slug = name.lower().replace(" ", "-")
+    lake_dir = workdir / f"lake-{slug}"
+    collector = CollectorProcess(lake_dir, workdir / f"collector-{slug}.log", sources=sources)
     collector.args.extend(args.collector_arg or [])
     collectors.append(collector)
     collector.start()
@@ -893,7 +934,7 @@ def run_network_phase(
     code = collector.stop()
     if code != 0:
         print(f"  ! collector exit status {code}; log tail:\n{collector.log_tail()}")
-    phase.lake_rows, phase.lake_distinct = lake_counts(lake_dir)
+    phase.lake_rows, phase.lake_distinct = lake_counts(lake_dir, sources)
     _print_phase(phase, status, sampled)
     for sample in [x for r in results for x in r.error_samples][:5]:
         print(f"  ! error sample: {sample}")
@@ -1070,6 +1111,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="REV",
         help="also time the flattener of this git revision on the same bodies",
     )
+    parser.add_argument(
+        "--baseline-collector",
+        metavar="REV",
+        help="also run each protocol's phase against this git revision's collector, "
+        "alternating with today's (--baseline-rounds rounds each)",
+    )
+    parser.add_argument("--baseline-rounds", type=int, default=2, metavar="N")
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds = min(args.seconds, 3.0)
@@ -1133,6 +1181,23 @@ def print_summary(phases: list[PhaseResult], ceiling: Ceiling, args: argparse.Na
         )
 
 
+def print_baseline(compared: dict[tuple[str, str], list[PhaseResult]], rev: str) -> None:
+    """Each protocol's accepted spans/s with today's collector and with `rev`'s (best of the
+    alternating rounds, and every round), and their ratio."""
+    print(f"\nToday's collector against {rev}'s (same run, alternating; best of the rounds):")
+    for name in ("gRPC", "HTTP"):
+        today = [p.rate for p in compared.get((name, ""), [])]
+        then = [p.rate for p in compared.get((name, rev), [])]
+        if not today or not then:
+            continue
+        print(
+            f"  {name}: today {_fmt_rate(max(today))} spans/s "
+            f"({', '.join(_fmt_rate(r) for r in today)}), {rev} {_fmt_rate(max(then))} "
+            f"({', '.join(_fmt_rate(r) for r in then)}); today / {rev} = "
+            f"{max(today) / max(then):.2f}"
+        )
+
+
 def _raise_interrupt(signum: int, frame: types.FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -1156,33 +1221,36 @@ print(best)
 """
 
 
+# Each package's sources (`<dir>/src`), for running another revision beside today's.
+PACKAGE_SOURCES = ("src", "collector/src", "lake/src", "evaluation/src", "instrumentation/src")
+
+
+def revision_sources(rev: str, workdir: Path, dirs: Sequence[str] = PACKAGE_SOURCES) -> str:
+    """Revision `rev`'s `dirs`, extracted under `workdir`, as a PYTHONPATH that puts them
+    before today's (installed in development mode)."""
+    source = workdir / f"sources-{rev}-{len(dirs)}"
+    if not source.exists():
+        source.mkdir()
+        archive = subprocess.run(["git", "archive", rev, *dirs], capture_output=True, check=False)
+        if archive.returncode != 0:
+            raise RuntimeError(f"sources of {rev}: {archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    return os.pathsep.join(str(source / d) for d in dirs)
+
+
 def compare_flatten(rev: str, bodies: Sequence[bytes], batch_size: int, workdir: Path) -> None:
     """Today's flattener against revision `rev`'s on the same bodies, alternating fresh child
     processes (three rounds each): both best rates and their ratio."""
-    source = workdir / f"flatten-{rev}"
-    source.mkdir()
-    archive = subprocess.run(
-        ["git", "archive", rev, "collector/src", "lake/src"], capture_output=True, check=False
-    )
-    if archive.returncode != 0:
-        raise RuntimeError(f"--baseline-flatten {rev}: {archive.stderr.decode().strip()}")
-    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
     sample = workdir / "flatten-bodies.pickle"
     with sample.open("wb") as f:
         pickle.dump((list(bodies[:120]), batch_size), f)
-    paths = {
-        rev: os.pathsep.join([str(source / "collector/src"), str(source / "lake/src")]),
-        "today": "",
-    }
+    paths = {rev: revision_sources(rev, workdir, ("collector/src", "lake/src")), "today": ""}
     best = dict.fromkeys(paths, 0.0)
     for _ in range(3):
         for name, path in paths.items():
-            env = {**os.environ, "PYTHONPATH": path} if path else dict(os.environ)
-            if not path:
-                env.pop("PYTHONPATH", None)
             timed = subprocess.run(
                 [sys.executable, "-c", _FLATTEN_TIMER, str(sample)],
-                env=env,
+                env=_python_env(path),
                 capture_output=True,
                 text=True,
                 check=True,
@@ -1248,19 +1316,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("gRPC", GrpcExporter, lambda c: c.grpc_port),
             ("HTTP", HttpExporter, lambda c: c.http_port),
         ]
+        # Today's collector, and with --baseline-collector another revision's, alternating.
+        rev = args.baseline_collector
+        runs = [("", "")] if not rev else [("", ""), (rev, revision_sources(rev, workdir))]
+        rounds = args.baseline_rounds if rev else 1
+        compared: dict[tuple[str, str], list[PhaseResult]] = {}
         for name, factory, port_of in protocols:
-            print(f"\n== OTLP/{name}")
-            generated = time.perf_counter()
-            bodies = make_pool(templates, n_bodies, ids)
-            print(
-                f"  pre-serialized {len(bodies)} requests ({pool_bytes(bodies) / MIB:,.0f} MiB) "
-                f"in {time.perf_counter() - generated:.1f}s",
-                flush=True,
-            )
-            phases.append(
-                run_network_phase(name, factory, port_of, bodies, args, workdir, collectors)
-            )
-        print_summary(phases, ceiling, args)
+            for _ in range(rounds):
+                for label, sources in runs:
+                    title = f"{name} {label}".strip()
+                    print(f"\n== OTLP/{name}" + (f", the collector of {label}" if label else ""))
+                    generated = time.perf_counter()
+                    bodies = make_pool(templates, n_bodies, ids)
+                    print(
+                        f"  pre-serialized {len(bodies)} requests "
+                        f"({pool_bytes(bodies) / MIB:,.0f} MiB) "
+                        f"in {time.perf_counter() - generated:.1f}s",
+                        flush=True,
+                    )
+                    phase = run_network_phase(
+                        title, factory, port_of, bodies, args, workdir, collectors, sources
+                    )
+                    compared.setdefault((name, label), []).append(phase)
+                    phases.append(phase)
+        print_summary([p for p in phases if p.name in ("gRPC", "HTTP")], ceiling, args)
+        if rev:
+            print_baseline(compared, rev)
         print(f"\n(total run time {time.perf_counter() - started:.0f}s)")
         return 0 if all(p.count_ok for p in phases) else 1
     except KeyboardInterrupt:
