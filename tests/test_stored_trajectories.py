@@ -285,11 +285,11 @@ def test_maintenance_goes_on_when_storing_fails(
 def test_the_collectors_maintenance_stores_settled_conversations(
     make_collector: Callable[..., Collector],
     lake_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
     enabled: bool,
 ) -> None:
-    monkeypatch.setattr(stored, "SETTLED_AFTER_S", 0.0)
-    collector = make_collector(maintenance_interval_s=0.5, store_trajectories=enabled)
+    collector = make_collector(
+        maintenance_interval_s=0.5, store_trajectories=enabled, store_settled_after_s=0
+    )
     for i in range(3):
         _conversation(collector, f"c-{i}", at=T0 + i * 1000)
     ids = ["c-0", "c-1", "c-2"]

@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from spanscore.lake.stored import SETTLED_AFTER_S
+
 MEMORY_SIZE = re.compile(r"(?i)^\s*\d+(\.\d+)?\s*(kb|mb|gb|tb|kib|mib|gib|tib)\s*$")  # DuckDB's
 
 
@@ -110,6 +112,13 @@ class CollectorConfig(BaseModel):
         True,
         description="have maintenance store each settled conversation's rebuilt trajectory, "
         "which evaluations read instead of rebuilding it (more storage, faster evaluations)",
+    )
+    store_settled_after_s: float = Field(
+        SETTLED_AFTER_S,
+        ge=0,
+        description="a conversation is settled, and its trajectory stored, once it has had "
+        "no new span for this long (a span arriving later only makes evaluations rebuild "
+        "it until the next store)",
     )
     snapshot_retention_s: float = Field(
         3600.0,

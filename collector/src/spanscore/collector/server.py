@@ -29,7 +29,6 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from spanscore import lake
-from spanscore.lake import stored
 
 from . import otlp, secrets
 from .config import CollectorConfig
@@ -343,7 +342,9 @@ class Collector:
                         # process keeps failing gives up soon and runs again next time.
                         step_deadline_s=MAINTENANCE_STEP_DEADLINE_S,
                         store_settled_after_s=(
-                            stored.SETTLED_AFTER_S if self.config.store_trajectories else None
+                            self.config.store_settled_after_s
+                            if self.config.store_trajectories
+                            else None
                         ),
                         # a first run over a large lake goes on next time
                         store_deadline_s=max(self.config.maintenance_interval_s / 2, 1.0),
