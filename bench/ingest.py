@@ -801,14 +801,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def lake_counts(lake_dir: Path, sources: str = "") -> tuple[int, int]:
     if sources:  # a lake another revision wrote: counted by that revision's code
-        counted = subprocess.run(
-            [sys.executable, "-c", _LAKE_COUNTER, str(lake_dir)],
-            env=_python_env(sources),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        rows, distinct = counted.stdout.split()
+        rows, distinct = _run_python(_LAKE_COUNTER, str(lake_dir), sources).split()
         return int(rows), int(distinct)
     con = connect(lake_dir)
     try:
@@ -827,6 +820,18 @@ from spanscore.lake import connect
 con = connect(sys.argv[1])
 print(*con.execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans").fetchone())
 """
+
+
+def _run_python(script: str, argument: str, sources: str) -> str:
+    """What `script` prints, run with `argument` in a fresh interpreter on `sources`."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, argument],
+        env=_python_env(sources),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
 
 
 def _python_env(sources: str) -> dict[str, str]:
@@ -1248,14 +1253,7 @@ def compare_flatten(rev: str, bodies: Sequence[bytes], batch_size: int, workdir:
     best = dict.fromkeys(paths, 0.0)
     for _ in range(3):
         for name, path in paths.items():
-            timed = subprocess.run(
-                [sys.executable, "-c", _FLATTEN_TIMER, str(sample)],
-                env=_python_env(path),
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            best[name] = max(best[name], float(timed.stdout))
+            best[name] = max(best[name], float(_run_python(_FLATTEN_TIMER, str(sample), path)))
     print(
         f"  flatten, same bodies, fresh processes (best of 3 rounds): today "
         f"{_fmt_rate(best['today'])} spans/s, {rev} {_fmt_rate(best[rev])} spans/s; "
