@@ -9,15 +9,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from spanscore.cli import main
 from spanscore.collector import Collector
+from spanscore.collector.conversations import _incoming
 from spanscore.evaluation import Trajectory, load_trajectories, open_lake
 from spanscore.evaluation.trajectory import Handoff, ModelCall, parse_value, stored_current
-from spanscore.lake.schema import CONVERSATION_SUMMARIES
+from spanscore.lake.schema import CONVERSATION_SUMMARIES, KNOWN_CONVERSATIONS
 from spanscore.lake.stored import store_trajectories
 
 from . import otlp_factory as f
@@ -573,3 +577,32 @@ def test_an_agent_span_repeating_its_model_calls_changes_no_turn(
         ("where?", "ok"),
         ("where?", "again"),
     ]
+
+
+# The writer applies `schema.KNOWN_CONVERSATIONS` to each export with Arrow, not SQL: both must
+# pick the same conversation per trace, and see the same traces lacking one.
+_TRACES = st.sampled_from(["t1", "t2", "t3"])
+_CONVERSATIONS = st.sampled_from(["a", "b", "Z", "é", "ab", "c-1"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_TRACES, st.one_of(st.none(), _CONVERSATIONS)), min_size=1))
+def test_the_writer_knows_each_traces_conversation_as_the_sql_rule_does(
+    spans: list[tuple[str, str | None]],
+) -> None:
+    # None: the span carries no conversation id, and its trace id stands in
+    table = pa.table(
+        {
+            "trace_id": [t for t, _ in spans],
+            "conversation_id": [t if c is None else c for t, c in spans],
+        }
+    )
+    con = duckdb.connect()
+    try:
+        con.register("incoming", table)
+        known = dict(con.execute(KNOWN_CONVERSATIONS.format(spans="incoming")).fetchall())
+    finally:
+        con.close()
+    lacking = {t for t, c in spans if c is None}
+    expected = sorted((t, known.get(t), t in lacking) for t in {t for t, _ in spans})
+    assert sorted(_incoming(table)) == expected

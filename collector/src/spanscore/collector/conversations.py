@@ -22,16 +22,33 @@ from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spanscore.lake import schema
 
-# The conversation each trace of the incoming spans carries, and whether some span lacks one.
-_INCOMING = f"""
-SELECT i.trace_id, k.conversation_id, bool_or(i.conversation_id = i.trace_id) AS unresolved
-FROM incoming_conversations i
-LEFT JOIN ({schema.KNOWN_CONVERSATIONS.format(spans="incoming_conversations")}) k
-    ON k.trace_id = i.trace_id
-GROUP BY i.trace_id, k.conversation_id"""
+
+def _incoming(spans: pa.Table) -> list[tuple[str, str | None, bool]]:
+    """(trace id, the conversation its spans carry or None, whether some span lacks one) of
+    each trace of the incoming spans: `schema.KNOWN_CONVERSATIONS`, by Arrow on the export
+    (a DuckDB query per commit held the writer's GIL for longer than its commit's rows)."""
+    trace_ids, conversation_ids = spans.column("trace_id"), spans.column("conversation_id")
+    lacking = pc.equal(conversation_ids, trace_ids)  # the trace id stood in
+    traces = pa.table(
+        {
+            "trace_id": trace_ids,
+            "own": pc.if_else(lacking, pa.scalar(None, pa.string()), conversation_ids),
+            "lacking": lacking,
+        }
+    ).group_by("trace_id", use_threads=False)
+    found = traces.aggregate([("own", schema.KNOWN_CONVERSATION_AGGREGATE), ("lacking", "any")])
+    return list(
+        zip(
+            found.column("trace_id").to_pylist(),
+            found.column(f"own_{schema.KNOWN_CONVERSATION_AGGREGATE}").to_pylist(),
+            found.column("lacking_any").to_pylist(),
+            strict=True,
+        )
+    )
 
 
 @dataclass
@@ -73,16 +90,10 @@ class TraceConversations:
         while len(self._traces) > self.capacity:
             del self._traces[next(iter(self._traces))]
 
-    def resolve(
-        self, con: duckdb.DuckDBPyConnection, spans: pa.Table, now: dt.datetime
-    ) -> Resolution:
+    def resolve(self, spans: pa.Table, now: dt.datetime) -> Resolution:
         """Resolve the incoming spans; what else the commit must resolve. Remembered by
         `committed`, once the commit succeeded."""
-        con.register("incoming_conversations", spans.select(["trace_id", "conversation_id"]))
-        try:
-            rows = con.execute(_INCOMING).fetchall()
-        finally:
-            con.unregister("incoming_conversations")
+        rows = _incoming(spans)
         remember: list[tuple[str, _Trace]] = []
         rewrite: dict[str, str] = {}
         resolving: list[tuple[str, str]] = []

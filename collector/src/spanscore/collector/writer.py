@@ -392,7 +392,7 @@ class GroupCommitWriter:
         if span_table is not None and span_table.num_rows and self._conversations.capacity:
             # Ingest times of this commit are later than this (the margin covers retries).
             floor = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
-            resolution = self._conversations.resolve(con, span_table, floor)
+            resolution = self._conversations.resolve(span_table, floor)
             span_table = resolution.spans
 
         def transaction() -> None:

@@ -309,9 +309,11 @@ SPANS_WITH_EVENTS = f"(WITH {_EVENTS} SELECT * FROM {_SPANS_AND_EVENTS})"
 # stored before (children are exported before their root); maintenance, and migration 8, to
 # what no collector saw together (another collector's spans, a restart). Applied again, it
 # changes nothing.
-# The conversation the spans of `{spans}` carry, per trace:
-KNOWN_CONVERSATIONS = """SELECT trace_id, max(conversation_id) AS conversation_id FROM {spans}
-    WHERE conversation_id <> trace_id GROUP BY trace_id"""
+# The conversation the spans of `{spans}` carry, per trace, and the aggregate that picks it
+# among several (the collector's writer applies it to an export with Arrow's of that name):
+KNOWN_CONVERSATION_AGGREGATE = "max"
+KNOWN_CONVERSATIONS = f"""SELECT trace_id, {KNOWN_CONVERSATION_AGGREGATE}(conversation_id)
+    AS conversation_id FROM {{spans}} WHERE conversation_id <> trace_id GROUP BY trace_id"""
 # Spans of `{spans}` stored without one take that of `{known}` (trace_id, conversation_id);
 # `{also}` may narrow the spans looked at (`AND s.ingest_time >= ?`).
 RESOLVE_CONVERSATIONS = """
