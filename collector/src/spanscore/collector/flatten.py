@@ -23,23 +23,14 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from spanscore.lake import schema
 
+from . import identity
 from .conventions import Extractor, log_record_messages
 from .otlp import client_message, clip
 
 SPANS_SCHEMA = schema.arrow_schema(schema.SPANS)
 LOGS_SCHEMA = schema.arrow_schema(schema.LOGS)
-# A log record's identity within one request (the writer's LOG_IDENTITY across requests).
-_LOG_IDENTITY = tuple(
-    LOGS_SCHEMA.get_field_index(name)
-    for name in (
-        "time_unix_nano",
-        "observed_time_unix_nano",
-        "trace_id",
-        "span_id",
-        "event_name",
-        "body",
-    )
-)
+# A log record's identity within one request (the writer's across requests: `identity`).
+_LOG_IDENTITY = tuple(LOGS_SCHEMA.get_field_index(name) for name in identity.LOG_IDENTITY)
 _LOG_TIME, _LOG_OBSERVED = _LOG_IDENTITY[:2]
 
 _KINDS = {
@@ -457,7 +448,7 @@ class Flattener:
                             f"log record {index}: cannot be read: {_reason(exc)}", unexpected=True
                         )
                         continue
-                    if row[_LOG_TIME] or row[_LOG_OBSERVED]:  # as the writer's LOG_IDENTITY
+                    if identity.has_identity(row[_LOG_TIME], row[_LOG_OBSERVED]):
                         key = tuple(row[i] for i in _LOG_IDENTITY)
                         if key in seen:
                             out.reject(

@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from spanscore.lake import retrying, schema
 
+from . import identity
 from .conversations import Resolution, TraceConversations, resolve_in_lake
 from .flatten import LOGS_SCHEMA, SPANS_SCHEMA
 from .secrets import describe_error
@@ -93,16 +94,6 @@ CONVERSATION_TRACES = 200_000
 
 INSERT_SPANS = _insert_sql("spans", schema.SPANS, "incoming_spans")
 INSERT_LOGS = _insert_sql("logs", schema.LOGS, "incoming_logs")
-
-# What makes a row the same row when an export is retried, as a DuckDB hash: the same SQL
-# reads the incoming batch and, at start-up, the newest committed rows. A log record with no
-# time at all has no identity (two such records may well be two events): NULL, never dropped.
-SPAN_IDENTITY = "hash(trace_id, span_id)"
-LOG_IDENTITY = (
-    "CASE WHEN time_unix_nano = 0 AND observed_time_unix_nano = 0 THEN NULL ELSE "
-    "hash(trace_id, span_id, time_unix_nano, observed_time_unix_nano, event_name, "
-    "body::VARCHAR) END"
-)
 
 
 class RecentKeys:
@@ -194,17 +185,18 @@ class GroupCommitWriter:
         if self.dedup_keys <= 0:
             return
         seeded = {}
-        for table, identity in (("spans", SPAN_IDENTITY), ("logs", LOG_IDENTITY)):
-            rows = self._con.execute(
-                f"""SELECT key FROM (
-                    SELECT {identity} AS key, ingest_time FROM lake.{table}
-                    WHERE ingest_time >= (SELECT max(ingest_time) FROM lake.{table})
-                        - INTERVAL 10 MINUTE
-                ) WHERE key IS NOT NULL
+        for table in ("spans", "logs"):
+            columns = ", ".join(identity.IDENTITY[table])
+            newest = self._con.execute(
+                f"""SELECT {columns} FROM lake.{table}
+                WHERE ingest_time >= (SELECT max(ingest_time) FROM lake.{table})
+                    - INTERVAL 10 MINUTE
                 ORDER BY ingest_time DESC LIMIT {int(self.dedup_keys)}"""
-            ).fetchall()
-            self._recent[table].remember([r[0] for r in reversed(rows)])
-            seeded[f"seeded_{table}_keys"] = len(rows)
+            ).fetch_record_batch(65_536)
+            keys = identity.keys_of_batches(newest, table)
+            keys.reverse()  # oldest first, as commits remember them
+            self._recent[table].remember(keys)
+            seeded[f"seeded_{table}_keys"] = len(keys)
         self._seed_conversations()
         seeded["seeded_traces"] = len(self._conversations)
         log.info("writer ready", extra=seeded)
@@ -385,9 +377,9 @@ class GroupCommitWriter:
         span_keys: list[int] = []
         log_keys: list[int] = []
         if span_table is not None:
-            span_table, span_keys = self._drop_duplicates(span_table, "spans", SPAN_IDENTITY)
+            span_table, span_keys = self._drop_duplicates(span_table, "spans")
         if log_table is not None:
-            log_table, log_keys = self._drop_duplicates(log_table, "logs", LOG_IDENTITY)
+            log_table, log_keys = self._drop_duplicates(log_table, "logs")
         resolution: Resolution | None = None
         if span_table is not None and span_table.num_rows and self._conversations.capacity:
             # Ingest times of this commit are later than this (the margin covers retries).
@@ -435,22 +427,11 @@ class GroupCommitWriter:
         self.stats.gauge("last_commit_rows", sum(p.rows for p in group))
         self.stats.gauge("last_commit_exports", len(group))
 
-    def _drop_duplicates(
-        self, table: pa.Table, name: str, identity: str
-    ) -> tuple[pa.Table, list[int]]:
+    def _drop_duplicates(self, table: pa.Table, name: identity.Kind) -> tuple[pa.Table, list[int]]:
         """Remove rows committed recently or repeated within the group; the kept rows' keys."""
         if self.dedup_keys <= 0:
             return table, []
-        self._con.register("incoming_keys", table)
-        try:
-            hashes: list[int | None] = (
-                self._con.execute(f"SELECT {identity} FROM incoming_keys")
-                .to_arrow_table()
-                .column(0)
-                .to_pylist()
-            )
-        finally:
-            self._con.unregister("incoming_keys")
+        hashes = identity.keys(table, name)
         recent = self._recent[name]
         present = [h for h in hashes if h is not None]
         # On a shared lake another collector may have committed a retried export already.
@@ -469,13 +450,14 @@ class GroupCommitWriter:
     def _committed_elsewhere(self, table: pa.Table) -> set[int]:
         """Hashes of the incoming span ids already in the lake's spans of the last 10 minutes
         (the window a restarted collector seeds its own memory with)."""
-        self._con.register("incoming_keys", table.select(["trace_id", "span_id"]))
+        self._con.register("incoming_keys", table.select(list(identity.SPAN_IDENTITY)))
         try:
-            rows = self._con.execute(
-                """SELECT DISTINCT hash(s.trace_id, s.span_id) FROM lake.spans s
+            found = self._con.execute(
+                """SELECT DISTINCT s.trace_id, s.span_id FROM lake.spans s
                 SEMI JOIN incoming_keys k ON s.trace_id = k.trace_id AND s.span_id = k.span_id
-                WHERE s.ingest_time >= now() - INTERVAL 10 MINUTE"""
-            ).fetchall()
+                WHERE s.ingest_time >= now() - INTERVAL 10 MINUTE
+                ORDER BY s.trace_id, s.span_id"""
+            ).to_arrow_table()
         finally:
             self._con.unregister("incoming_keys")
-        return {r[0] for r in rows}
+        return {k for k in identity.keys(found, "spans") if k is not None}
