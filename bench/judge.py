@@ -16,7 +16,9 @@ scores ``--conversations`` conversations (default 10,000, so 20,000 judge calls)
   floor, the bare ``AsyncOpenAI`` client's CPU per call for requests of the same shape and size
   against the same server, called as spanscore calls it (no spanscore code: what any client
   built on ``openai`` pays), spanscore's own share above that floor, and for comparison the
-  common way (``chat.completions.create`` on the default transport);
+  common way (``chat.completions.create`` on the default transport); and that floor split in
+  two: the ``openai`` client alone, on a transport answering from memory with the server's
+  recorded answer (request building and answer reading, no socket), and the transport;
 - the re-run with a warm cache: zero calls, conversations/s against the deterministic-only run
   (target within 2x);
 - batch mode (the Batch API) against direct calls: cost of the same questions.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import shutil
 import socket
 import subprocess
@@ -102,16 +105,20 @@ def start_server(capacity: int, latency_ms: int) -> tuple[subprocess.Popen[bytes
 
 
 def openai_floor(
-    url: str, calls: int, concurrency: int, *, as_spanscore: bool
+    url: str, calls: int, concurrency: int, *, as_spanscore: bool, network: bool = True
 ) -> tuple[float, float]:
     """(CPU ms per call, calls per second) of the bare `AsyncOpenAI` client: a judge-sized
     request (instructions, a transcript, a strict JSON Schema answer) `calls` times,
     `concurrency` at once (at most the server's capacity, so that no 429 is counted).
     `as_spanscore`: the way spanscore calls it (the aiohttp transport, `client.post` with the
     JSON returned as is); else the way most code does (`chat.completions.create` on the
-    default transport)."""
+    default transport). `network=False`: `client.post` on a transport that answers at once
+    from memory with the server's own answer to the same request (its bytes and headers), so
+    only the `openai` client's request building and answer reading are left: what any client
+    built on `openai` pays per call whatever its transport."""
     import asyncio
 
+    import httpx2
     from openai import AsyncOpenAI, DefaultAioHttpClient
 
     instructions = "# Metric: floor\nJudge the transcript below. " + "Rubric text. " * 100
@@ -123,28 +130,55 @@ def openai_floor(
         "additionalProperties": False,
     }
 
+    body: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "messages": [
+            {"role": "system", "content": instructions},
+            {"role": "user", "content": transcript},
+        ],
+        "temperature": 0,
+        "seed": 0,
+        "max_tokens": 512,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "verdict", "schema": schema, "strict": True},
+        },
+    }
+
+    class Answered(httpx2.AsyncBaseTransport):
+        """Every request answered at once with one recorded answer (no socket, no parsing)."""
+
+        def __init__(self, status: int, headers: list[tuple[str, str]], content: bytes) -> None:
+            self.answer = (status, headers, content)
+
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            await asyncio.sleep(0)  # a turn of the event loop, as a network answer takes
+            status, headers, content = self.answer
+            return httpx2.Response(status, headers=headers, content=content)
+
+    def recorded_answer(body: dict[str, Any]) -> Answered:
+        request = urllib.request.Request(
+            f"{url}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json", "authorization": "Bearer bench"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            headers = [(k, v) for k, v in answer.getheaders() if k.lower() != "content-length"]
+            return Answered(answer.status, headers, answer.read())
+
+    recorded = None if network else recorded_answer(body)  # before the timing starts
+
     async def run() -> None:
-        transport = DefaultAioHttpClient() if as_spanscore else None
+        if recorded is not None:
+            transport: httpx2.AsyncClient | None = httpx2.AsyncClient(transport=recorded)
+        else:
+            transport = DefaultAioHttpClient() if as_spanscore else None
         client = AsyncOpenAI(base_url=url, api_key="bench", max_retries=20, http_client=transport)
         limit = asyncio.Semaphore(concurrency)
-        body: dict[str, Any] = {
-            "model": "gpt-4o-mini",
-            "messages": [
-                {"role": "system", "content": instructions},
-                {"role": "user", "content": transcript},
-            ],
-            "temperature": 0,
-            "seed": 0,
-            "max_tokens": 512,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {"name": "verdict", "schema": schema, "strict": True},
-            },
-        }
 
         async def one() -> None:
             async with limit:
-                if as_spanscore:
+                if as_spanscore or not network:
                     await client.post("/chat/completions", cast_to=object, body=body)
                 else:
                     await client.chat.completions.create(**body)
@@ -228,10 +262,19 @@ def main() -> None:
         floor_calls, floor_concurrency = min(calls, 5000) or 1000, max(1, args.capacity // 2)
         floor, _ = openai_floor(url, floor_calls, floor_concurrency, as_spanscore=True)
         common, _ = openai_floor(url, floor_calls, floor_concurrency, as_spanscore=False)
+        layer, _ = openai_floor(
+            url, floor_calls, floor_concurrency, as_spanscore=True, network=False
+        )
         print(
             f"  floor, the bare AsyncOpenAI client called as spanscore calls it: {floor:.3f} ms "
             f"per call (spanscore's own share above it: {per_call - floor:.3f} ms); "
             f"chat.completions.create on the default transport: {common:.3f} ms"
+        )
+        print(
+            f"  of the floor, the openai client alone (no network: answered from memory): "
+            f"{layer:.3f} ms, the aiohttp transport {floor - layer:.3f} ms; the openai client "
+            f"alone plus spanscore's own share: {layer + per_call - floor:.3f} ms, the least "
+            f"any transport under the openai client would leave"
         )
         print(
             f"  cost: ${info.get('cost_usd', 0):.4f} ({info.get('prompt_tokens')} prompt tokens, "
