@@ -611,10 +611,12 @@ def _build_venv(name: str) -> Venv:
         if stale.fullmatch(old.name):
             shutil.rmtree(old, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
+    # --no-compile: byte-compiling every installed module was a third of a build's time (52 s
+    # against 33 s for llamaindex's); Python compiles what a run imports, once, on first use.
     pip = subprocess.run(
         [
             *(str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"),
-            *("--retries", "2", "--timeout", "30", "-r", str(requirements)),
+            *("--no-compile", "--retries", "2", "--timeout", "30", "-r", str(requirements)),
         ],
         capture_output=True,
         text=True,
