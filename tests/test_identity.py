@@ -68,7 +68,7 @@ def test_rows_read_back_from_the_lake_have_the_keys_they_were_written_with(
         con.execute("INSERT INTO lake.logs BY NAME SELECT * EXCLUDE (ingest_time) FROM incoming")
         columns = ", ".join(identity.LOG_IDENTITY)
         back = con.execute(f"SELECT {columns} FROM lake.logs ORDER BY time_unix_nano")
-        read = identity.keys_of_batches(back.fetch_record_batch(7), "logs")
+        read = identity.keys_of_batches(back.to_arrow_reader(7), "logs")
     finally:
         con.close()
     assert read == identity.keys(logs, "logs")

@@ -192,7 +192,7 @@ class GroupCommitWriter:
                 WHERE ingest_time >= (SELECT max(ingest_time) FROM lake.{table})
                     - INTERVAL 10 MINUTE
                 ORDER BY ingest_time DESC LIMIT {int(self.dedup_keys)}"""
-            ).fetch_record_batch(65_536)
+            ).to_arrow_reader(65_536)
             keys = identity.keys_of_batches(newest, table)
             keys.reverse()  # oldest first, as commits remember them
             self._recent[table].remember(keys)
