@@ -22,16 +22,21 @@ Target (issue 12): >= 200,000 spans/s on 2 cores. Figures are printed, nothing i
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import tempfile
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing import get_context
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
-from spanscore.evaluation import load_trajectories
-from spanscore.evaluation.trajectory import CHUNK_SPANS, trajectory_rows
+from spanscore.evaluation import load_suite, load_trajectories
+from spanscore.evaluation.run import RunOptions, _all_chunks, _shipped
+from spanscore.evaluation.trajectory import CHUNK_SPANS, trajectories_from_rows, trajectory_rows
 from spanscore.examples.synthetic import SPANS_PER_CONVERSATION, build_lake
 from spanscore.lake import connect
 from spanscore.lake.schema import SPAN_ORDER, stored_rows_sql
@@ -44,6 +49,7 @@ def main() -> None:
     parser.add_argument("--commit-conversations", type=int, default=25_000)
     parser.add_argument("--batch-rows", type=int, default=100_000)
     parser.add_argument("--chunk-spans", type=int, default=CHUNK_SPANS)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     spans = args.conversations * SPANS_PER_CONVERSATION
     workdir = Path(tempfile.mkdtemp(prefix="spanscore-bench-"))
@@ -90,6 +96,8 @@ def main() -> None:
         stored_read_s = read_stored(con, args.batch_rows)
         stored_s, stored_count, stored_calls, _ = rebuild(args.chunk_spans, stored=True)
         assert (stored_count, stored_calls) == (count, tool_calls)
+        pooled_s, pooled = rebuild_in_workers(con, args.workers)
+        assert pooled == (count, tool_calls), (pooled, count, tool_calls)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         con.close()
         print(
@@ -113,11 +121,66 @@ def main() -> None:
         print(f"{label:40}{spans / stored_read_s:>12,.0f}{count / stored_read_s:>18,.0f}")
         label = "load_trajectories from stored rows"
         print(f"{label:40}{spans / stored_s:>12,.0f}{count / stored_s:>18,.0f}")
+        label = f"as evaluate does it, {args.workers} workers"
+        print(f"{label:40}{spans / pooled_s:>12,.0f}{count / pooled_s:>18,.0f}")
         print(f"load from stored rows / sorted read of the spans: {read_s / stored_s:.2f}")
+        print(f"evaluate's rebuild / sorted read of the spans: {read_s / pooled_s:.2f}")
         print(f"peak RSS of this process: {peak / 2**20:,.0f} MiB")
         print("target: >= 200,000 spans/s on 2 cores (printed, not asserted)")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def rebuild_in_workers(
+    con: duckdb.DuckDBPyConnection, workers: int
+) -> tuple[float, tuple[int, int]]:
+    """Seconds to rebuild every trajectory as `evaluate` does before it scores: one process
+    reads the rows of whole conversations (`run._all_chunks`, the run's own reading, at its
+    default sizes) and hands each chunk to `workers` processes that assemble it
+    (`trajectories_from_rows`, as the run's workers do); also (trajectories, tool calls)."""
+    options = RunOptions()
+    suite = load_suite({"name": "bench-rebuild", "metrics": [{"type": "efficiency"}]})
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+    try:
+        list(pool.map(rebuilt_counts, [None] * workers))  # the workers are up before timing
+        started = time.perf_counter()
+        ids = [
+            c
+            for (c,) in con.execute(
+                "SELECT DISTINCT conversation_id FROM spans WHERE conversation_id IS NOT NULL "
+                "ORDER BY 1"
+            ).fetchall()
+        ]
+        chunks = _all_chunks(con, suite, ids, options.batch_size, options.query_conversations)
+        pending: set[Future[tuple[int, int]]] = set()
+        count = tool_calls = 0
+
+        def collect(until: int) -> None:
+            nonlocal pending, count, tool_calls
+            while len(pending) > until:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    rebuilt, calls = future.result()
+                    count, tool_calls = count + rebuilt, tool_calls + calls
+
+        for chunk in chunks:  # as the run: at most two chunks per worker in flight
+            pending.add(pool.submit(rebuilt_counts, _shipped(chunk)))
+            collect(2 * workers - 1)
+        collect(0)
+        return time.perf_counter() - started, (count, tool_calls)
+    finally:
+        pool.shutdown()
+
+
+def rebuilt_counts(rows: pa.Buffer | None) -> tuple[int, int]:
+    """In a worker: (trajectories, tool calls) built from a chunk of rows (as the run's
+    workers receive it: Arrow IPC bytes)."""
+    count = tool_calls = 0
+    table = pa.ipc.open_stream(rows).read_all() if rows is not None else None
+    for trajectory in trajectories_from_rows(table) if table is not None else ():
+        count += 1
+        tool_calls += len(trajectory.tool_calls)
+    return count, tool_calls
 
 
 def read_stored(con: duckdb.DuckDBPyConnection, batch_rows: int) -> float:

@@ -151,13 +151,13 @@ def test_the_first_batch_is_read_by_a_query_of_its_own(
     from spanscore.evaluation import run as run_module
 
     asked: list[int] = []
-    read = run_module.trajectory_rows
+    read = run_module.rows_of_chunks
 
-    def counted(con: Any, conversation_ids: Any, **kwargs: Any) -> Any:
-        asked.append(len(conversation_ids))
-        return read(con, conversation_ids=conversation_ids, **kwargs)
+    def counted(con: Any, chunks: Any, **kwargs: Any) -> Any:
+        asked.extend(len(chunk) for chunk in chunks)
+        return read(con, chunks, **kwargs)
 
-    monkeypatch.setattr(run_module, "trajectory_rows", counted)
+    monkeypatch.setattr(run_module, "rows_of_chunks", counted)
     suite = load_suite(SUITE)
     small_first = run(synthetic_lake, suite, batch_size=40, query_conversations=200)
     assert asked == [40, 200, 60]

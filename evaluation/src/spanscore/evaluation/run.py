@@ -56,7 +56,7 @@ from spanscore.lake.schema import CONVERSATION_SUMMARIES, EVAL_RUNS, SCORES, quo
 from .judge import JudgeAnswer, JudgeConfig, JudgeRequest
 from .judge_pool import JudgeRunner
 from .suite import Deferred, Gate, LoadedSuite, Policy, ScoreRow, load_suite
-from .trajectory import Trajectory, trajectories_from_rows, trajectory_rows
+from .trajectory import Trajectory, rows_of_chunks, trajectories_from_rows
 
 UTC = dt.UTC
 log = logging.getLogger("spanscore.evaluate")
@@ -1177,12 +1177,23 @@ def _score_chunk(suite: LoadedSuite, rows: pa.Table) -> Scored:
     return score_table(score_trajectories(suite, rebuilt(), deferred)), ids, deferred
 
 
-def _worker_score(rows: pa.Table) -> Scored:
-    return _score_chunk(_WORKER["suite"], rows)
+def _worker_score(rows: pa.Buffer) -> Scored:
+    return _score_chunk(_WORKER["suite"], pa.ipc.open_stream(rows).read_all())
 
 
-def _chunks(reader: pa.RecordBatchReader, size: int) -> Iterator[pa.Table]:
-    """The reader's rows (sorted by conversation) cut into tables of `size` whole
+def _shipped(rows: pa.Table) -> pa.Buffer:
+    """A chunk as Arrow IPC bytes, for a worker. A chunk is a slice of a query's batch, and a
+    pickled slice carries its whole batch's buffers: ten times the chunk at the run's sizes,
+    which the parent pickled and the worker read back at a quarter of the rebuild's speed
+    (bench/trajectories.py). The IPC stream writes the slice's own rows."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_table(rows)
+    return sink.getvalue()
+
+
+def _chunks(reader: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
+    """The batches' rows (sorted by conversation) cut into tables of `size` whole
     conversations (the last may hold fewer)."""
     carry: pa.Table | None = None
     for batch in reader:
@@ -1255,17 +1266,15 @@ def _all_chunks(
     """Chunks of whole conversations, from one sorted query per `per_query` conversations:
     the sort's memory is bounded by that, not by the window. The first chunk has a query of
     its own, so scoring (and the judge's first questions) start at once, not after the sort
-    of the first `per_query` conversations."""
+    of the first `per_query` conversations. A thread runs each query while the chunks of the
+    one before are cut and handed out (`rows_of_chunks`)."""
+    queries: list[list[str]] = []
     start, step = 0, size
     while start < len(todo):
-        reader = trajectory_rows(
-            con,
-            conversation_ids=todo[start : start + step],
-            attributes=suite.attribute_keys(),
-            batch_rows=50_000,
-        )
-        yield from _chunks(reader, size)
+        queries.append(sorted(set(todo[start : start + step])))
         start, step = start + step, max(size, per_query)
+    batches = rows_of_chunks(con, queries, attributes=suite.attribute_keys(), batch_rows=50_000)
+    yield from _chunks(batches, size)
 
 
 def _in_pool(chunks: Iterator[pa.Table], suite: LoadedSuite, workers: int) -> Iterator[Scored]:
@@ -1278,7 +1287,7 @@ def _in_pool(chunks: Iterator[pa.Table], suite: LoadedSuite, workers: int) -> It
     pending: set[Future[Scored]] = set()
     try:
         for chunk in chunks:  # at most two chunks per worker in flight: memory stays bounded
-            pending.add(pool.submit(_worker_score, chunk))
+            pending.add(pool.submit(_worker_score, _shipped(chunk)))
             while len(pending) >= 2 * workers:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:

@@ -185,20 +185,33 @@ def load_trajectories(
             first_spans=FIRST_CHUNK_SPANS,
         )
         chunks = [[conversation_id for conversation_id, _ in part] for part in parts]
+    batches = rows_of_chunks(
+        con, chunks, batch_rows=batch_rows, attributes=attributes, stored=stored
+    )
+    yield from trajectories_from_batches(batches, attributes)
+
+
+def rows_of_chunks(
+    con: duckdb.DuckDBPyConnection,
+    chunks: Sequence[Sequence[str]],
+    *,
+    batch_rows: int = 100_000,
+    attributes: Sequence[str] = (),
+    stored: bool = True,
+) -> Iterator[pa.RecordBatch]:
+    """`trajectory_rows` of each chunk of conversation ids in turn (each sorted, each chunk's
+    ids after the last chunk's), one query per chunk, the next queried by a thread while the
+    caller works on this one (`_prefetched`)."""
     if not chunks:
-        return
+        return iter(())
     keys = attribute_keys(attributes)
     # Which conversations have stored rows that are still current, by one query for the whole
     # load: fingerprinting chunk by chunk read the spans around each chunk again, three times
     # the work (bench/trajectories.py), in the thread the assembly waits for.
     current = set(stored_current(con, [c for chunk in chunks for c in chunk]) if stored else ())
     if len(chunks) == 1:
-        batches: Iterator[pa.RecordBatch] = iter(
-            _rows_of(con, chunks[0], current, keys, batch_rows)
-        )
-    else:
-        batches = _prefetched(con, chunks, batch_rows, keys, current)
-    yield from trajectories_from_batches(batches, attributes)
+        return iter(_rows_of(con, chunks[0], current, keys, batch_rows))
+    return _prefetched(con, chunks, batch_rows, keys, current)
 
 
 def _span_counts(
