@@ -114,12 +114,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 
 from spanscore.collector import Collector
@@ -128,8 +129,6 @@ from spanscore.examples.customer_service.scripted import Conversation, Turn
 from spanscore.examples.llm_server import LLMRequest, Reply, ScriptedLLM, ScriptedPolicy
 from spanscore.lake import connect
 from spanscore.lake.schema import MODEL_CALL_SQL, SPANS_WITH_EVENTS
-
-from .conftest import query
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -682,9 +681,15 @@ class Run:
     producer: Producer
     lake: Path
     executed: list[dict[str, Any]]  # the tool calls the agent ran: turn, id, name, ...
+    con: duckdb.DuckDBPyConnection | None = dataclasses.field(default=None, repr=False)
 
     def sql(self, statement: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
-        return query(self.lake, statement, params)
+        # One connection per run, opened by its first query: a connection of its own per
+        # query (a quarter of a second to attach the lake) was a minute of this file. Each
+        # query still reads what is committed when it starts.
+        if self.con is None:
+            self.con = connect(self.lake)
+        return self.con.execute(statement, params or []).fetchall()
 
     def call_id(self, name: str, arguments: Any) -> str:
         ids = [
@@ -714,8 +719,12 @@ class FramedPolicy(ScriptedPolicy):
 
 
 @pytest.fixture(scope="session")
-def runs() -> dict[str, Run]:
-    return {}
+def runs() -> Iterator[dict[str, Run]]:
+    done: dict[str, Run] = {}
+    yield done
+    for run in done.values():
+        if run.con is not None:
+            run.con.close()
 
 
 def run_producer(venv: Venv, spec: dict[str, Any]) -> list[dict[str, Any]]:
