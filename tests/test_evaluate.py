@@ -6,6 +6,7 @@ ones come from the synthetic builder, the ingesting one from real OTLP exports."
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import signal
 import subprocess
@@ -16,7 +17,10 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spanscore.collector import Collector
 from spanscore.evaluation import load_suite
@@ -169,6 +173,33 @@ def test_the_first_batch_is_read_by_a_query_of_its_own(
     assert score_rows(synthetic_lake, small_first.run_id) == score_rows(
         synthetic_lake, whole.run_id
     )
+
+
+@given(
+    counts=st.lists(st.integers(1, 6), max_size=30),
+    cuts=st.lists(st.integers(1, 200), max_size=6),
+    size=st.integers(1, 7),
+)
+def test_rows_are_cut_into_chunks_of_whole_conversations(
+    counts: list[int], cuts: list[int], size: int
+):
+    # The rows of a sorted query arrive in batches that may split a conversation; each chunk
+    # a worker gets holds `size` whole conversations (the last fewer), in order, and reaches
+    # it as the same rows.
+    from spanscore.evaluation.run import _chunks, _shipped
+
+    ids = [f"c{i:02d}" for i, n in enumerate(counts) for _ in range(n)]
+    table = pa.table({"conversation_id": ids, "row": list(range(len(ids)))})
+    bounds = sorted({0, len(ids), *(c for c in cuts if c < len(ids))})
+    parts = [table.slice(a, z - a) for a, z in itertools.pairwise(bounds)]
+    batches = [b for part in parts for b in part.to_batches()]
+    chunks = list(_chunks(iter(batches), size))
+    assert [r for c in chunks for r in c.column("row").to_pylist()] == list(range(len(ids)))
+    per_chunk = [len(set(c.column("conversation_id").to_pylist())) for c in chunks]
+    assert all(n == size for n in per_chunk[:-1])
+    assert all(0 < n <= size for n in per_chunk[-1:])
+    shipped = [pa.ipc.open_stream(_shipped(c)).read_all() for c in chunks]
+    assert [s.to_pylist() for s in shipped] == [c.to_pylist() for c in chunks]
 
 
 def test_sampling_is_deterministic_and_near_the_rate():

@@ -41,6 +41,7 @@ from typing import Any
 import duckdb
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spanscore.lake import (
     ALIAS,
@@ -1200,8 +1201,10 @@ def _chunks(reader: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
         table = pa.Table.from_batches([batch])
         if carry is not None:
             table = pa.concat_tables([carry, table])
-        ids = table.column(0).to_pylist()
-        starts = [0] + [i for i in range(1, len(ids)) if ids[i] != ids[i - 1]]
+        # where the conversation id changes, found by Arrow (not a Python list of every id)
+        ids = table.column(0).combine_chunks()
+        changes = pc.indices_nonzero(pc.not_equal(ids[1:], ids[:-1])).to_pylist()
+        starts = [0, *(i + 1 for i in changes)]
         # The last conversation may go on in the next batch: keep it back.
         while len(starts) > size:
             cut = starts[size]
