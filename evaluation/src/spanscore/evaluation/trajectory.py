@@ -199,9 +199,8 @@ def rows_of_chunks(
     attributes: Sequence[str] = (),
     stored: bool = True,
 ) -> Iterator[pa.RecordBatch]:
-    """`trajectory_rows` of each chunk of conversation ids in turn (each sorted, each chunk's
-    ids after the last chunk's), one query per chunk, the next queried by a thread while the
-    caller works on this one (`_prefetched`)."""
+    """`trajectory_rows` of each chunk of conversation ids (each sorted) in turn, one query per
+    chunk, the next queried by a thread while the caller works on this one (`_prefetched`)."""
     if not chunks:
         return iter(())
     keys = attribute_keys(attributes)
