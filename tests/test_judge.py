@@ -198,8 +198,9 @@ class ForwardingProxy:
 def test_a_proxy_in_the_environment_carries_the_judges_calls(
     llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
 ):
-    """The judge's aiohttp transport honours the proxy variables, as the default one does
-    (teams reach their provider through a corporate proxy)."""
+    """The judge honours the proxy variables (teams reach their provider through a corporate
+    proxy): where one is set for the endpoint, its calls go through aiohttp, which speaks to
+    proxies, instead of the judge's own transport."""
     proxy = ForwardingProxy()
     try:
         for name in ("NO_PROXY", "no_proxy"):

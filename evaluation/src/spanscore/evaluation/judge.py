@@ -40,8 +40,10 @@ import openai
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from .judge_http import judge_http_client
 from .schema_check import check_arguments
 
+OPENAI_URL = "https://api.openai.com/v1"  # the openai client's default base URL
 PROMPT_FORMAT = "1"  # bump when the way requests are built changes (part of every cache key)
 
 
@@ -485,19 +487,21 @@ class JudgeClient:
             "max_retries": 0,  # retries are ours: they honour the headers and the limit
             "timeout": self.config.timeout_s,
             "default_headers": self.config.headers or None,
-            # aiohttp under the openai client (its `aiohttp` extra): a third of the default
-            # transport's CPU per call, and its pool stays cheap with every call in flight on
-            # one client, where the default pool scans all its connections for each request.
-            "http_client": openai.DefaultAioHttpClient(timeout=self.config.timeout_s),
         }
         if self.config.is_azure():
-            endpoint = self.config.base_url or self._env.get("AZURE_OPENAI_ENDPOINT")
+            endpoint = self.config.base_url or self._env.get("AZURE_OPENAI_ENDPOINT") or ""
             return openai.AsyncAzureOpenAI(
-                azure_endpoint=endpoint or "",
+                azure_endpoint=endpoint,
                 api_version=self.config.api_version or self._env.get("OPENAI_API_VERSION"),
+                http_client=judge_http_client(endpoint, self.config.timeout_s),
                 **common,
             )
-        return openai.AsyncOpenAI(base_url=self.base_url(), **common)
+        base_url = self.base_url()
+        return openai.AsyncOpenAI(
+            base_url=base_url,
+            http_client=judge_http_client(base_url or OPENAI_URL, self.config.timeout_s),
+            **common,
+        )
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
