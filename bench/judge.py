@@ -105,13 +105,20 @@ def start_server(capacity: int, latency_ms: int) -> tuple[subprocess.Popen[bytes
 
 
 def openai_floor(
-    url: str, calls: int, concurrency: int, *, as_spanscore: bool, network: bool = True
+    url: str,
+    calls: int,
+    concurrency: int,
+    *,
+    as_spanscore: bool,
+    network: bool = True,
+    aiohttp: bool = False,
 ) -> tuple[float, float]:
     """(CPU ms per call, calls per second) of the bare `AsyncOpenAI` client: a judge-sized
     request (instructions, a transcript, a strict JSON Schema answer) `calls` times,
     `concurrency` at once (at most the server's capacity, so that no 429 is counted).
-    `as_spanscore`: the way spanscore calls it (the aiohttp transport, `client.post` with the
-    JSON returned as is); else the way most code does (`chat.completions.create` on the
+    `as_spanscore`: the way spanscore calls it (the judge's own transport, `client.post` with
+    the body as bytes and the JSON returned as is; `aiohttp`: on aiohttp instead, as it did
+    before it had its own); else the way most code does (`chat.completions.create` on the
     default transport). `network=False`: `client.post` on a transport that answers at once
     from memory with the server's own answer to the same request (its bytes and headers), so
     only the `openai` client's request building and answer reading are left: what any client
@@ -119,7 +126,10 @@ def openai_floor(
     import asyncio
 
     import httpx2
+    import orjson
     from openai import AsyncOpenAI, DefaultAioHttpClient
+
+    from spanscore.evaluation.judge_http import judge_http_client
 
     instructions = "# Metric: floor\nJudge the transcript below. " + "Rubric text. " * 100
     transcript = 'USER: where is my order?\nTOOL CALL 1: get_order({"id": 7})\n' * 40
@@ -168,18 +178,22 @@ def openai_floor(
 
     recorded = None if network else recorded_answer(body)  # before the timing starts
 
+    def encoded() -> bytes:
+        return orjson.dumps(body)
+
     async def run() -> None:
+        transport: httpx2.AsyncClient | None = None
         if recorded is not None:
-            transport: httpx2.AsyncClient | None = httpx2.AsyncClient(transport=recorded)
-        else:
-            transport = DefaultAioHttpClient() if as_spanscore else None
+            transport = httpx2.AsyncClient(transport=recorded)
+        elif as_spanscore:
+            transport = DefaultAioHttpClient() if aiohttp else judge_http_client(url, 600)
         client = AsyncOpenAI(base_url=url, api_key="bench", max_retries=20, http_client=transport)
         limit = asyncio.Semaphore(concurrency)
 
         async def one() -> None:
             async with limit:
                 if as_spanscore or not network:
-                    await client.post("/chat/completions", cast_to=object, body=body)
+                    await client.post("/chat/completions", cast_to=object, content=encoded())
                 else:
                     await client.chat.completions.create(**body)
 
@@ -261,18 +275,22 @@ def main() -> None:
         )
         floor_calls, floor_concurrency = min(calls, 5000) or 1000, max(1, args.capacity // 2)
         floor, _ = openai_floor(url, floor_calls, floor_concurrency, as_spanscore=True)
+        on_aiohttp, _ = openai_floor(
+            url, floor_calls, floor_concurrency, as_spanscore=True, aiohttp=True
+        )
         common, _ = openai_floor(url, floor_calls, floor_concurrency, as_spanscore=False)
         layer, _ = openai_floor(
             url, floor_calls, floor_concurrency, as_spanscore=True, network=False
         )
         print(
             f"  floor, the bare AsyncOpenAI client called as spanscore calls it: {floor:.3f} ms "
-            f"per call (spanscore's own share above it: {per_call - floor:.3f} ms); "
-            f"chat.completions.create on the default transport: {common:.3f} ms"
+            f"per call (spanscore's own share above it: {per_call - floor:.3f} ms); the same "
+            f"on aiohttp: {on_aiohttp:.3f} ms; chat.completions.create on the default "
+            f"transport: {common:.3f} ms"
         )
         print(
             f"  of the floor, the openai client alone (no network: answered from memory): "
-            f"{layer:.3f} ms, the aiohttp transport {floor - layer:.3f} ms; the openai client "
+            f"{layer:.3f} ms, the judge's transport {floor - layer:.3f} ms; the openai client "
             f"alone plus spanscore's own share: {layer + per_call - floor:.3f} ms, the least "
             f"any transport under the openai client would leave"
         )

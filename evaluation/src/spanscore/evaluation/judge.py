@@ -31,7 +31,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any, Literal
@@ -41,7 +41,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from .judge_http import judge_http_client
-from .schema_check import check_arguments
+from .schema_check import check_arguments, quick_check
 
 OPENAI_URL = "https://api.openai.com/v1"  # the openai client's default base URL
 PROMPT_FORMAT = "1"  # bump when the way requests are built changes (part of every cache key)
@@ -368,6 +368,13 @@ _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 def parse_json_answer(text: str) -> Any:
     """The JSON object in an answer: the whole text, else a fenced block, else the span from
     the first `{` to the last `}`. Raises ValueError when there is none."""
+    try:  # nearly every answer: the whole text
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if isinstance(value, dict):
+            return value
     candidates = [text.strip()]
     candidates += [m.strip() for m in _FENCE.findall(text)]
     start, end = text.find("{"), text.rfind("}")
@@ -396,7 +403,25 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """A JSON Schema made acceptable to strict structured output: every object closed and
     every property required (pydantic's schemas leave both open). Read-only result: the same
     few schemas are converted once."""
-    return _strict(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+    return _strict_and_check(schema)[0]
+
+
+# The schema objects of a run's requests are few and long-lived, and each request's answer is
+# checked against its schema: by identity first (the entry keeps the schema alive, so its id
+# is not reused), so that a call costs neither encoding it nor a full check of the answer.
+_BY_IDENTITY: dict[int, tuple[Mapping[str, Any], dict[str, Any], Any]] = {}
+
+
+def _strict_and_check(
+    schema: Mapping[str, Any],
+) -> tuple[dict[str, Any], Callable[[Any], bool] | None]:
+    entry = _BY_IDENTITY.get(id(schema))
+    if entry is None or entry[0] is not schema:
+        if len(_BY_IDENTITY) >= 1024:
+            _BY_IDENTITY.clear()
+        strict = _strict(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+        entry = _BY_IDENTITY[id(schema)] = (schema, strict, quick_check(strict))
+    return entry[1], entry[2]
 
 
 @lru_cache(maxsize=256)
@@ -445,6 +470,9 @@ class JudgeClient:
         self.limit = AdaptiveLimit(config.concurrency, start=min(config.concurrency, 8))
         self.stats = JudgeStats()
         self._client: openai.AsyncOpenAI | None = None
+        self._key_heads: dict[str, list[Any]] = {}
+        self._azure = config.is_azure()
+        self._prices: dict[str, Price | None] = {}
 
     # configuration
 
@@ -488,7 +516,7 @@ class JudgeClient:
             "timeout": self.config.timeout_s,
             "default_headers": self.config.headers or None,
         }
-        if self.config.is_azure():
+        if self._azure:
             endpoint = self.config.base_url or self._env.get("AZURE_OPENAI_ENDPOINT") or ""
             return openai.AsyncAzureOpenAI(
                 azure_endpoint=endpoint,
@@ -510,13 +538,16 @@ class JudgeClient:
 
     def cache_key(self, request: JudgeRequest) -> str:
         """Everything that changes the answer: endpoint family, model, parameters, request."""
-        model = self.config.model if request.kind == "chat" else self.config.embedding_model
-        params = (
-            [self.config.temperature, self.config.seed, self.config.max_tokens]
-            if request.kind == "chat"
-            else []
-        )
-        return _digest([PROMPT_FORMAT, self.config.family(), model, params, request.digest])
+        head = self._key_heads.get(request.kind)
+        if head is None:  # the same for every request of a kind (of this client)
+            chat = request.kind == "chat"
+            model = self.config.model if chat else self.config.embedding_model
+            params = (
+                [self.config.temperature, self.config.seed, self.config.max_tokens] if chat else []
+            )
+            head = [PROMPT_FORMAT, self.config.family(), model, params]
+            self._key_heads[request.kind] = head
+        return _digest([*head, request.digest])
 
     def body(self, request: JudgeRequest) -> dict[str, Any]:
         """The request body as sent (directly or as a Batch API line)."""
@@ -553,7 +584,10 @@ class JudgeClient:
         return body
 
     def cost(self, model: str, usage: Usage, batch: bool = False) -> float | None:
-        price = self.config.price(model)
+        try:
+            price = self._prices[model]
+        except KeyError:
+            price = self._prices[model] = self.config.price(model)
         if price is None:
             return None
         cached_price = price.cached_input if price.cached_input is not None else price.input
@@ -590,9 +624,11 @@ class JudgeClient:
         if request.schema is None:
             return {"text": content}
         value = parse_json_answer(content)
-        problems = check_arguments(value, strict_schema(request.schema))
-        if problems:
-            raise ValueError("the answer does not fit its schema: " + "; ".join(problems[:3]))
+        schema, fits = _strict_and_check(request.schema)
+        if fits is None or not fits(value):
+            problems = check_arguments(value, schema)
+            if problems:
+                raise ValueError("the answer does not fit its schema: " + "; ".join(problems[:3]))
         return value
 
     def usage(self, model: str, payload: Mapping[str, Any], batch: bool = False) -> Usage:
@@ -688,7 +724,10 @@ class JudgeClient:
         body = self.body(request)
         path = "/embeddings" if request.kind == "embedding" else "/chat/completions"
         # `object`: the parsed JSON as is, no response model built (little client CPU per call).
-        payload = await client.post(path, cast_to=object, body=body)
+        if self._azure:  # Azure's client reads the model from the body to route the call
+            payload = await client.post(path, cast_to=object, body=body)
+        else:  # bytes: the client neither copies the body nor encodes it again
+            payload = await client.post(path, cast_to=object, content=orjson.dumps(body))
         if not isinstance(payload, dict):
             raise ValueError(f"the answer is not a JSON object: {str(payload)[:80]!r}")
         return payload

@@ -323,7 +323,8 @@ class JudgeTransport(httpx2.AsyncBaseTransport):
         tls = None
         if scheme == "https":
             if self._ssl is None:
-                self._ssl = httpx2.create_ssl_context()  # certifi, SSL_CERT_FILE, SSL_CERT_DIR
+                # as httpx's own: SSL_CERT_FILE, SSL_CERT_DIR, else the system's certificates
+                self._ssl = httpx2.create_ssl_context()
             tls = self._ssl
         sni = request.extensions.get("sni_hostname") or host
         loop = asyncio.get_running_loop()
