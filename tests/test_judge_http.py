@@ -191,9 +191,12 @@ class RawServer:
         *,
         close_after: bool = False,
         tls: ssl.SSLContext | None = None,
+        piece: int = 97,
+        pace_s: float = 0.0,
     ) -> None:
         self.answer = answer
         self.close_after = close_after
+        self.piece, self.pace_s = piece, pace_s
         self.tls = tls
         self.connections = 0
         self.requests: list[tuple[bytes, bytes]] = []
@@ -256,8 +259,13 @@ class RawServer:
                     while conn.recv(65536):
                         pass
                     return
-                for start in range(0, len(raw), 97):
-                    conn.sendall(raw[start : start + 97])
+                for start in range(0, len(raw), self.piece):
+                    if self.pace_s and self._stop.wait(self.pace_s):
+                        return
+                    try:
+                        conn.sendall(raw[start : start + self.piece])
+                    except OSError:
+                        return  # the client gave up
                 if self.close_after or raw.startswith(b"HTTP/1.0"):
                     return
 
@@ -356,6 +364,14 @@ def test_answers_that_never_complete_become_the_openai_clients_errors(
     server = serve(lambda head, body: raw, close_after=True)
     [result] = call_all(server.url, 1, 1, timeout=1.0)
     assert isinstance(result, error), repr(result)
+
+
+def test_an_answer_trickling_in_is_cut_at_the_timeout(serve: Callable[..., RawServer]):
+    """Every byte comes before the last one is late, but the whole answer is: a provider that
+    trickles cannot hold a judge call past its timeout."""
+    server = serve(ok(), piece=1, pace_s=0.2)
+    [result] = call_all(server.url, 1, 1, timeout=1.0)
+    assert isinstance(result, openai.APITimeoutError), repr(result)
 
 
 def test_a_cancelled_request_closes_its_connection_and_the_next_one_works(

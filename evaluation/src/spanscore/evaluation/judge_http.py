@@ -9,6 +9,10 @@ until-close bodies, TLS through the event loop, idle connections reused for `kee
 Redirects and decompression stay in httpx above it, retries in the judge. Proxies are not
 handled here: `judge_http_client` keeps aiohttp when the environment routes the endpoint
 through one.
+
+The `read` timeout bounds the whole answer, from the moment the request is written to the
+answer's last byte (httpx's own transports bound each read instead): a provider that
+trickles bytes cannot hold a judge call past its timeout.
 """
 
 from __future__ import annotations

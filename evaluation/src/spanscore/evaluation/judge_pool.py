@@ -363,7 +363,9 @@ class JudgeRunner:
             for url, lines in sorted(by_endpoint.items()):
                 data = b"\n".join(lines) + b"\n"
                 uploaded = await client.files.create(
-                    file=("spanscore-judge.jsonl", io.BytesIO(data)), purpose="batch"
+                    file=("spanscore-judge.jsonl", io.BytesIO(data)),
+                    purpose="batch",
+                    timeout=self._file_timeout_s(),
                 )
                 batch = await client.batches.create(
                     input_file_id=uploaded.id,
@@ -399,10 +401,19 @@ class JudgeRunner:
                 time.sleep(self.config.batch_poll_s)
             statuses[batch_id] = batch.status
             if batch.output_file_id:
-                content = self._call(self.client.client().files.content(batch.output_file_id))
+                content = self._call(
+                    self.client.client().files.content(
+                        batch.output_file_id, timeout=self._file_timeout_s()
+                    )
+                )
                 self._store_batch_output(content.read(), requests)
         self.flush()
         return statuses
+
+    def _file_timeout_s(self) -> float:
+        """A batch file's transfer gets at least ten minutes: the judge's transport times the
+        whole answer, and a batch file is up to 200 MB where a judge's answer is a few kB."""
+        return max(600.0, self.config.timeout_s)
 
     def _store_batch_output(self, data: bytes, requests: Mapping[str, JudgeRequest]) -> None:
         for line in data.splitlines():
