@@ -272,12 +272,12 @@ class JudgeTransport(httpx2.AsyncBaseTransport):
             body = request.content
         except httpx2.RequestNotRead:  # a streamed body (a Batch API upload): read it whole
             body = await request.aread()
+        headers = request.headers
+        if body and "content-length" not in headers:  # a read stream: sent with its length
+            headers.pop("transfer-encoding", None)
+            headers["Content-Length"] = str(len(body))
         lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), url.raw_path)]
-        lines.extend(b"%s: %s" % pair for pair in request.headers.raw)
-        if body and "content-length" not in request.headers:
-            request.headers.pop("transfer-encoding", None)
-            lines = [line for line in lines if not line.lower().startswith(b"transfer-encoding:")]
-            lines.append(b"Content-Length: %d" % len(body))
+        lines.extend(b"%s: %s" % pair for pair in headers.raw)
         head = b"\r\n".join(lines) + b"\r\n\r\n"
         is_head = request.method == "HEAD"
         for attempt in (1, 2):

@@ -3,9 +3,9 @@
 - Header, gates, baseline changes and plots are rendered here, as static HTML and inline SVG;
   every string from the lake goes through `html.escape`.
 - The conversations are one columnar JSON document in a `<script type="application/json">`
-  block (`<`, `>`, `&` and the JavaScript line separators escaped as `\\uXXXX`, so no value can
-  close the block); the page's script filters, sorts and pages them and never puts data into
-  `innerHTML`.
+  block (`<`, `>`, `&` and the JavaScript line separators written as `\\u003c`-style
+  escapes, so no value can close the block); the page's script filters, sorts and pages them
+  and never puts data into `innerHTML`.
 - Trajectories are gzip-compressed JSON in chunks of `chunk_size` conversations (base64), each
   decompressed by the browser only when one of its conversations is opened: a 10,000
   conversation report opens without parsing any of them.
