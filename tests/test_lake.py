@@ -130,6 +130,37 @@ def test_a_version_7_lake_stores_its_conversations_resolved(lake_dir: Path) -> N
     con.close()
 
 
+def _inlining(con: duckdb.DuckDBPyConnection) -> str | None:
+    rows = con.execute(
+        "SELECT value FROM ducklake_options('lake') WHERE option_name = 'data_inlining_row_limit'"
+    ).fetchall()
+    return rows[0][0] if rows else None
+
+
+def test_small_commits_are_written_to_files_not_inlined(
+    lake_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Inlined rows can be missed by a query that runs while maintenance flushes them (see
+    # test_readers_see_every_conversation_while_maintenance_runs): a lake, new or migrated
+    # from version 9, inlines nothing.
+    con = connect(lake_dir, create=True)
+    assert _inlining(con) == "0"
+    con.execute("INSERT INTO spans (trace_id, span_id, name) VALUES ('t', 's', 'one span')")
+    assert con.execute("SELECT count(*) FROM ducklake_list_files('lake', 'spans')").fetchall() == [
+        (1,)
+    ]
+    con.close()
+    with monkeypatch.context() as version_9:
+        version_9.setattr(schema, "SCHEMA_VERSION", 9)
+        con = connect(lake_dir.with_name("v9"), create=True)
+        assert _inlining(con) is None  # DuckLake's default: up to 10 rows inlined
+        con.close()
+    con = connect(lake_dir.with_name("v9"))
+    assert lake.schema_version(con) == schema.SCHEMA_VERSION
+    assert _inlining(con) == "0"
+    con.close()
+
+
 def test_a_version_1_lake_gains_the_message_columns(lake_dir: Path) -> None:
     # Rebuild what spanscore 0.1's first schema looked like: spans without the columns of v2.
     con = connect(lake_dir, create=True)

@@ -328,7 +328,8 @@ def test_files_a_running_evaluation_may_still_read_are_not_deleted(tmp_path: Pat
 
         con.execute("UPDATE eval_runs SET status = 'succeeded' WHERE run_id = 'r'")
         done = lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=0)
-        assert done["files_deleted"] == 30  # once the run ended
+        # Once the run ended: the 30, and the file of the `eval_runs` row the UPDATE replaced.
+        assert done["files_deleted"] == 31
         assert [p for p in listed if p.exists()] == []
     finally:
         con.close()
