@@ -293,9 +293,16 @@ def serve() -> Iterator[Callable[..., RawServer]]:
         server.close()
 
 
-def call_all(url: str, n: int, concurrency: int, timeout: float = 30.0) -> list[Any]:
+def call_all(
+    url: str,
+    n: int,
+    concurrency: int,
+    timeout: float = 30.0,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> list[Any]:
     """`n` POSTs through the real `openai` client on the judge's http client, `concurrency`
-    at once; each result is the parsed JSON or the exception."""
+    at once, on a loop of `loop_factory` (default asyncio's); each result is the parsed JSON
+    or the exception."""
 
     async def run() -> list[Any]:
         http = judge_http_client(url, timeout)
@@ -314,7 +321,8 @@ def call_all(url: str, n: int, concurrency: int, timeout: float = 30.0) -> list[
         finally:
             await client.close()
 
-    return asyncio.run(run())
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(run())
 
 
 def test_connections_are_kept_and_reused(serve: Callable[..., RawServer]):
@@ -325,6 +333,17 @@ def test_connections_are_kept_and_reused(serve: Callable[..., RawServer]):
     assert server.connections <= 1 + 6
     bodies = sorted(json.loads(body)["n"] for _, body in server.requests[40:])
     assert bodies == list(range(60))  # each request sent once, with its own body
+
+
+def test_the_transport_runs_on_uvloop(serve: Callable[..., RawServer]):
+    # The judge's loop comes from the event-loop policy: an application that installed
+    # uvloop's gets uvloop, whose transports are not `asyncio.Transport` subclasses and whose
+    # `create_connection` returns before `connection_made` is called.
+    import uvloop
+
+    server = serve(ok())
+    assert call_all(server.url, 30, 4, loop_factory=uvloop.new_event_loop) == [ANSWER] * 30
+    assert server.connections <= 4
 
 
 def test_a_connection_dropped_while_idle_is_replaced_and_the_request_sent_once(

@@ -22,6 +22,7 @@ import collections
 import ssl
 import time
 import urllib.request
+from typing import cast
 
 import httpx2
 
@@ -77,8 +78,8 @@ class _Connection(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # (uvloop's transports are not `asyncio.Transport` subclasses, only alike)
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None:
@@ -333,7 +334,7 @@ class JudgeTransport(httpx2.AsyncBaseTransport):
         sni = request.extensions.get("sni_hostname") or host
         loop = asyncio.get_running_loop()
         try:
-            _, connection = await asyncio.wait_for(
+            transport, connection = await asyncio.wait_for(
                 loop.create_connection(
                     lambda: _Connection(loop),
                     host,
@@ -348,6 +349,8 @@ class JudgeTransport(httpx2.AsyncBaseTransport):
             raise httpx2.ConnectTimeout(f"no connection to {host}:{port} in {seconds} s") from None
         except OSError as exc:
             raise httpx2.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+        # uvloop hands the connection over before it calls `connection_made`
+        connection.connection_made(transport)
         self._open.add(connection)
         return connection, False
 
