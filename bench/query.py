@@ -441,7 +441,7 @@ def time_query(
     rows = 0
     while len(fresh) < runs:
         started = time.perf_counter()
-        con = connect(lake_dir)
+        con = connect(lake_dir, read_only=True)  # as `spanscore sql` opens it
         connects.append(time.perf_counter() - started)
         try:
             seconds, rows = _run(con, query, conversation)
@@ -451,7 +451,7 @@ def time_query(
         if fresh[0] > SLOW_S:
             runs = min(runs, SLOW_RUNS)  # enough for a median of a slow query
     warm: list[float] = []
-    con = connect(lake_dir)
+    con = connect(lake_dir, read_only=True)
     try:
         _run(con, query, conversation)  # warm-up, untimed
         for _ in range(runs):

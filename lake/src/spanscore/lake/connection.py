@@ -382,6 +382,12 @@ def connect(
     con = duckdb.connect(config=config)
     try:
         con.execute("SET enable_progress_bar = false")  # it would print into query output
+        if read_only or snapshot is not None:
+            # Readers (`spanscore sql`, the report, an evaluation's workers) query the same
+            # files again and again: keep their Parquet footers and bloom filters parsed (a
+            # tenth off one conversation from a view). Not for the long-running writers, whose
+            # cache would hold every file compaction has since deleted.
+            con.execute("SET parquet_metadata_cache = true")
         load_extension(con, "postgres_scanner" if location.is_postgres else "sqlite_scanner")
         load_extension(con, "ducklake")
         if location.is_postgres or _is_remote(location.data_path):
