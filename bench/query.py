@@ -5,16 +5,17 @@ The requirement it measures: "A query for one conversation's spans in a lake of 
 answers in under a second". What it does, in one run:
 
 1. **Big lake**: builds a lake of ``--spans`` (5,000,000) synthetic agent spans in commits of
-   ``--commit-rows`` (250,000; standing for the collector's group commits after compaction)
-   with ``INSERT INTO spans ... SELECT ... FROM range(...)`` in DuckDB SQL. Every column of
-   ``schema.SPANS`` gets a value of its type (or NULL where a real span has none):
+   ``--commit-rows`` (250,000; standing for the files compaction writes: each sorted by
+   conversation and time, in row groups of ``schema.SPANS_ROW_GROUP`` spans)
+   with ``INSERT INTO spans ... SELECT ... FROM range(...) ORDER BY ...`` in DuckDB SQL.
+   Every column of ``schema.SPANS`` gets a value of its type (or NULL where a real span has none):
    ~10 spans per conversation (``conv-<16 hex>`` ids, so ~500,000 conversations), 32/16-hex
    trace/span ids, ``invoke_agent``/``chat``/``execute_tool`` spans of six agents, four models and
    eight tools, ~200-byte tool arguments, ~500-byte tool results, ~850-byte attribute JSON, start
    times over 7 days and an increasing ``ingest_time``. Conversations interleave as in real
    traffic: by default a conversation's spans land anywhere in the lake (uniform random, the
-   hardest case: every Parquet row group holds ~110,000 distinct conversation ids, too many for
-   the Parquet writer's dictionaries and so for bloom filters); ``--in-flight N`` keeps only N
+   hardest case: every file holds spans of nearly every conversation, so no bloom filter can
+   skip one, and only a row group's min/max narrows the read); ``--in-flight N`` keeps only N
    conversations open at once (their spans then lie within N * 10 consecutive spans).
    Prints the build rate, data file count and size.
 2. **Point queries** on that lake for one conversation picked at random (``--seed``):
@@ -37,17 +38,17 @@ answers in under a second". What it does, in one run:
    printed. The lake the collector writes is this one: ``--fragmented-spans 5000000
    --small-commit-rows 5000 --in-flight 10000`` is 5 million spans of 2,000 spans/s traffic
    with conversations that last a minute or so, after maintenance.
-4. ``--try-sorted`` (off by default; adds one to two minutes at 5M spans): the scratch
-   experiment for making (a) fast when conversations are spread out. It runs
-   ``ALTER TABLE spans SET SORTED BY (conversation_id)`` on the big lake, then ``maintain``
-   (whose file merge rewrites the data sorted, so each row group covers a narrow range of ids
-   and the Parquet reader skips the others by their min/max), and times the point queries again.
-
-5. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
+4. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
    (for example ``HEAD~1``), side by side with today's on the big lake, in the same run: one
    conversation (warm, median of ``--runs``) and a full read of each view into Arrow (twice each,
    alternating, so that a drift of the machine's speed hits both). What "no slower than before"
    is measured with when a view's definition changes.
+
+5. ``--compare-layout`` (off by default; adds a copy of the fragmented lake and a minute or
+   two): the layout compaction writes (``spans`` sorted by conversation and time in row groups
+   of ``schema.SPANS_ROW_GROUP`` spans, schema version 11) against the one before it (unsorted,
+   DuckDB's 122,880-span row groups): a copy of the fragmented lake is compacted the earlier
+   way and the views are timed on both, as ``--baseline-views`` does.
 
 A summary table ends the run. Figures are printed, never asserted: the 1 s target is shown for
 context only, next to the full scan of the same lake as a baseline.
@@ -57,8 +58,8 @@ Run (from the repository root)::
     .venv/bin/python bench/query.py                   # default: 5M-span lake, 3-4 min, 2 CPUs
     .venv/bin/python bench/query.py --quick           # 500k spans, smoke test
     .venv/bin/python bench/query.py --in-flight 250   # conversations close together in the lake
-    .venv/bin/python bench/query.py --try-sorted      # plus the sorted-compaction experiment
     .venv/bin/python bench/query.py --baseline-views HEAD~1   # views against an earlier version
+    .venv/bin/python bench/query.py --compare-layout  # compaction's layout against the earlier one
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -302,12 +304,17 @@ def unfilled_columns() -> list[str]:
     return [c.name for c in schema.SPANS if c.name not in VALUES]
 
 
-def insert_sql(layout: Layout, lo: int, hi: int) -> str:
+def insert_sql(layout: Layout, lo: int, hi: int, *, ordered: bool = False) -> str:
+    """Spans `lo` to `hi` of the layout; `ordered`: in the order compaction writes them."""
     names = ", ".join(schema.quote_identifier(c.name) for c in schema.SPANS)
     select = ",\n    ".join(
         f"CAST({VALUES.get(c.name, 'NULL')} AS {c.sql_type})" for c in schema.SPANS
     )
-    return f"INSERT INTO spans ({names})\n{_source_sql(layout, lo, hi)}\nSELECT {select}\nFROM s"
+    order = f"\nORDER BY {schema.SPANS_SORTED_BY}" if ordered else ""
+    return (
+        f"INSERT INTO spans ({names})\n{_source_sql(layout, lo, hi)}\n"
+        f"SELECT {select}\nFROM s{order}"
+    )
 
 
 def conversation_at(con: duckdb.DuckDBPyConnection, layout: Layout, i: int) -> str:
@@ -324,15 +331,19 @@ class Built:
         return spans / self.seconds if self.seconds else 0.0
 
 
-def build_lake(lake_dir: Path, layout: Layout, commit_rows: int, label: str) -> Built:
-    """Fill a new lake, one DuckLake transaction (one data file) per `commit_rows` spans."""
+def build_lake(
+    lake_dir: Path, layout: Layout, commit_rows: int, label: str, *, ordered: bool = False
+) -> Built:
+    """Fill a new lake, one DuckLake transaction (one data file) per `commit_rows` spans,
+    each sorted as compaction sorts a file it writes (`ordered`) or as they arrived."""
     con = connect(lake_dir, create=True)
     commits = 0
     started = time.perf_counter()
     next_report = started + 15.0
     try:
         for lo in range(0, layout.spans, commit_rows):
-            con.execute(insert_sql(layout, lo, min(layout.spans, lo + commit_rows)))
+            hi = min(layout.spans, lo + commit_rows)
+            con.execute(insert_sql(layout, lo, hi, ordered=ordered))
             commits += 1
             if time.perf_counter() > next_report:
                 done = min(layout.spans, lo + commit_rows)
@@ -531,7 +542,7 @@ def big_lake(
         f"(a conversation's spans within {layout.window:,} consecutive spans)",
         flush=True,
     )
-    built = build_lake(lake_dir, layout, args.commit_rows, "big lake")
+    built = build_lake(lake_dir, layout, args.commit_rows, "big lake", ordered=True)
     state = open_state(lake_dir)
     print(
         f"  built in {built.seconds:.1f}s: {built.rate(layout.spans):,.0f} spans/s, "
@@ -547,7 +558,9 @@ def big_lake(
     return timings, lake_dir, layout, conversation
 
 
-def fragmented_lake(args: argparse.Namespace, workdir: Path, rng: random.Random) -> list[Timing]:
+def fragmented_lake(
+    args: argparse.Namespace, workdir: Path, rng: random.Random
+) -> tuple[list[Timing], list[ViewComparison]]:
     layout = Layout(args.fragmented_spans, args.in_flight)
     lake_dir = workdir / "fragmented"
     print(
@@ -564,10 +577,20 @@ def fragmented_lake(args: argparse.Namespace, workdir: Path, rng: random.Random)
     before = open_state(lake_dir)
     _print_state("before maintain", before)
     print(f"  conversation {conversation}:", flush=True)
+    comparisons: list[ViewComparison] = []
     timings = [
         time_query(lake_dir, "fragmented", QUERY[k], conversation, args.runs, before.files)
         for k in ("a", "b", "c", "d", "scan")
     ]
+    earlier_dir = workdir / "fragmented-earlier-layout"
+    if args.compare_layout:
+        copy_lake(lake_dir, earlier_dir)
+        con = connect(earlier_dir)
+        for statement in EARLIER_LAYOUT:
+            con.execute(statement)
+        con.close()
+        seconds, _ = run_maintain(earlier_dir)
+        print(f"  a copy compacted to the earlier layout in {seconds:.1f}s", flush=True)
     seconds, done = run_maintain(lake_dir)
     print(
         f"  maintain(expire_older_than_s=0, delete_older_than_s=0) took {seconds:.1f}s: "
@@ -580,34 +603,10 @@ def fragmented_lake(args: argparse.Namespace, workdir: Path, rng: random.Random)
         time_query(lake_dir, "compacted", QUERY[k], conversation, args.runs, after.files)
         for k in ("a", "b", "c", "d", "scan")
     ]
-    return timings
-
-
-def sorted_experiment(
-    args: argparse.Namespace, lake_dir: Path, conversation: str
-) -> tuple[list[Timing], float]:
-    print(
-        "\n== experiment: ALTER TABLE spans SET SORTED BY (conversation_id), then maintain",
-        flush=True,
-    )
-    con = connect(lake_dir)
-    try:
-        con.execute("ALTER TABLE spans SET SORTED BY (conversation_id ASC)")
-    finally:
-        con.close()
-    seconds, done = run_maintain(lake_dir)
-    print(
-        f"  maintain took {seconds:.1f}s: " + ", ".join(f"{k} {v:,}" for k, v in done.items()),
-        flush=True,
-    )
-    state = open_state(lake_dir)
-    _print_state("lake", state)
-    print(f"  conversation {conversation}:", flush=True)
-    timings = [
-        time_query(lake_dir, "big, sorted", QUERY[k], conversation, args.runs, state.files)
-        for k in ("a", "b", "c", "d", "scan")
-    ]
-    return timings, seconds
+    if args.compare_layout:
+        comparisons = compare_layouts(lake_dir, earlier_dir, conversation, args.runs)
+        shutil.rmtree(earlier_dir)
+    return timings, comparisons
 
 
 # --- the views against an earlier definition ---------------------------------------------------
@@ -648,6 +647,47 @@ class ViewComparison:
     rows: tuple[int, int]  # rows of the full read: the two definitions must agree
 
 
+def _compare(
+    name: str,
+    baseline: tuple[duckdb.DuckDBPyConnection, str],
+    today: tuple[duckdb.DuckDBPyConnection, str],
+    conversation: str,
+    runs: int,
+) -> ViewComparison:
+    """One view, read as `baseline` and as `today` (a connection and the view's name there):
+    one conversation, warm, median of `runs`; and two full reads into Arrow each, alternating,
+    so that a drift of the machine's speed hits both."""
+    point = []
+    for con, view in (baseline, today):
+        sql = f"SELECT * FROM {view} WHERE conversation_id = ?"
+        con.execute(sql, [conversation]).fetchall()  # warm-up, untimed
+        times = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            con.execute(sql, [conversation]).fetchall()
+            times.append(time.perf_counter() - started)
+        point.append(statistics.median(times))
+    scans: tuple[list[float], list[float]] = ([], [])
+    rows = [0, 0]
+    for _ in range(2):
+        for i, (con, view) in enumerate((baseline, today)):
+            started = time.perf_counter()
+            rows[i] = con.execute(f"SELECT * FROM {view}").to_arrow_table().num_rows
+            scans[i].append(time.perf_counter() - started)
+    return ViewComparison(name, (point[0], point[1]), scans, (rows[0], rows[1]))
+
+
+def _print_comparison(c: ViewComparison, baseline: str) -> None:
+    print(
+        f"  {c.view:<14} one conversation (warm): {_ms(c.point_s[0])} {baseline}, "
+        f"{_ms(c.point_s[1])} today   full read: "
+        f"{', '.join(_ms(x) for x in c.scan_s[0])} {baseline}, "
+        f"{', '.join(_ms(x) for x in c.scan_s[1])} today "
+        f"({c.rows[0]:,} / {c.rows[1]:,} rows)",
+        flush=True,
+    )
+
+
 def compare_views(lake_dir: Path, conversation: str, rev: str, runs: int) -> list[ViewComparison]:
     print(f"\n== the views against their definitions at {rev} (same lake, same run)", flush=True)
     baseline = baseline_views(rev)
@@ -657,51 +697,66 @@ def compare_views(lake_dir: Path, conversation: str, rev: str, runs: int) -> lis
         for name, body in baseline.items():
             con.execute(f"CREATE TEMP VIEW baseline_{name} AS {body}")
         for name in schema.VIEWS:
-            if name not in baseline:
-                continue
-            point = []
-            for view in (f"baseline_{name}", name):
-                sql = f"SELECT * FROM {view} WHERE conversation_id = ?"
-                con.execute(sql, [conversation]).fetchall()  # warm-up, untimed
-                times = []
-                for _ in range(runs):
-                    started = time.perf_counter()
-                    con.execute(sql, [conversation]).fetchall()
-                    times.append(time.perf_counter() - started)
-                point.append(statistics.median(times))
-            scans: tuple[list[float], list[float]] = ([], [])
-            rows = [0, 0]
-            for _ in range(2):
-                for i, view in enumerate((f"baseline_{name}", name)):
-                    started = time.perf_counter()
-                    rows[i] = con.execute(f"SELECT * FROM {view}").to_arrow_table().num_rows
-                    scans[i].append(time.perf_counter() - started)
-            comparison = ViewComparison(name, (point[0], point[1]), scans, (rows[0], rows[1]))
-            results.append(comparison)
-            print(
-                f"  {name:<14} one conversation (warm): {_ms(point[0])} at {rev}, "
-                f"{_ms(point[1])} today   full read: "
-                f"{', '.join(_ms(x) for x in scans[0])} at {rev}, "
-                f"{', '.join(_ms(x) for x in scans[1])} today "
-                f"({rows[0]:,} / {rows[1]:,} rows)",
-                flush=True,
-            )
+            if name in baseline:
+                results.append(
+                    _compare(name, (con, f"baseline_{name}"), (con, name), conversation, runs)
+                )
+                _print_comparison(results[-1], f"at {rev}")
     finally:
         con.close()
     return results
 
 
-def print_view_comparison(results: list[ViewComparison], rev: str) -> None:
-    print(f"\nViews today against {rev} (ratio = today / {rev}; under 1 is faster)")
+# The layout compaction wrote before schema version 11: unsorted, DuckDB's default row groups.
+EARLIER_LAYOUT = (
+    "ALTER TABLE spans RESET SORTED BY",
+    "CALL lake.set_option('parquet_row_group_size', 122880)",
+)
+
+
+def copy_lake(source: Path, target: Path) -> None:
+    """A copy of an embedded lake that reads and writes its own files: the catalog names the
+    data directory by its absolute path, which the copy's must name the copy's."""
+    shutil.copytree(source, target)
+    catalog = sqlite3.connect(target / "catalog.sqlite")
+    try:
+        with catalog:
+            catalog.execute(
+                "UPDATE ducklake_metadata SET value = ? WHERE key = 'data_path'",
+                [f"{target / 'data'}{os.sep}"],
+            )
+    finally:
+        catalog.close()
+
+
+def compare_layouts(
+    lake_dir: Path, earlier_dir: Path, conversation: str, runs: int
+) -> list[ViewComparison]:
+    """The views on `lake_dir` against the same spans compacted as before version 11."""
+    print("\n== the views on this layout against the earlier one (same spans, same run)")
+    earlier, today = connect(earlier_dir, read_only=True), connect(lake_dir, read_only=True)
+    results = []
+    try:
+        for name in schema.VIEWS:
+            results.append(_compare(name, (earlier, name), (today, name), conversation, runs))
+            _print_comparison(results[-1], "on the earlier layout")
+    finally:
+        earlier.close()
+        today.close()
+    return results
+
+
+def print_view_comparison(results: list[ViewComparison], baseline: str) -> None:
+    print(f"\nViews today against {baseline} (ratio = today / {baseline}; under 1 is faster)")
     print(
-        f"{'view':<16}{'point, ' + rev:>16}{'today':>10}{'ratio':>8}"
-        f"{'full read, ' + rev:>22}{'today':>10}{'ratio':>8}"
+        f"{'view':<16}{'point, ' + baseline:>24}{'today':>10}{'ratio':>8}"
+        f"{'full read, ' + baseline:>28}{'today':>10}{'ratio':>8}"
     )
     for r in results:
         before, after = statistics.mean(r.scan_s[0]), statistics.mean(r.scan_s[1])
         print(
-            f"{r.view:<16}{_ms(r.point_s[0]):>16}{_ms(r.point_s[1]):>10}"
-            f"{r.point_s[1] / r.point_s[0]:>8.2f}{_ms(before):>22}{_ms(after):>10}"
+            f"{r.view:<16}{_ms(r.point_s[0]):>24}{_ms(r.point_s[1]):>10}"
+            f"{r.point_s[1] / r.point_s[0]:>8.2f}{_ms(before):>28}{_ms(after):>10}"
             f"{after / before:>8.2f}" + ("" if r.rows[0] == r.rows[1] else "   ROWS DIFFER")
         )
 
@@ -747,14 +802,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=1, help="picks the conversation queried")
     parser.add_argument(
-        "--try-sorted",
-        action="store_true",
-        help="also sort the big lake by conversation_id on compaction and time it again",
-    )
-    parser.add_argument(
         "--baseline-views",
         metavar="REV",
         help="also time the views as defined at this git revision, beside today's",
+    )
+    parser.add_argument(
+        "--compare-layout",
+        action="store_true",
+        help="also compact a copy of the fragmented lake as before schema version 11 "
+        "(unsorted, 122,880-row groups) and time the views on both",
     )
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 500,000 + 100,000 spans, 3 runs"
@@ -839,18 +895,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unfilled:
             print(f"  columns this benchmark leaves NULL: {', '.join(unfilled)}")
         timings, lake_dir, _layout, conversation = big_lake(args, workdir, rng)
-        timings += fragmented_lake(args, workdir, rng)
-        comparison = (  # before the sorted experiment changes the lake
+        fragmented_timings, layouts = fragmented_lake(args, workdir, rng)
+        timings += fragmented_timings
+        comparison = (
             compare_views(lake_dir, conversation, args.baseline_views, args.runs)
             if args.baseline_views
             else []
         )
-        if args.try_sorted:
-            sorted_timings, _ = sorted_experiment(args, lake_dir, conversation)
-            timings += sorted_timings
         print_summary(timings, args)
         if comparison:
-            print_view_comparison(comparison, args.baseline_views)
+            print_view_comparison(comparison, f"at {args.baseline_views}")
+        if layouts:
+            print_view_comparison(layouts, "earlier layout")
         print(
             f"\n(total run time {time.perf_counter() - started:.0f}s; load average now {_load()}: "
             "other work on the machine shows up in these timings)"
