@@ -308,7 +308,8 @@ def insert_sql(layout: Layout, lo: int, hi: int, *, ordered: bool = False) -> st
     """Spans `lo` to `hi` of the layout; `ordered`: in the order compaction writes them."""
     names = ", ".join(schema.quote_identifier(c.name) for c in schema.SPANS)
     select = ",\n    ".join(
-        f"CAST({VALUES.get(c.name, 'NULL')} AS {c.sql_type})" for c in schema.SPANS
+        f"CAST({VALUES.get(c.name, 'NULL')} AS {c.sql_type}) AS {schema.quote_identifier(c.name)}"
+        for c in schema.SPANS
     )
     order = f"\nORDER BY {schema.SPANS_SORTED_BY}" if ordered else ""
     return (
