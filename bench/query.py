@@ -37,7 +37,10 @@ answers in under a second". What it does, in one run:
    data file and snapshot counts before and after, and how long ``maintain`` took, are
    printed. The lake the collector writes is this one: ``--fragmented-spans 5000000
    --small-commit-rows 5000 --in-flight 10000`` is 5 million spans of 2,000 spans/s traffic
-   with conversations that last a minute or so, after maintenance.
+   with conversations that last a minute or so, after maintenance. Then ``--recent-spans``
+   (600,000) more spans are committed the same way and (a) to (d) timed once more: the lake
+   between two of the collector's maintenance runs (5 minutes apart by default, at 2,000
+   spans/s), its past compacted and the last minutes in small files.
 4. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
    (for example ``HEAD~1``), side by side with today's on the big lake, in the same run: one
    conversation (warm, median of ``--runs``) and a full read of each view into Arrow (twice each,
@@ -333,21 +336,29 @@ class Built:
 
 
 def build_lake(
-    lake_dir: Path, layout: Layout, commit_rows: int, label: str, *, ordered: bool = False
+    lake_dir: Path,
+    layout: Layout,
+    commit_rows: int,
+    label: str,
+    *,
+    ordered: bool = False,
+    spans: range | None = None,
 ) -> Built:
-    """Fill a new lake, one DuckLake transaction (one data file) per `commit_rows` spans,
-    each sorted as compaction sorts a file it writes (`ordered`) or as they arrived."""
+    """Fill a lake (new, or go on with one) with the layout's `spans` (all of them by default),
+    one DuckLake transaction (one data file) per `commit_rows` spans, each sorted as compaction
+    sorts a file it writes (`ordered`) or as they arrived."""
+    spans = spans if spans is not None else range(layout.spans)
     con = connect(lake_dir, create=True)
     commits = 0
     started = time.perf_counter()
     next_report = started + 15.0
     try:
-        for lo in range(0, layout.spans, commit_rows):
-            hi = min(layout.spans, lo + commit_rows)
+        for lo in range(spans.start, spans.stop, commit_rows):
+            hi = min(spans.stop, lo + commit_rows)
             con.execute(insert_sql(layout, lo, hi, ordered=ordered))
             commits += 1
             if time.perf_counter() > next_report:
-                done = min(layout.spans, lo + commit_rows)
+                done = hi - spans.start
                 print(f"  {label}: {done:,} spans in {commits:,} commits so far", flush=True)
                 next_report += 15.0
     finally:
@@ -607,6 +618,17 @@ def fragmented_lake(
     if args.compare_layout:
         comparisons = compare_layouts(lake_dir, earlier_dir, conversation, args.runs)
         shutil.rmtree(earlier_dir)
+    if args.recent_spans:
+        # What a lake looks like between two maintenance runs: the compacted past, and the
+        # commits since (none of them holds the conversation, and each must be looked into).
+        recent = range(layout.spans, layout.spans + args.recent_spans)
+        built = build_lake(lake_dir, layout, args.small_commit_rows, "recent", spans=recent)
+        state = open_state(lake_dir)
+        _print_state(f"with {built.commits:,} commits since maintenance", state)
+        timings += [
+            time_query(lake_dir, "+recent", QUERY[k], conversation, args.runs, state.files)
+            for k in ("a", "b", "c", "d")
+        ]
     return timings, comparisons
 
 
@@ -808,6 +830,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also time the views as defined at this git revision, beside today's",
     )
     parser.add_argument(
+        "--recent-spans",
+        type=int,
+        default=600_000,
+        help="spans committed to the fragmented lake after maintenance, in commits of "
+        "--small-commit-rows, before its point queries are timed once more (default 600,000: "
+        "5 minutes, the collector's maintenance interval, at 2,000 spans/s; 0: none)",
+    )
+    parser.add_argument(
         "--compare-layout",
         action="store_true",
         help="also compact a copy of the fragmented lake as before schema version 11 "
@@ -821,12 +851,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.spans = min(args.spans, 500_000)
         args.commit_rows = min(args.commit_rows, 50_000)
         args.fragmented_spans = min(args.fragmented_spans, 100_000)
+        args.recent_spans = min(args.recent_spans, 20_000)
         args.runs = min(args.runs, 3)
     for name in ("spans", "commit_rows", "fragmented_spans", "small_commit_rows", "runs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")
-    if args.in_flight < 0:
-        parser.error("--in-flight must be 0 or more")
+    if args.in_flight < 0 or args.recent_spans < 0:
+        parser.error("--in-flight and --recent-spans must be 0 or more")
     return args
 
 
