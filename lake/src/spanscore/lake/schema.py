@@ -930,9 +930,10 @@ ORDER BY {_STEP_ORDER}"""
 
 SCHEMA_VERSION = 11
 
-# How compaction lays `spans` out (migration 11). Measured on 5 million spans of the
-# collector's traffic (`bench/query.py`): 16,384-row groups and 65,536 are both slower for one
-# conversation than 32,768; the sort also makes the files a sixth smaller.
+# How compaction lays `spans` out (migration 11; the measurements are in docs/conversations.md):
+# sorted, a row group holds few conversations, so DuckDB keeps a dictionary and a bloom filter
+# on the id, and one conversation reads one row group; 16,384 and 65,536 spans per row group
+# were both slower for one conversation than 32,768.
 SPANS_SORTED_BY = "conversation_id, start_time_unix_nano"
 SPANS_ROW_GROUP = 32_768
 
