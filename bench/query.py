@@ -5,17 +5,16 @@ The requirement it measures: "A query for one conversation's spans in a lake of 
 answers in under a second". What it does, in one run:
 
 1. **Big lake**: builds a lake of ``--spans`` (5,000,000) synthetic agent spans in commits of
-   ``--commit-rows`` (250,000; standing for the files compaction writes: each sorted by
-   conversation and time, in row groups of ``schema.SPANS_ROW_GROUP`` spans)
-   with ``INSERT INTO spans ... SELECT ... FROM range(...) ORDER BY ...`` in DuckDB SQL.
-   Every column of ``schema.SPANS`` gets a value of its type (or NULL where a real span has none):
+   ``--commit-rows`` (250,000; standing for the collector's group commits after compaction)
+   with ``INSERT INTO spans ... SELECT ... FROM range(...)`` in DuckDB SQL. Every column of
+   ``schema.SPANS`` gets a value of its type (or NULL where a real span has none):
    ~10 spans per conversation (``conv-<16 hex>`` ids, so ~500,000 conversations), 32/16-hex
    trace/span ids, ``invoke_agent``/``chat``/``execute_tool`` spans of six agents, four models and
    eight tools, ~200-byte tool arguments, ~500-byte tool results, ~850-byte attribute JSON, start
    times over 7 days and an increasing ``ingest_time``. Conversations interleave as in real
    traffic: by default a conversation's spans land anywhere in the lake (uniform random, the
-   hardest case: every file holds spans of nearly every conversation, so no bloom filter can
-   skip one, and only a row group's min/max narrows the read); ``--in-flight N`` keeps only N
+   hardest case: every Parquet row group holds ~110,000 distinct conversation ids, too many for
+   the Parquet writer's dictionaries and so for bloom filters); ``--in-flight N`` keeps only N
    conversations open at once (their spans then lie within N * 10 consecutive spans).
    Prints the build rate, data file count and size.
 2. **Point queries** on that lake for one conversation picked at random (``--seed``):
@@ -47,12 +46,6 @@ answers in under a second". What it does, in one run:
    alternating, so that a drift of the machine's speed hits both). What "no slower than before"
    is measured with when a view's definition changes.
 
-5. ``--compare-layout`` (off by default; adds a copy of the fragmented lake and a minute or
-   two): the layout compaction writes (``spans`` sorted by conversation and time in row groups
-   of ``schema.SPANS_ROW_GROUP`` spans, schema version 11) against the one before it (unsorted,
-   DuckDB's 122,880-span row groups): a copy of the fragmented lake is compacted the earlier
-   way and the views are timed on both, as ``--baseline-views`` does.
-
 A summary table ends the run. Figures are printed, never asserted: the 1 s target is shown for
 context only, next to the full scan of the same lake as a baseline.
 
@@ -62,7 +55,6 @@ Run (from the repository root)::
     .venv/bin/python bench/query.py --quick           # 500k spans, smoke test
     .venv/bin/python bench/query.py --in-flight 250   # conversations close together in the lake
     .venv/bin/python bench/query.py --baseline-views HEAD~1   # views against an earlier version
-    .venv/bin/python bench/query.py --compare-layout  # compaction's layout against the earlier one
 """
 
 from __future__ import annotations
@@ -72,7 +64,6 @@ import os
 import random
 import shutil
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -307,18 +298,14 @@ def unfilled_columns() -> list[str]:
     return [c.name for c in schema.SPANS if c.name not in VALUES]
 
 
-def insert_sql(layout: Layout, lo: int, hi: int, *, ordered: bool = False) -> str:
-    """Spans `lo` to `hi` of the layout; `ordered`: in the order compaction writes them."""
+def insert_sql(layout: Layout, lo: int, hi: int) -> str:
+    """Spans `lo` to `hi` of the layout, in the order they arrived."""
     names = ", ".join(schema.quote_identifier(c.name) for c in schema.SPANS)
     select = ",\n    ".join(
         f"CAST({VALUES.get(c.name, 'NULL')} AS {c.sql_type}) AS {schema.quote_identifier(c.name)}"
         for c in schema.SPANS
     )
-    order = f"\nORDER BY {schema.SPANS_SORTED_BY}" if ordered else ""
-    return (
-        f"INSERT INTO spans ({names})\n{_source_sql(layout, lo, hi)}\n"
-        f"SELECT {select}\nFROM s{order}"
-    )
+    return f"INSERT INTO spans ({names})\n{_source_sql(layout, lo, hi)}\nSELECT {select}\nFROM s"
 
 
 def conversation_at(con: duckdb.DuckDBPyConnection, layout: Layout, i: int) -> str:
@@ -341,12 +328,10 @@ def build_lake(
     commit_rows: int,
     label: str,
     *,
-    ordered: bool = False,
     spans: range | None = None,
 ) -> Built:
     """Fill a lake (new, or go on with one) with the layout's `spans` (all of them by default),
-    one DuckLake transaction (one data file) per `commit_rows` spans, each sorted as compaction
-    sorts a file it writes (`ordered`) or as they arrived."""
+    one DuckLake transaction (one data file) per `commit_rows` spans."""
     spans = spans if spans is not None else range(layout.spans)
     con = connect(lake_dir, create=True)
     commits = 0
@@ -355,7 +340,7 @@ def build_lake(
     try:
         for lo in range(spans.start, spans.stop, commit_rows):
             hi = min(spans.stop, lo + commit_rows)
-            con.execute(insert_sql(layout, lo, hi, ordered=ordered))
+            con.execute(insert_sql(layout, lo, hi))
             commits += 1
             if time.perf_counter() > next_report:
                 done = hi - spans.start
@@ -554,7 +539,7 @@ def big_lake(
         f"(a conversation's spans within {layout.window:,} consecutive spans)",
         flush=True,
     )
-    built = build_lake(lake_dir, layout, args.commit_rows, "big lake", ordered=True)
+    built = build_lake(lake_dir, layout, args.commit_rows, "big lake")
     state = open_state(lake_dir)
     print(
         f"  built in {built.seconds:.1f}s: {built.rate(layout.spans):,.0f} spans/s, "
@@ -570,9 +555,7 @@ def big_lake(
     return timings, lake_dir, layout, conversation
 
 
-def fragmented_lake(
-    args: argparse.Namespace, workdir: Path, rng: random.Random
-) -> tuple[list[Timing], list[ViewComparison]]:
+def fragmented_lake(args: argparse.Namespace, workdir: Path, rng: random.Random) -> list[Timing]:
     layout = Layout(args.fragmented_spans, args.in_flight)
     lake_dir = workdir / "fragmented"
     print(
@@ -589,20 +572,10 @@ def fragmented_lake(
     before = open_state(lake_dir)
     _print_state("before maintain", before)
     print(f"  conversation {conversation}:", flush=True)
-    comparisons: list[ViewComparison] = []
     timings = [
         time_query(lake_dir, "fragmented", QUERY[k], conversation, args.runs, before.files)
         for k in ("a", "b", "c", "d", "scan")
     ]
-    earlier_dir = workdir / "fragmented-earlier-layout"
-    if args.compare_layout:
-        copy_lake(lake_dir, earlier_dir)
-        con = connect(earlier_dir)
-        for statement in EARLIER_LAYOUT:
-            con.execute(statement)
-        con.close()
-        seconds, _ = run_maintain(earlier_dir)
-        print(f"  a copy compacted to the earlier layout in {seconds:.1f}s", flush=True)
     seconds, done = run_maintain(lake_dir)
     print(
         f"  maintain(expire_older_than_s=0, delete_older_than_s=0) took {seconds:.1f}s: "
@@ -615,9 +588,6 @@ def fragmented_lake(
         time_query(lake_dir, "compacted", QUERY[k], conversation, args.runs, after.files)
         for k in ("a", "b", "c", "d", "scan")
     ]
-    if args.compare_layout:
-        comparisons = compare_layouts(lake_dir, earlier_dir, conversation, args.runs)
-        shutil.rmtree(earlier_dir)
     if args.recent_spans:
         # What a lake looks like between two maintenance runs: the compacted past, and the
         # commits since (none of them holds the conversation, and each must be looked into).
@@ -629,7 +599,7 @@ def fragmented_lake(
             time_query(lake_dir, "+recent", QUERY[k], conversation, args.runs, state.files)
             for k in ("a", "b", "c", "d")
         ]
-    return timings, comparisons
+    return timings
 
 
 # --- the views against an earlier definition ---------------------------------------------------
@@ -730,45 +700,6 @@ def compare_views(lake_dir: Path, conversation: str, rev: str, runs: int) -> lis
     return results
 
 
-# The layout compaction wrote before schema version 11: unsorted, DuckDB's default row groups.
-EARLIER_LAYOUT = (
-    "ALTER TABLE spans RESET SORTED BY",
-    "CALL lake.set_option('parquet_row_group_size', 122880)",
-)
-
-
-def copy_lake(source: Path, target: Path) -> None:
-    """A copy of an embedded lake that reads and writes its own files: the catalog names the
-    data directory by its absolute path, which the copy's must name the copy's."""
-    shutil.copytree(source, target)
-    catalog = sqlite3.connect(target / "catalog.sqlite")
-    try:
-        with catalog:
-            catalog.execute(
-                "UPDATE ducklake_metadata SET value = ? WHERE key = 'data_path'",
-                [f"{target / 'data'}{os.sep}"],
-            )
-    finally:
-        catalog.close()
-
-
-def compare_layouts(
-    lake_dir: Path, earlier_dir: Path, conversation: str, runs: int
-) -> list[ViewComparison]:
-    """The views on `lake_dir` against the same spans compacted as before version 11."""
-    print("\n== the views on this layout against the earlier one (same spans, same run)")
-    earlier, today = connect(earlier_dir, read_only=True), connect(lake_dir, read_only=True)
-    results = []
-    try:
-        for name in schema.VIEWS:
-            results.append(_compare(name, (earlier, name), (today, name), conversation, runs))
-            _print_comparison(results[-1], "on the earlier layout")
-    finally:
-        earlier.close()
-        today.close()
-    return results
-
-
 def print_view_comparison(results: list[ViewComparison], baseline: str) -> None:
     print(f"\nViews today against {baseline} (ratio = today / {baseline}; under 1 is faster)")
     print(
@@ -836,12 +767,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="spans committed to the fragmented lake after maintenance, in commits of "
         "--small-commit-rows, before its point queries are timed once more (default 600,000: "
         "5 minutes, the collector's maintenance interval, at 2,000 spans/s; 0: none)",
-    )
-    parser.add_argument(
-        "--compare-layout",
-        action="store_true",
-        help="also compact a copy of the fragmented lake as before schema version 11 "
-        "(unsorted, 122,880-row groups) and time the views on both",
     )
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 500,000 + 100,000 spans, 3 runs"
@@ -927,8 +852,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unfilled:
             print(f"  columns this benchmark leaves NULL: {', '.join(unfilled)}")
         timings, lake_dir, _layout, conversation = big_lake(args, workdir, rng)
-        fragmented_timings, layouts = fragmented_lake(args, workdir, rng)
-        timings += fragmented_timings
+        timings += fragmented_lake(args, workdir, rng)
         comparison = (
             compare_views(lake_dir, conversation, args.baseline_views, args.runs)
             if args.baseline_views
@@ -937,8 +861,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_summary(timings, args)
         if comparison:
             print_view_comparison(comparison, f"at {args.baseline_views}")
-        if layouts:
-            print_view_comparison(layouts, "earlier layout")
         print(
             f"\n(total run time {time.perf_counter() - started:.0f}s; load average now {_load()}: "
             "other work on the machine shows up in these timings)"

@@ -161,65 +161,26 @@ def test_small_commits_are_written_to_files_not_inlined(
     con.close()
 
 
-def _insert_interleaved_spans(con: duckdb.DuckDBPyConnection, commits: int, rows: int) -> None:
-    """`commits` commits of `rows` spans each, in time order, of 3,000 conversations whose
-    spans are spread over every commit (the collector's traffic, in small commits)."""
-    for commit in range(commits):
-        con.execute(
-            """INSERT INTO spans (trace_id, span_id, name, conversation_id, start_time_unix_nano)
-            SELECT 't', ($first + range)::VARCHAR, 'n',
-                   'conv-' || md5(((($first + range) * 7919) % 3000)::VARCHAR)[:12],
-                   $first + range
-            FROM range($rows)""",
-            {"first": commit * rows, "rows": rows},
-        )
-
-
-def _assert_sorted_in_small_row_groups(con: duckdb.DuckDBPyConnection) -> None:
-    files = [
-        str(row[0])
-        for row in con.execute(
-            "SELECT data_file FROM ducklake_list_files('lake', 'spans')"
-        ).fetchall()
-    ]
-    groups = []
-    for path in files:
-        stored = con.execute(
-            "SELECT conversation_id, start_time_unix_nano FROM read_parquet(?)", [path]
-        ).fetchall()
-        assert stored == sorted(stored), f"{path} is not sorted by conversation and time"
-        groups += con.execute(
-            "SELECT row_group_num_rows FROM parquet_metadata(?) "
-            "WHERE path_in_schema = 'conversation_id'",
-            [path],
-        ).fetchall()
-    assert len(groups) >= 3  # 70,000 spans
-    assert max(rows for (rows,) in groups) <= schema.SPANS_ROW_GROUP
-
-
-def test_compaction_sorts_spans_by_conversation_in_small_row_groups(lake_dir: Path) -> None:
-    # One conversation's spans then sit in one row group, which a point query finds by the
-    # bloom filter and min/max of `conversation_id` and reads alone (docs/conversations.md).
+def test_compaction_keeps_every_spans_row_id(lake_dir: Path) -> None:
+    # The views join a span's narrow and wide columns by row id, and DuckLake's deletes and
+    # updates name rows by it: compaction must not renumber them. DuckLake 1.5.5's sorted
+    # compaction (`ALTER TABLE ... SET SORTED BY`) does (498 of 500 rows here), and readers
+    # then missed conversations while maintenance ran
+    # (test_readers_see_every_conversation_while_maintenance_runs): `spans` is not sorted.
     con = connect(lake_dir, create=True)
-    _insert_interleaved_spans(con, commits=7, rows=10_000)
-    lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)
-    _assert_sorted_in_small_row_groups(con)
-    assert con.execute("SELECT count(*) FROM spans").fetchone() == (70_000,)
-    con.close()
-
-
-def test_a_version_10_lake_sorts_its_spans_from_the_next_compaction(
-    lake_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with monkeypatch.context() as version_10:
-        version_10.setattr(schema, "SCHEMA_VERSION", 10)
-        con = connect(lake_dir, create=True)
-        _insert_interleaved_spans(con, commits=7, rows=10_000)
-        con.close()
-    con = connect(lake_dir)
-    assert lake.schema_version(con) == schema.SCHEMA_VERSION
-    lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)
-    _assert_sorted_in_small_row_groups(con)
+    for commit in range(5):
+        con.execute(
+            """INSERT INTO spans (trace_id, span_id, name, conversation_id)
+            SELECT 't', ($first + range)::VARCHAR, 'n', md5(($first + range)::VARCHAR)
+            FROM range(100)""",
+            {"first": commit * 100},
+        )
+    before = con.execute("SELECT span_id, rowid FROM spans ORDER BY 1").fetchall()
+    files = con.execute("SELECT count(*) FROM ducklake_list_files('lake', 'spans')").fetchone()
+    done = lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)
+    assert files is not None
+    assert done["files_merged"] == files[0], done
+    assert con.execute("SELECT span_id, rowid FROM spans ORDER BY 1").fetchall() == before
     con.close()
 
 

@@ -928,14 +928,7 @@ SELECT * FROM (
 ORDER BY {_STEP_ORDER}"""
 
 
-SCHEMA_VERSION = 11
-
-# How compaction lays `spans` out (migration 11; the measurements are in docs/conversations.md):
-# sorted, a row group holds few conversations, so DuckDB keeps a dictionary and a bloom filter
-# on the id, and one conversation reads one row group; 16,384 and 65,536 spans per row group
-# were both slower for one conversation than 32,768.
-SPANS_SORTED_BY = "conversation_id, start_time_unix_nano"
-SPANS_ROW_GROUP = 32_768
+SCHEMA_VERSION = 10
 
 # MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
 # tables that already have their columns: later migrations must be idempotent (IF NOT EXISTS).
@@ -984,15 +977,4 @@ MIGRATIONS: dict[int, list[str]] = {
     # which compaction merges: the same commit latency, measured. Maintenance still flushes
     # what older lakes or other writers inlined.
     10: ["CALL set_option('data_inlining_row_limit', 0)"],
-    # 11: compaction writes `spans` sorted by conversation, in row groups of `SPANS_ROW_GROUP`
-    # rows: a point query's bloom filter finds the file, the row group's min/max the rows, and
-    # it decompresses 32,768 spans instead of a whole file's 110,000 (docs/conversations.md).
-    # Inserts stay unsorted: the collector's commits cost what they did. (Both options are the
-    # lake's, not the table's: DuckLake refuses table options in the transaction that created
-    # the table, which is how a new lake is made; the other tables lose nothing by them.)
-    11: [
-        f"ALTER TABLE spans SET SORTED BY ({SPANS_SORTED_BY})",
-        "CALL set_option('sort_on_insert', false)",
-        f"CALL set_option('parquet_row_group_size', {SPANS_ROW_GROUP})",
-    ],
 }
