@@ -299,11 +299,9 @@ def unfilled_columns() -> list[str]:
 
 
 def insert_sql(layout: Layout, lo: int, hi: int) -> str:
-    """Spans `lo` to `hi` of the layout, in the order they arrived."""
     names = ", ".join(schema.quote_identifier(c.name) for c in schema.SPANS)
     select = ",\n    ".join(
-        f"CAST({VALUES.get(c.name, 'NULL')} AS {c.sql_type}) AS {schema.quote_identifier(c.name)}"
-        for c in schema.SPANS
+        f"CAST({VALUES.get(c.name, 'NULL')} AS {c.sql_type})" for c in schema.SPANS
     )
     return f"INSERT INTO spans ({names})\n{_source_sql(layout, lo, hi)}\nSELECT {select}\nFROM s"
 
@@ -640,47 +638,6 @@ class ViewComparison:
     rows: tuple[int, int]  # rows of the full read: the two definitions must agree
 
 
-def _compare(
-    name: str,
-    baseline: tuple[duckdb.DuckDBPyConnection, str],
-    today: tuple[duckdb.DuckDBPyConnection, str],
-    conversation: str,
-    runs: int,
-) -> ViewComparison:
-    """One view, read as `baseline` and as `today` (a connection and the view's name there):
-    one conversation, warm, median of `runs`; and two full reads into Arrow each, alternating,
-    so that a drift of the machine's speed hits both."""
-    point = []
-    for con, view in (baseline, today):
-        sql = f"SELECT * FROM {view} WHERE conversation_id = ?"
-        con.execute(sql, [conversation]).fetchall()  # warm-up, untimed
-        times = []
-        for _ in range(runs):
-            started = time.perf_counter()
-            con.execute(sql, [conversation]).fetchall()
-            times.append(time.perf_counter() - started)
-        point.append(statistics.median(times))
-    scans: tuple[list[float], list[float]] = ([], [])
-    rows = [0, 0]
-    for _ in range(2):
-        for i, (con, view) in enumerate((baseline, today)):
-            started = time.perf_counter()
-            rows[i] = con.execute(f"SELECT * FROM {view}").to_arrow_table().num_rows
-            scans[i].append(time.perf_counter() - started)
-    return ViewComparison(name, (point[0], point[1]), scans, (rows[0], rows[1]))
-
-
-def _print_comparison(c: ViewComparison, baseline: str) -> None:
-    print(
-        f"  {c.view:<14} one conversation (warm): {_ms(c.point_s[0])} {baseline}, "
-        f"{_ms(c.point_s[1])} today   full read: "
-        f"{', '.join(_ms(x) for x in c.scan_s[0])} {baseline}, "
-        f"{', '.join(_ms(x) for x in c.scan_s[1])} today "
-        f"({c.rows[0]:,} / {c.rows[1]:,} rows)",
-        flush=True,
-    )
-
-
 def compare_views(lake_dir: Path, conversation: str, rev: str, runs: int) -> list[ViewComparison]:
     print(f"\n== the views against their definitions at {rev} (same lake, same run)", flush=True)
     baseline = baseline_views(rev)
@@ -690,27 +647,51 @@ def compare_views(lake_dir: Path, conversation: str, rev: str, runs: int) -> lis
         for name, body in baseline.items():
             con.execute(f"CREATE TEMP VIEW baseline_{name} AS {body}")
         for name in schema.VIEWS:
-            if name in baseline:
-                results.append(
-                    _compare(name, (con, f"baseline_{name}"), (con, name), conversation, runs)
-                )
-                _print_comparison(results[-1], f"at {rev}")
+            if name not in baseline:
+                continue
+            point = []
+            for view in (f"baseline_{name}", name):
+                sql = f"SELECT * FROM {view} WHERE conversation_id = ?"
+                con.execute(sql, [conversation]).fetchall()  # warm-up, untimed
+                times = []
+                for _ in range(runs):
+                    started = time.perf_counter()
+                    con.execute(sql, [conversation]).fetchall()
+                    times.append(time.perf_counter() - started)
+                point.append(statistics.median(times))
+            scans: tuple[list[float], list[float]] = ([], [])
+            rows = [0, 0]
+            for _ in range(2):
+                for i, view in enumerate((f"baseline_{name}", name)):
+                    started = time.perf_counter()
+                    rows[i] = con.execute(f"SELECT * FROM {view}").to_arrow_table().num_rows
+                    scans[i].append(time.perf_counter() - started)
+            comparison = ViewComparison(name, (point[0], point[1]), scans, (rows[0], rows[1]))
+            results.append(comparison)
+            print(
+                f"  {name:<14} one conversation (warm): {_ms(point[0])} at {rev}, "
+                f"{_ms(point[1])} today   full read: "
+                f"{', '.join(_ms(x) for x in scans[0])} at {rev}, "
+                f"{', '.join(_ms(x) for x in scans[1])} today "
+                f"({rows[0]:,} / {rows[1]:,} rows)",
+                flush=True,
+            )
     finally:
         con.close()
     return results
 
 
-def print_view_comparison(results: list[ViewComparison], baseline: str) -> None:
-    print(f"\nViews today against {baseline} (ratio = today / {baseline}; under 1 is faster)")
+def print_view_comparison(results: list[ViewComparison], rev: str) -> None:
+    print(f"\nViews today against {rev} (ratio = today / {rev}; under 1 is faster)")
     print(
-        f"{'view':<16}{'point, ' + baseline:>24}{'today':>10}{'ratio':>8}"
-        f"{'full read, ' + baseline:>28}{'today':>10}{'ratio':>8}"
+        f"{'view':<16}{'point, ' + rev:>16}{'today':>10}{'ratio':>8}"
+        f"{'full read, ' + rev:>22}{'today':>10}{'ratio':>8}"
     )
     for r in results:
         before, after = statistics.mean(r.scan_s[0]), statistics.mean(r.scan_s[1])
         print(
-            f"{r.view:<16}{_ms(r.point_s[0]):>24}{_ms(r.point_s[1]):>10}"
-            f"{r.point_s[1] / r.point_s[0]:>8.2f}{_ms(before):>28}{_ms(after):>10}"
+            f"{r.view:<16}{_ms(r.point_s[0]):>16}{_ms(r.point_s[1]):>10}"
+            f"{r.point_s[1] / r.point_s[0]:>8.2f}{_ms(before):>22}{_ms(after):>10}"
             f"{after / before:>8.2f}" + ("" if r.rows[0] == r.rows[1] else "   ROWS DIFFER")
         )
 
@@ -860,7 +841,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print_summary(timings, args)
         if comparison:
-            print_view_comparison(comparison, f"at {args.baseline_views}")
+            print_view_comparison(comparison, args.baseline_views)
         print(
             f"\n(total run time {time.perf_counter() - started:.0f}s; load average now {_load()}: "
             "other work on the machine shows up in these timings)"

@@ -164,7 +164,7 @@ def test_small_commits_are_written_to_files_not_inlined(
 def test_compaction_keeps_every_spans_row_id(lake_dir: Path) -> None:
     # The views join a span's narrow and wide columns by row id, and DuckLake's deletes and
     # updates name rows by it: compaction must not renumber them. DuckLake 1.5.5's sorted
-    # compaction (`ALTER TABLE ... SET SORTED BY`) does (498 of 500 rows here), and readers
+    # compaction (`ALTER TABLE ... SET SORTED BY`) does (498 of 500 rows of this lake), and readers
     # then missed conversations while maintenance ran
     # (test_readers_see_every_conversation_while_maintenance_runs): `spans` is not sorted.
     con = connect(lake_dir, create=True)
