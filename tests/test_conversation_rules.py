@@ -579,6 +579,36 @@ def test_an_agent_span_repeating_its_model_calls_changes_no_turn(
     ]
 
 
+def test_model_calls_started_in_the_same_millisecond_keep_their_order(
+    collector: Collector, lake_dir: Path
+) -> None:
+    # The Vercel AI SDK on the OpenTelemetry JS SDK stamps milliseconds: a turn's agent span,
+    # its first model call (asking for a tool) and its second (answering) may all start in the
+    # same one. The second ends later; taken as the longer, enclosing span, it came first, its
+    # answer closed the turn, and the first call started another turn (seen once in CI).
+    ms = 1_000_000
+    call = {"id": "c-1", "name": "search", "arguments": {"q": "keyboard"}}
+    first = _chat("samems-1", user="any keyboards?", calls=[call], at=T0)
+    first.end_time_unix_nano = T0 + 130_000
+    second = _chat("samems-1", user="any keyboards?", results=[("c-1", "$89")], answer="$89", at=T0)
+    second.end_time_unix_nano = T0 + ms + 100_000
+    tool = _tool("samems-1", "search", call_id="c-1", result="$89", at=T0 + ms)
+    _post(
+        collector,
+        [
+            _agent("samems-1", user="any keyboards?", answer="$89", at=T0, end=T0 + 2 * ms),
+            second,
+            first,
+            tool,
+        ],
+    )
+    t = _agree(lake_dir, "samems-1")
+    assert [(turn.user_message, turn.final_response) for turn in t.turns] == [
+        ("any keyboards?", "$89")
+    ]
+    assert [(c.call_id, c.source) for c in t.tool_calls] == [("c-1", "span+messages")]
+
+
 # The writer applies `schema.KNOWN_CONVERSATIONS` to each export with Arrow, not SQL: both must
 # pick the same conversation per trace, and see the same traces lacking one.
 _TRACES = st.sampled_from(["t1", "t2", "t3"])

@@ -355,14 +355,25 @@ MODEL_CALL_SQL = f"""(operation = 'chat' OR (
     (tool_calls_requested IS NOT NULL OR response_text IS NOT NULL)
     AND coalesce(operation, '') NOT IN ({", ".join(f"'{o}'" for o in AGENT_OPERATIONS)})))"""
 
-# The order of a conversation's spans, everywhere (the builder reads them in this order too).
-# At the same start time a tool span comes after the rest: producers that stamp times to the
-# millisecond (the OpenTelemetry JS SDK under the Vercel AI SDK) start a model call and the
-# tool call it requested in the same millisecond, and the longer tool span came first.
-SPAN_ORDER = (
-    "start_time_unix_nano, operation IS NOT DISTINCT FROM 'execute_tool', "
-    "end_time_unix_nano DESC, span_id"
-)
+
+# The order of a conversation's spans, everywhere (the builder reads them in this order too),
+# given what says a span is a model call (`MODEL_CALL_SQL`, or a column holding it). Producers
+# that stamp times to the millisecond (the OpenTelemetry JS SDK under the Vercel AI SDK) start
+# several spans in the same one; at the same start time:
+# - a tool span comes after the rest (a model call and the tool call it requested; the longer
+#   tool span came first);
+# - model calls come after other spans, and among them the one that ended first comes first:
+#   model calls follow one another, they never enclose one another (a turn's second call,
+#   started in its first one's millisecond, came first and split the turn in two);
+# - other spans, the longer first: an agent's span before what it encloses.
+def span_order(is_model: str = MODEL_CALL_SQL) -> str:
+    return (
+        f"start_time_unix_nano, operation IS NOT DISTINCT FROM 'execute_tool', {is_model}, "
+        f"CASE WHEN {is_model} THEN end_time_unix_nano ELSE -end_time_unix_nano END, span_id"
+    )
+
+
+SPAN_ORDER = span_order()
 
 # The columns of `spans` the views read (narrow rows: every window sorts what it carries).
 _PLACED_COLUMNS = (
@@ -456,7 +467,7 @@ def _placed(where: str = "", extra: str = "") -> str:
                      tool_calls_requested IS NOT NULL AS requested,
                      tool_calls_requested IS NULL AND response_text IS NOT NULL AS answered
               FROM flagged)
-        WINDOW w AS (PARTITION BY conv ORDER BY {SPAN_ORDER}),
+        WINDOW w AS (PARTITION BY conv ORDER BY {span_order("is_model")}),
             before AS (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
     ),
     turned AS (
