@@ -636,3 +636,78 @@ def test_the_writer_knows_each_traces_conversation_as_the_sql_rule_does(
     lacking = {t for t, c in spans if c is None}
     expected = sorted((t, known.get(t), t in lacking) for t in {t for t, _ in spans})
     assert sorted(_incoming(table)) == expected
+
+
+def _post_logs(collector: Collector, records: list[Any]) -> None:
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+
+    request = logs_service_pb2.ExportLogsServiceRequest()
+    request.resource_logs.add().scope_logs.add().log_records.extend(records)
+    conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
+    conn.request(
+        "POST", "/v1/logs", request.SerializeToString(), {"Content-Type": "application/x-protobuf"}
+    )
+    response = conn.getresponse()
+    assert response.status == 200, response.read()
+
+
+def test_views_read_log_records_from_the_first_one_about_a_span(
+    collector: Collector, lake_dir: Path
+) -> None:
+    """While no log record says anything about a span, the views leave log records out (a
+    third of a point query's time); the commit that stores the first such record gives the
+    lake the views that read them, so that no snapshot has one and views without them."""
+    from opentelemetry.proto.common.v1 import common_pb2
+    from opentelemetry.proto.logs.v1 import logs_pb2
+
+    from spanscore.lake import LakeError, connect, schema
+    from spanscore.lake.connection import _has_views, _view_marks
+
+    span = _chat("by-log-record", user=None, at=T0)
+    _post(collector, [span])
+    about = {"trace_id": span.trace_id, "span_id": span.span_id}
+    # An application's own log line in the span: it says nothing about the model call.
+    plain = logs_pb2.LogRecord(
+        time_unix_nano=T0 + 10, body=common_pb2.AnyValue(string_value="looking up"), **about
+    )
+    _post_logs(collector, [plain])
+    con = open_lake(lake_dir)
+    assert _has_views(_view_marks(con), schema.VIEWS_WITHOUT_LOG_RECORDS)
+    con.close()
+
+    user = logs_pb2.LogRecord(
+        time_unix_nano=T0 + 20,
+        event_name="gen_ai.user.message",
+        body=common_pb2.AnyValue(
+            kvlist_value=common_pb2.KeyValueList(values=[f.attr("content", "from a record")])
+        ),
+        **about,
+    )
+    _post_logs(collector, [user])
+    con = open_lake(lake_dir)
+    assert _has_views(_view_marks(con), schema.VIEWS)
+    got = con.execute(
+        "SELECT first_user_message, turn_count FROM conversations WHERE conversation_id = ?",
+        ["by-log-record"],
+    ).fetchall()
+    assert got == [("from a record", 1)]
+    snapshots = [r[0] for r in con.execute("SELECT snapshot_id FROM lake.snapshots()").fetchall()]
+    con.close()
+    _agree(lake_dir, "by-log-record")
+    # Every snapshot whose log records say something about a span has the views reading them.
+    with_records = 0
+    for snapshot in snapshots:
+        try:
+            at = connect(lake_dir, snapshot=snapshot)
+        except LakeError:  # before the collector made its tables
+            continue
+        try:
+            found = at.execute(
+                f"SELECT EXISTS (SELECT 1 FROM logs WHERE {schema.LOG_RECORD_CONTENT})"
+            ).fetchone()
+            if found and found[0]:
+                with_records += 1
+                assert _has_views(_view_marks(at), schema.VIEWS), snapshot
+        finally:
+            at.close()
+    assert with_records > 0, "no snapshot had a log record about a span: nothing was checked"

@@ -184,6 +184,39 @@ def test_compaction_keeps_every_spans_row_id(lake_dir: Path) -> None:
     con.close()
 
 
+def test_repaired_views_read_log_records_when_the_lake_has_some_about_spans(
+    lake_dir: Path,
+) -> None:
+    """Views made again (missing, replaced, another version's) read log records exactly when
+    some log record says something about a span (the collector's writer keeps that so from
+    then on: tests/test_conversation_rules.py)."""
+    from spanscore.lake.connection import _has_views, _view_marks
+
+    def views_after_repair() -> dict[str, str]:
+        con = connect(lake_dir, create=True)
+        con.execute("COMMENT ON VIEW tool_calls IS 'made by another version'")
+        con.close()
+        con = connect(lake_dir)
+        try:
+            marks = _view_marks(con)
+        finally:
+            con.close()
+        for views in (schema.VIEWS, schema.VIEWS_WITHOUT_LOG_RECORDS):
+            if _has_views(marks, views):
+                return views
+        raise AssertionError(f"views of neither kind: {marks}")
+
+    assert views_after_repair() is schema.VIEWS_WITHOUT_LOG_RECORDS
+    con = connect(lake_dir)
+    con.execute("INSERT INTO logs (trace_id, span_id, body) VALUES ('t', 's', '\"plain\"')")
+    con.close()
+    assert views_after_repair() is schema.VIEWS_WITHOUT_LOG_RECORDS
+    con = connect(lake_dir)
+    con.execute("INSERT INTO logs (trace_id, span_id, user_message) VALUES ('t', 's', 'hi')")
+    con.close()
+    assert views_after_repair() is schema.VIEWS
+
+
 def test_a_version_1_lake_gains_the_message_columns(lake_dir: Path) -> None:
     # Rebuild what spanscore 0.1's first schema looked like: spans without the columns of v2.
     con = connect(lake_dir, create=True)

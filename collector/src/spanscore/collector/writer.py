@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from spanscore.lake import retrying, schema
+from spanscore.lake import include_log_records_in_views, retrying, schema
 
 from . import identity
 from .conversations import Resolution, TraceConversations, resolve_in_lake
@@ -94,6 +95,16 @@ CONVERSATION_TRACES = 200_000
 
 INSERT_SPANS = _insert_sql("spans", schema.SPANS, "incoming_spans")
 INSERT_LOGS = _insert_sql("logs", schema.LOGS, "incoming_logs")
+
+
+def _has_content(logs: pa.Table) -> bool:
+    """Whether some of these log records say something about a span's model call
+    (`schema.LOG_RECORD_CONTENT`)."""
+    said = pc.or_(
+        pc.or_(pc.is_valid(logs["user_message"]), pc.is_valid(logs["tool_calls_requested"])),
+        pc.or_(pc.is_valid(logs["tool_results"]), pc.is_valid(logs["response_text"])),
+    )
+    return bool(pc.any(pc.and_(pc.is_valid(logs["span_id"]), said)).as_py())
 
 
 class RecentKeys:
@@ -166,6 +177,9 @@ class GroupCommitWriter:
         self._finished_seq = 0
         self._recent = {"spans": RecentKeys(dedup_keys), "logs": RecentKeys(dedup_keys)}
         self._conversations = TraceConversations(conversation_traces)
+        # Whether the lake's views read log records (they do once one says something about a
+        # span: `spanscore.lake.include_log_records_in_views`).
+        self._views_read_log_records = False
         self._last_commit_s = 0.1
         self._pause_requests = 0
         self._paused = False
@@ -387,6 +401,10 @@ class GroupCommitWriter:
             resolution = self._conversations.resolve(span_table, floor)
             span_table = resolution.spans
 
+        log_content = (
+            not self._views_read_log_records and log_table is not None and _has_content(log_table)
+        )
+
         def transaction() -> None:
             con.execute("BEGIN")
             if span_table is not None and span_table.num_rows:
@@ -397,6 +415,8 @@ class GroupCommitWriter:
             if log_table is not None and log_table.num_rows:
                 con.register("incoming_logs", log_table)
                 con.execute(INSERT_LOGS)
+            if log_content and include_log_records_in_views(con):
+                log.info("the first log records about spans: the lake's views now read them")
             con.execute("COMMIT")
 
         try:
@@ -413,6 +433,7 @@ class GroupCommitWriter:
             if resolution.resolving is not None:
                 self.stats.add("traces_resolved", resolution.resolving.num_rows)
         self._recent["logs"].remember(log_keys)
+        self._views_read_log_records |= log_content
         elapsed = time.monotonic() - started
         self._last_commit_s = elapsed
         self.healthy = True

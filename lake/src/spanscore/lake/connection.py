@@ -547,7 +547,7 @@ def ensure_schema(
         for target in range(current + 1, schema.SCHEMA_VERSION + 1):
             for statement in schema.MIGRATIONS[target]:
                 con.execute(statement)
-        _create_views(con, schema.VIEWS)
+        _create_views(con, _views_for(con))
         con.execute(
             "INSERT INTO spanscore_schema VALUES (?, now(), ?)",
             [schema.SCHEMA_VERSION, _package_version()],
@@ -565,10 +565,18 @@ def _view_mark(body: str) -> str:
 
 
 def _create_views(
-    con: duckdb.DuckDBPyConnection, views: dict[str, str], *, temporary: bool = False
+    con: duckdb.DuckDBPyConnection,
+    views: dict[str, str],
+    *,
+    temporary: bool = False,
+    qualified: bool = False,
 ) -> None:
+    """`qualified`: name the lake's views in full, for a connection whose default catalog is
+    another."""
     for name, body in views.items():
         quoted = schema.quote_identifier(name)
+        if qualified:
+            quoted = f"{ALIAS}.main.{quoted}"
         if temporary:
             con.execute(f"CREATE OR REPLACE TEMP VIEW {quoted} AS {body}")
         else:
@@ -576,32 +584,72 @@ def _create_views(
             con.execute(f"COMMENT ON VIEW {quoted} IS {_sql_string(_view_mark(body))}")
 
 
-def _ensure_views(con: duckdb.DuckDBPyConnection, *, writable: bool) -> None:
-    """Views that are missing (someone dropped one) or stale (replaced, or made by another
-    spanscore version) are created again from `schema.VIEWS`: in the lake when the connection
-    may write, else as temporary views of this connection, which take precedence over the
-    lake's (the next read-write open repairs the lake itself)."""
-    marks = dict(
+def _view_marks(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    return dict(
         con.execute(
             "SELECT view_name, comment FROM duckdb_views() "
             "WHERE database_name = ? AND schema_name = 'main'",
             [ALIAS],
         ).fetchall()
     )
-    stale = {
-        name: body for name, body in schema.VIEWS.items() if marks.get(name) != _view_mark(body)
-    }
-    if not stale:
+
+
+def _has_views(marks: dict[str, str], views: dict[str, str]) -> bool:
+    return all(marks.get(name) == _view_mark(body) for name, body in views.items())
+
+
+def _views_for(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """The views this lake should have: without what log records say while none of its log
+    records says anything about a span (`schema.LOG_RECORD_CONTENT`)."""
+    found = con.execute(
+        f"SELECT EXISTS (SELECT 1 FROM {ALIAS}.logs WHERE {schema.LOG_RECORD_CONTENT})"
+    ).fetchone()
+    return schema.VIEWS if found and found[0] else schema.VIEWS_WITHOUT_LOG_RECORDS
+
+
+def include_log_records_in_views(con: duckdb.DuckDBPyConnection) -> bool:
+    """Give the lake the views that read log records, in the caller's transaction (the one
+    storing the first log record that says something about a span, so that no snapshot has
+    such a record and views that leave it out); False when it had them already. Two writers
+    doing this at once conflict, and the one retried finds them there."""
+    if _has_views(_view_marks(con), schema.VIEWS):
+        return False
+    _create_views(con, schema.VIEWS, qualified=True)
+    return True
+
+
+def _ensure_views(con: duckdb.DuckDBPyConnection, *, writable: bool) -> None:
+    """Views that are missing (someone dropped one) or stale (replaced, or made by another
+    spanscore version) are created again from `schema.VIEWS` (or, in a lake without log
+    records about spans, `schema.VIEWS_WITHOUT_LOG_RECORDS`): in the lake when the connection
+    may write, else as temporary views of this connection, which take precedence over the
+    lake's (the next read-write open repairs the lake itself)."""
+
+    def stale() -> dict[str, str]:
+        marks = _view_marks(con)
+        if _has_views(marks, schema.VIEWS) or _has_views(marks, schema.VIEWS_WITHOUT_LOG_RECORDS):
+            return {}
+        return {
+            name: body
+            for name, body in _views_for(con).items()
+            if marks.get(name) != _view_mark(body)
+        }
+
+    if not stale():
         return
     if not writable:
-        _create_views(con, stale, temporary=True)
+        _create_views(con, stale(), temporary=True)
         return
 
     def repair() -> None:
         con.execute("BEGIN")
-        _create_views(con, stale)
+        # Looked at again in the transaction: a writer may have given the lake the views that
+        # read log records meanwhile.
+        views = stale()
+        _create_views(con, views)
         con.execute("COMMIT")
-        log.info("lake views recreated: %s", ", ".join(stale))
+        if views:
+            log.info("lake views recreated: %s", ", ".join(views))
 
     retrying(repair, con=con, what="recreate views")
 

@@ -270,6 +270,12 @@ ERROR_MESSAGE_SQL = """CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT 
 _CALLS_TYPE = """'[{"id": "VARCHAR", "name": "VARCHAR", "arguments": "JSON"}]'"""
 _RESULTS_TYPE = """'[{"id": "VARCHAR", "result": "JSON"}]'"""
 
+# Log records that say something about a span's model call: what `events` reads. While a lake
+# has none, its views are those of `views(log_records=False)`; the collector's writer replaces
+# them with the full ones in the transaction that stores the first such record.
+LOG_RECORD_CONTENT = """span_id IS NOT NULL AND (user_message IS NOT NULL
+    OR tool_calls_requested IS NOT NULL OR tool_results IS NOT NULL OR response_text IS NOT NULL)"""
+
 # What GenAI log records say about each span's model call (producers that send messages as
 # events, not attributes), by span: a CTE computed once per query, however often `flagged`
 # reads it (it holds no conversation id, so a filter on one could not narrow it anyway).
@@ -285,9 +291,7 @@ _EVENTS = f"""events AS MATERIALIZED (
                 FILTER (WHERE tool_results IS NOT NULL))) END AS tool_results,
             string_agg(response_text, '\n' ORDER BY time_unix_nano) AS response_text
         FROM logs
-        WHERE span_id IS NOT NULL AND (user_message IS NOT NULL
-            OR tool_calls_requested IS NOT NULL OR tool_results IS NOT NULL
-            OR response_text IS NOT NULL)
+        WHERE {LOG_RECORD_CONTENT}
         GROUP BY trace_id, span_id
     )"""
 # Spans with what `events` says, where the span's own attributes say nothing: in a query
@@ -302,6 +306,10 @@ _SPANS_AND_EVENTS = """(
     FROM spans s LEFT JOIN events e ON e.trace_id = s.trace_id AND e.span_id = s.span_id
 )"""
 SPANS_WITH_EVENTS = f"(WITH {_EVENTS} SELECT * FROM {_SPANS_AND_EVENTS})"
+# The spans alone, for views of a lake whose log records say nothing about any span
+# (`LOG_RECORD_CONTENT`): joining them would change no row, and costs a point query about a
+# third of its time (planning the join twice; bench/query.py).
+_SPANS_ALONE = "(SELECT s.*, s.rowid AS span_row FROM spans s)"
 
 # A span without a conversation id of its own (its trace id stood in) belongs to the one
 # another span of its trace carries (the greatest, should they carry several). The collector
@@ -429,11 +437,13 @@ _HANDOFF_SQL = """(operation = 'handoff' OR starts_with(name, 'handoff'))
 # that requested tools the parallel group of what it requested. Any other span's turn is the
 # turn of the latest model call before it, the first turn before any (`trace_turns` gives the
 # turn of tool and hand-off spans in conversations without model calls).
-def _placed(where: str = "", extra: str = "") -> str:
+def _placed(where: str = "", extra: str = "", *, log_records: bool = True) -> str:
     """`placed` and `trace_turns`; `where` narrows the spans read (the builder's conversations),
-    `extra` adds columns (the builder's attribute values)."""
+    `extra` adds columns (the builder's attribute values); without `log_records`, what log
+    records say is left out (`_SPANS_ALONE`)."""
+    spans = _SPANS_AND_EVENTS if log_records else _SPANS_ALONE
     return f"""
-    {_EVENTS},
+    {_EVENTS + "," if log_records else ""}
     flagged AS NOT MATERIALIZED (
         SELECT span_row, conversation_id AS conv, {", ".join(_PLACED_COLUMNS)}{extra},
                CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
@@ -442,7 +452,7 @@ def _placed(where: str = "", extra: str = "") -> str:
                {_TURN_AGENT_SQL} AS is_turn_agent,
                s.operation IS NOT DISTINCT FROM 'execute_tool' AS is_tool,
                {_HANDOFF_SQL} AS is_handoff
-        FROM {_SPANS_AND_EVENTS} s {where}
+        FROM {spans} s {where}
     ),
     ordered AS (
         SELECT span_row, conv,
@@ -488,9 +498,6 @@ def _placed(where: str = "", extra: str = "") -> str:
         FROM placed WHERE (is_tool OR is_handoff) AND turn_spans = 0
         GROUP BY conv, trace_id
     )"""
-
-
-_PLACED = _placed()
 
 
 def _joining(stage: str, source: str, key: str, before: list[str]) -> str:
@@ -648,10 +655,15 @@ CONVERSATION_SUMMARIES = f"""(
 # Columns of `calls` that only the builder reads.
 _BUILDER_ONLY = "step_place, step_sub, start_ns"
 
-VIEWS: dict[str, str] = {
-    "tool_calls": f"WITH {_PLACED}, {_CALLS} SELECT * EXCLUDE ({_BUILDER_ONLY}) FROM calls",
-    "turns": f"""
-        WITH {_PLACED}, {_CALLS},
+
+def views(*, log_records: bool = True) -> dict[str, str]:
+    """The views' definitions; without `log_records`, for a lake whose log records say nothing
+    about any span (`LOG_RECORD_CONTENT`), where they give the same rows sooner."""
+    placed = _placed(log_records=log_records)
+    return {
+        "tool_calls": f"WITH {placed}, {_CALLS} SELECT * EXCLUDE ({_BUILDER_ONLY}) FROM calls",
+        "turns": f"""
+        WITH {placed}, {_CALLS},
         turn_calls AS (
             SELECT conversation_id AS conv, turn_index, count(*) AS calls
             FROM calls GROUP BY ALL
@@ -670,8 +682,8 @@ VIEWS: dict[str, str] = {
         LEFT JOIN turn_calls c ON c.conv = t.conv AND c.turn_index = t.turn_index
         LEFT JOIN handoffs h ON h.conv = t.conv AND h.turn_index = t.turn_index
     """,
-    "conversations": f"""
-        WITH {_PLACED}, {_CALLS},
+        "conversations": f"""
+        WITH {placed}, {_CALLS},
         call_counts AS (
             SELECT conversation_id AS conv, count(*) AS calls FROM calls GROUP BY 1
         ),
@@ -695,7 +707,11 @@ VIEWS: dict[str, str] = {
         LEFT JOIN trace_turn_counts tt ON tt.conv = r.conv
         GROUP BY r.conv
     """,
-}
+    }
+
+
+VIEWS = views()
+VIEWS_WITHOUT_LOG_RECORDS = views(log_records=False)
 
 # The token counts a model call reports (OpenTelemetry's, else OpenInference's).
 TOKEN_ATTRIBUTES = (
