@@ -161,26 +161,45 @@ def test_small_commits_are_written_to_files_not_inlined(
     con.close()
 
 
-def test_compaction_keeps_every_spans_row_id(lake_dir: Path) -> None:
-    # The views join a span's narrow and wide columns by row id, and DuckLake's deletes and
-    # updates name rows by it: compaction must not renumber them. DuckLake 1.5.5's sorted
-    # compaction (`ALTER TABLE ... SET SORTED BY`) does (498 of 500 rows of this lake), and readers
-    # then missed conversations while maintenance ran
-    # (test_readers_see_every_conversation_while_maintenance_runs): `spans` is not sorted.
+def test_compaction_sorts_an_embedded_lakes_spans_and_keeps_every_one(lake_dir: Path) -> None:
+    # One conversation's spans then lie in a row group or two, not strewn over every row group
+    # of every file (docs/conversations.md, "Reading one conversation fast"). The spans are
+    # rewritten, not moved by DuckLake's sorted merge, which renumbered row ids (498 of 500
+    # rows of this lake) and made readers miss conversations while it ran
+    # (test_readers_see_every_conversation_while_maintenance_runs).
     con = connect(lake_dir, create=True)
     for commit in range(5):
         con.execute(
-            """INSERT INTO spans (trace_id, span_id, name, conversation_id)
-            SELECT 't', ($first + range)::VARCHAR, 'n', md5(($first + range)::VARCHAR)
+            """INSERT INTO spans (trace_id, span_id, name, conversation_id, start_time_unix_nano,
+                                  ingest_time)
+            SELECT 't', ($first + range)::VARCHAR, 'n', md5(($first + range)::VARCHAR),
+                   $first + range, now()
             FROM range(100)""",
             {"first": commit * 100},
         )
-    before = con.execute("SELECT span_id, rowid FROM spans ORDER BY 1").fetchall()
-    files = con.execute("SELECT count(*) FROM ducklake_list_files('lake', 'spans')").fetchone()
+    columns = "trace_id, span_id, name, conversation_id, start_time_unix_nano, ingest_time"
+    before = con.execute(f"SELECT {columns} FROM spans ORDER BY span_id").fetchall()
     done = lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)
-    assert files is not None
-    assert done["files_merged"] == files[0], done
-    assert con.execute("SELECT span_id, rowid FROM spans ORDER BY 1").fetchall() == before
+    assert (done["span_files_sorted"], done["files_merged"]) == (5, 0), done
+    assert con.execute(f"SELECT {columns} FROM spans ORDER BY span_id").fetchall() == before
+    [(path,)] = con.execute("SELECT data_file FROM ducklake_list_files('lake', 'spans')").fetchall()
+    in_file = [r[0] for r in con.execute(f"SELECT conversation_id FROM '{path}'").fetchall()]
+    assert in_file == sorted(in_file)
+    options = con.execute(
+        "SELECT value FROM ducklake_options('lake') WHERE option_name = 'parquet_row_group_size' "
+        "AND scope_entry = 'main.spans'"
+    ).fetchall()
+    assert options == [(str(lake.connection.SORTED_ROW_GROUP_SPANS),)]
+    # A shared lake's other collectors cannot be held off: DuckLake's merge compacts there.
+    for commit in range(2):
+        con.execute(
+            "INSERT INTO spans (trace_id, span_id, name, conversation_id) VALUES ('t', ?, 'n', ?)",
+            [f"late-{commit}", f"c-{commit}"],
+        )
+    merged = lake.maintain(con, sort_spans=False)
+    # the two new files and the sorted one, still under the size compaction leaves alone
+    assert (merged["span_files_sorted"], merged["files_merged"]) == (0, 3), merged
+    assert con.execute("SELECT count(*) FROM spans").fetchone() == (502,)
     con.close()
 
 

@@ -350,6 +350,7 @@ class Collector:
                         store_deadline_s=max(self.config.maintenance_interval_s / 2, 1.0),
                     )
                 self.stats.add("maintenance_runs")
+                self.stats.add("span_files_sorted", done.get("span_files_sorted", 0))
                 log.info(
                     "maintenance",
                     extra={

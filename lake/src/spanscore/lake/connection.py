@@ -697,10 +697,20 @@ def maintain(
     merged_file_bytes: int = MERGED_FILE_BYTES,
     store_settled_after_s: float | None = None,
     store_deadline_s: float | None = None,
+    sort_spans: bool | None = None,
 ) -> dict[str, int]:
     """Compact small data files, expire old snapshots and delete files nobody can read any more;
     given `store_settled_after_s`, first store the trajectories of the conversations without a
     new span for that long (`stored.store_trajectories`, for at most `store_deadline_s`).
+
+    `sort_spans` (by default, on an embedded lake) compacts `spans` by rewriting its small
+    files in order of conversation and start time (`_sort_small_span_files`), in row groups of
+    `SORTED_ROW_GROUP_SPANS`, so that one conversation is read from a row group or two instead
+    of every row group its spans are strewn over (`span_files_sorted`, `sort_steps`). The
+    rewrite deletes and inserts, which conflicts with any insert committed meanwhile: on an
+    embedded lake the one collector is held off (`exclusive`), on a shared lake other
+    collectors could not be, and DuckLake's merge (which conflicts with no insert, and keeps
+    rows as they are) compacts `spans` like the other tables.
 
     Compaction merges only files smaller than `merge_below_bytes`: without that bound, the
     file the last run made was merged again with the new ones every time, so each run
@@ -734,14 +744,12 @@ def maintain(
     """
     done: dict[str, int] = {"longest_step_ms": 0}
 
-    def step(sql: str, what: str) -> list[tuple[Any, ...]]:
+    def step(sql: str | Callable[[], list[tuple[Any, ...]]], what: str) -> list[tuple[Any, ...]]:
         started = time.monotonic()
+        run = sql if callable(sql) else lambda: con.execute(sql).fetchall()
         with exclusive() if exclusive is not None else contextlib.nullcontext():
             rows: list[tuple[Any, ...]] = retrying(
-                lambda: con.execute(sql).fetchall(),
-                con=con,
-                deadline_s=step_deadline_s,
-                what=what,
+                run, con=con, deadline_s=step_deadline_s, what=what
             )
         # How long the step held the writer off: the pause it adds to ingest.
         took = round((time.monotonic() - started) * 1000)
@@ -785,6 +793,18 @@ def maintain(
     flushed = step(f"CALL ducklake_flush_inlined_data('{ALIAS}')", "flush inlined data")
     done["rows_flushed"] = total(flushed, 2)
     _set_target_file_size(con, merged_file_bytes)
+    done["span_files_sorted"] = done["sort_steps"] = 0
+    if sort_spans if sort_spans is not None else _lake_settings(con)[0] == "sqlite":
+        _set_table_option(con, "spans", "parquet_row_group_size", SORTED_ROW_GROUP_SPANS)
+        while True:  # one step per merged file, until fewer than two small files are left
+            [(files,)] = step(
+                lambda: _sort_small_span_files(con, merge_below_bytes, merged_file_bytes),
+                "sort spans",
+            )
+            done["sort_steps"] += 1
+            done["span_files_sorted"] += files
+            if not files:
+                break
     done["files_merged"] = done["files_created"] = done["merge_steps"] = 0
     while True:  # one merged file per table and step; ends when a step finds nothing to merge
         merged = step(
@@ -910,6 +930,65 @@ def memory_in_use(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
         "SELECT tag, memory_usage_bytes FROM duckdb_memory() WHERE memory_usage_bytes > 0"
     ).fetchall()
     return {str(tag): int(size) for tag, size in rows}
+
+
+# Spans per row group of the files compaction sorts: one conversation then reads about this
+# many spans of each wide column (bench/query.py).
+SORTED_ROW_GROUP_SPANS = 16_384
+
+
+def _sort_small_span_files(
+    con: duckdb.DuckDBPyConnection, below_bytes: int, up_to_bytes: int
+) -> list[tuple[Any, ...]]:
+    """One transaction: the oldest small files of `spans` (under `below_bytes`, at least two,
+    together about `up_to_bytes`) rewritten as one, their spans in order of conversation and
+    start time. Returns [(files rewritten,)], 0 when fewer than two were small.
+
+    A rewrite, not DuckLake's sorted merge: that renumbered the rows it moved (row ids are
+    what DuckLake's deletes name rows by), and readers missed conversations while it ran. Here
+    the spans are deleted from the old files and inserted into the new one in one snapshot:
+    a reader sees either, and a new span gets a new row id."""
+    con.execute("BEGIN")
+    # Oldest first: DuckLake names files by UUIDv7, which begins with the time it was made.
+    small = con.execute(
+        f"SELECT data_file, data_file_size_bytes FROM ducklake_list_files({_sql_string(ALIAS)}, "
+        "'spans') WHERE data_file_size_bytes < ? ORDER BY data_file",
+        [below_bytes],
+    ).fetchall()
+    chosen: list[str] = []
+    size = 0
+    for path, file_bytes in small:
+        chosen.append(str(path))
+        size += int(file_bytes)
+        if size >= up_to_bytes:
+            break
+    if len(chosen) < 2:
+        con.execute("COMMIT")
+        return [(0,)]
+    files = ", ".join(_sql_string(path) for path in chosen)
+    spans = f"{ALIAS}.spans"
+    con.execute(
+        f"INSERT INTO {spans} BY NAME SELECT * FROM {spans} WHERE filename IN ({files}) "
+        "ORDER BY conversation_id, start_time_unix_nano, span_id"
+    )
+    con.execute(f"DELETE FROM {spans} WHERE filename IN ({files})")
+    con.execute("COMMIT")
+    return [(len(chosen),)]
+
+
+def _set_table_option(con: duckdb.DuckDBPyConnection, table: str, option: str, value: int) -> None:
+    """A DuckLake option of one table (set only when it differs: options are kept in the
+    catalog, and setting one is a commit)."""
+    row = con.execute(
+        f"SELECT value FROM ducklake_options({_sql_string(ALIAS)}) "
+        "WHERE option_name = ? AND scope = 'TABLE' AND scope_entry = ?",
+        [option, f"main.{table}"],
+    ).fetchone()
+    if row is None or str(row[0]) != str(value):
+        con.execute(
+            f"CALL {ALIAS}.set_option({_sql_string(option)}, {int(value)}, "
+            f"table_name => {_sql_string(table)})"
+        )
 
 
 def _set_target_file_size(con: duckdb.DuckDBPyConnection, size: int) -> None:
