@@ -36,10 +36,11 @@ answers in under a second". What it does, in one run:
    data file and snapshot counts before and after, and how long ``maintain`` took, are
    printed. The lake the collector writes is this one: ``--fragmented-spans 5000000
    --small-commit-rows 5000 --in-flight 10000`` is 5 million spans of 2,000 spans/s traffic
-   with conversations that last a minute or so, after maintenance. Then ``--recent-spans``
-   (600,000) more spans are committed the same way and (a) to (d) timed once more: the lake
-   between two of the collector's maintenance runs (5 minutes apart by default, at 2,000
-   spans/s), its past compacted and the last minutes in small files.
+   with conversations that last a minute or so, after maintenance. Then ``--recent-commits``
+   more commits are made the same way and (a) to (d) timed once more: the lake as the
+   collector leaves it between two compactions, its past compacted and the commits since in
+   small files (by default as many as the collector's ``compact_after_commits``, past which it
+   compacts: the most a busy collector's lake holds).
 4. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
    (for example ``HEAD~1``), side by side with today's on the big lake, in the same run: one
    conversation (warm, median of ``--runs``) and a full read of each view into Arrow (twice each,
@@ -77,9 +78,12 @@ from typing import Any
 
 import duckdb
 
+from spanscore.collector.config import CollectorConfig
 from spanscore.lake import connect, maintain, schema
 
 TARGET_S = 1.0
+# Commits the collector lets pile up before it compacts (its default).
+COMPACT_AFTER_COMMITS: int = CollectorConfig.model_fields["compact_after_commits"].default
 # Issue 12: one conversation from each view, warm and on a fresh connection (connect included).
 VIEW_QUERIES = ("b", "c", "d")
 VIEW_WARM_TARGET_S = 0.1
@@ -586,10 +590,10 @@ def fragmented_lake(args: argparse.Namespace, workdir: Path, rng: random.Random)
         time_query(lake_dir, "compacted", QUERY[k], conversation, args.runs, after.files)
         for k in ("a", "b", "c", "d", "scan")
     ]
-    if args.recent_spans:
-        # What a lake looks like between two maintenance runs: the compacted past, and the
+    if args.recent_commits:
+        # What a lake looks like between two compactions: the compacted past, and the
         # commits since (none of them holds the conversation, and each must be looked into).
-        recent = range(layout.spans, layout.spans + args.recent_spans)
+        recent = range(layout.spans, layout.spans + args.recent_commits * args.small_commit_rows)
         built = build_lake(lake_dir, layout, args.small_commit_rows, "recent", spans=recent)
         state = open_state(lake_dir)
         _print_state(f"with {built.commits:,} commits since maintenance", state)
@@ -742,12 +746,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also time the views as defined at this git revision, beside today's",
     )
     parser.add_argument(
-        "--recent-spans",
+        "--recent-commits",
         type=int,
-        default=600_000,
-        help="spans committed to the fragmented lake after maintenance, in commits of "
-        "--small-commit-rows, before its point queries are timed once more (default 600,000: "
-        "5 minutes, the collector's maintenance interval, at 2,000 spans/s; 0: none)",
+        default=COMPACT_AFTER_COMMITS,
+        help="commits of --small-commit-rows spans made to the fragmented lake after "
+        "maintenance, before its point queries are timed once more (default "
+        f"{COMPACT_AFTER_COMMITS}: the collector's compact_after_commits, the most a busy "
+        "collector's lake holds; 0: none)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 500,000 + 100,000 spans, 3 runs"
@@ -757,13 +762,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.spans = min(args.spans, 500_000)
         args.commit_rows = min(args.commit_rows, 50_000)
         args.fragmented_spans = min(args.fragmented_spans, 100_000)
-        args.recent_spans = min(args.recent_spans, 20_000)
+        args.recent_commits = min(args.recent_commits, 20)
         args.runs = min(args.runs, 3)
     for name in ("spans", "commit_rows", "fragmented_spans", "small_commit_rows", "runs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")
-    if args.in_flight < 0 or args.recent_spans < 0:
-        parser.error("--in-flight and --recent-spans must be 0 or more")
+    if args.in_flight < 0 or args.recent_commits < 0:
+        parser.error("--in-flight and --recent-commits must be 0 or more")
     return args
 
 

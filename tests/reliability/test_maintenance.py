@@ -108,6 +108,39 @@ def test_maintenance_completes_under_steady_ingest(
     assert not load.failures
 
 
+def span_files(lake: Path) -> int:
+    con = connect(lake, read_only=True)
+    try:
+        row = con.execute("SELECT count(*) FROM ducklake_list_files('lake', 'spans')").fetchone()
+    finally:
+        con.close()
+    return int(row[0]) if row else 0
+
+
+def test_a_busy_collector_compacts_after_so_many_commits_between_maintenance_runs(
+    make_collector: Callable[..., Collector], lake_dir: Path
+) -> None:
+    """A point query opens every small file: commits made faster than the maintenance
+    interval would pile them up (thousands in 5 minutes of many small exports). Compaction
+    runs as soon as `compact_after_commits` commits were made, the interval or not."""
+    collector = make_collector(maintenance_interval_s=3600, compact_after_commits=5)
+    counters = collector.stats.get
+    for n in range(40):  # one commit each: the export is answered once it is committed
+        reply = export(collector, "http", trace_request([make_span(f"busy {n}")]))
+        assert reply.ok, reply
+    wait_for(lambda: counters("compactions") >= 4, timeout=120, interval=0.2)
+    assert counters("commits") >= 40
+    assert counters("maintenance_runs") == 0  # the interval never came
+    assert counters("maintenance_failed") == 0
+    # Without it: one file per commit, 40 of them.
+    wait_for(lambda: span_files(lake_dir) <= 12, timeout=120, interval=0.2)
+    con = connect(lake_dir, read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM spans").fetchone() == (40,)
+    finally:
+        con.close()
+
+
 def test_a_running_evaluations_snapshot_is_never_expired(tmp_path: Path) -> None:
     # The soak found it: with a short retention, maintenance expired the snapshot a running
     # `evaluate` had pinned, and its workers could no longer attach the lake

@@ -106,7 +106,17 @@ class CollectorConfig(BaseModel):
         32, gt=0, description="requests decoded at once (bounds memory)"
     )
     maintenance_interval_s: float = Field(
-        300.0, ge=0, description="seconds between compactions (0: never)"
+        300.0,
+        ge=0,
+        description="seconds between maintenance runs: compaction, snapshot expiry, file "
+        "cleanup (0: none, nor compaction after commits)",
+    )
+    compact_after_commits: int = Field(
+        100,
+        ge=0,
+        description="compact as soon as this many commits were made since the last "
+        "compaction, between maintenance runs (0: only every maintenance_interval_s); a point "
+        "query opens every small file a commit wrote",
     )
     store_trajectories: bool = Field(
         True,

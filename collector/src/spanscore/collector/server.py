@@ -213,6 +213,10 @@ class Collector:
         self._closing = False
         self._stopped = False
         self._maintenance_stop = threading.Event()
+        # Set when `compact_after_commits` commits were made since the last compaction (or to
+        # stop): wakes the maintenance thread before its interval is up.
+        self._compaction_due = threading.Event()
+        self._commits_since_compaction = 0
         self.grpc_port = 0
         self.http_port = 0
         self._con: Any = None
@@ -253,6 +257,7 @@ class Collector:
             dedup_keys=cfg.dedup_keys,
             shared=self.location.is_postgres,
         )
+        self.writer.on_commit = self._count_commit
         self.writer.start()
         try:
             self.pool = FlattenPool(
@@ -305,6 +310,7 @@ class Collector:
             self._http.requests.wait_idle(max(0.1, deadline - time.monotonic()))
             self._http.server_close()
         self._maintenance_stop.set()
+        self._compaction_due.set()
         self.deadlines.close()
         if self.pool is not None:
             self.pool.close()
@@ -322,9 +328,29 @@ class Collector:
         thread.start()
         self._threads.append(thread)
 
+    def _count_commit(self) -> None:
+        """The writer committed (its thread): past `compact_after_commits`, wake maintenance."""
+        self._commits_since_compaction += 1
+        due = self.config.compact_after_commits
+        if due and self._commits_since_compaction >= due:
+            self._compaction_due.set()
+
     def _maintenance_loop(self) -> None:
+        """Maintenance every `maintenance_interval_s`; between two, compaction alone whenever
+        `compact_after_commits` commits were made since the last (a busy lake then never holds
+        more small files than that, whatever the interval)."""
         con = self._con.cursor()
-        while not self._maintenance_stop.wait(self.config.maintenance_interval_s):
+        interval = self.config.maintenance_interval_s
+        next_full = time.monotonic() + interval
+        while True:
+            self._compaction_due.wait(max(0.0, next_full - time.monotonic()))
+            if self._maintenance_stop.is_set():
+                return
+            full = time.monotonic() >= next_full
+            self._compaction_due.clear()
+            self._commits_since_compaction = 0
+            if full:
+                next_full = time.monotonic() + interval
             try:
                 started = time.monotonic()
                 # Several collectors on one lake: one of them at a time compacts and expires.
@@ -348,11 +374,12 @@ class Collector:
                         ),
                         # a first run over a large lake goes on next time
                         store_deadline_s=max(self.config.maintenance_interval_s / 2, 1.0),
+                        compact_only=not full,
                     )
-                self.stats.add("maintenance_runs")
+                self.stats.add("maintenance_runs" if full else "compactions")
                 self.stats.add("span_files_sorted", done.get("span_files_sorted", 0))
                 log.info(
-                    "maintenance",
+                    "maintenance" if full else "compaction",
                     extra={
                         **done,
                         "seconds": round(time.monotonic() - started, 3),

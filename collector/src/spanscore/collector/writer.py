@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import duckdb
@@ -180,6 +180,8 @@ class GroupCommitWriter:
         # Whether the lake's views read log records (they do once one says something about a
         # span: `spanscore.lake.include_log_records_in_views`).
         self._views_read_log_records = False
+        # Called after each commit (the collector counts them towards its next compaction).
+        self.on_commit: Callable[[], None] | None = None
         self._last_commit_s = 0.1
         self._pause_requests = 0
         self._paused = False
@@ -447,6 +449,8 @@ class GroupCommitWriter:
         self.stats.gauge("last_commit_s", round(elapsed, 4))
         self.stats.gauge("last_commit_rows", sum(p.rows for p in group))
         self.stats.gauge("last_commit_exports", len(group))
+        if self.on_commit is not None:
+            self.on_commit()
 
     def _drop_duplicates(self, table: pa.Table, name: identity.Kind) -> tuple[pa.Table, list[int]]:
         """Remove rows committed recently or repeated within the group; the kept rows' keys."""

@@ -698,6 +698,7 @@ def maintain(
     store_settled_after_s: float | None = None,
     store_deadline_s: float | None = None,
     sort_spans: bool | None = None,
+    compact_only: bool = False,
 ) -> dict[str, int]:
     """Compact small data files, expire old snapshots and delete files nobody can read any more;
     given `store_settled_after_s`, first store the trajectories of the conversations without a
@@ -711,6 +712,9 @@ def maintain(
     embedded lake the one collector is held off (`exclusive`), on a shared lake other
     collectors could not be, and DuckLake's merge (which conflicts with no insert, and keeps
     rows as they are) compacts `spans` like the other tables.
+
+    `compact_only`: compaction alone, which a busy collector runs between two whole runs
+    (its `compact_after_commits`), so that queries never open more small files than that.
 
     Compaction merges only files smaller than `merge_below_bytes`: without that bound, the
     file the last run made was merged again with the new ones every time, so each run
@@ -765,7 +769,11 @@ def maintain(
     # collectors, a root exported long after its children): looked for without holding the
     # writer, resolved with it held.
     spans = f"{ALIAS}.spans"  # a cursor does not inherit the connection's USE
-    unresolved = con.execute(schema.UNRESOLVED_SPANS.format(spans=spans)).fetchone()
+    unresolved = (
+        None
+        if compact_only
+        else con.execute(schema.UNRESOLVED_SPANS.format(spans=spans)).fetchone()
+    )
     done["spans_resolved"] = 0
     if unresolved and unresolved[0]:
         resolve = schema.RESOLVE_ALL_CONVERSATIONS.format(spans=spans)
@@ -773,7 +781,7 @@ def maintain(
     # Before compaction, which then merges the files this writes. Not under `exclusive`: it
     # writes only `trajectory_steps`, so it does not conflict with the writer's commits. Its
     # failure costs readers time, never correctness, so compaction goes on without it.
-    if store_settled_after_s is not None:
+    if store_settled_after_s is not None and not compact_only:
         from .stored import store_trajectories
 
         try:
@@ -817,6 +825,8 @@ def maintain(
         done["files_created"] += total(merged, 3)
         if total(merged, 2) == 0:
             break
+    if compact_only:
+        return done
     expirable = _expirable_snapshots(con, expire_older_than_s)
     done["snapshots_expired"] = (
         len(
