@@ -34,8 +34,10 @@ answers in under a second". What it does, in one run:
    each one data file and one snapshot). Query (a), the views and the full scan are timed before
    and after ``spanscore.lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)``;
    data file and snapshot counts before and after, and how long ``maintain`` took, are
-   printed. The lake the collector writes is this one: ``--fragmented-spans 5000000
-   --small-commit-rows 5000 --in-flight 10000`` is 5 million spans of 2,000 spans/s traffic
+   printed (``--merge-spans``: compacted as a shared lake is, DuckLake's merge instead of
+   the embedded lake's sorted rewrite). The lake the collector writes is this one:
+   ``--fragmented-spans 5000000 --small-commit-rows 5000 --in-flight 10000`` is 5 million
+   spans of 2,000 spans/s traffic
    with conversations that last a minute or so, after maintenance. Then ``--recent-commits``
    more commits are made the same way and (a) to (d) timed once more: the lake as the
    collector leaves it between two compactions, its past compacted and the commits since in
@@ -510,11 +512,11 @@ def open_state(lake_dir: Path) -> LakeState:
         con.close()
 
 
-def run_maintain(lake_dir: Path) -> tuple[float, dict[str, int]]:
+def run_maintain(lake_dir: Path, *, sort_spans: bool = True) -> tuple[float, dict[str, int]]:
     con = connect(lake_dir)
     try:
         started = time.perf_counter()
-        done = maintain(con, expire_older_than_s=0, delete_older_than_s=0)
+        done = maintain(con, expire_older_than_s=0, delete_older_than_s=0, sort_spans=sort_spans)
         return time.perf_counter() - started, done
     finally:
         con.close()
@@ -578,7 +580,7 @@ def fragmented_lake(args: argparse.Namespace, workdir: Path, rng: random.Random)
         time_query(lake_dir, "fragmented", QUERY[k], conversation, args.runs, before.files)
         for k in ("a", "b", "c", "d", "scan")
     ]
-    seconds, done = run_maintain(lake_dir)
+    seconds, done = run_maintain(lake_dir, sort_spans=not args.merge_spans)
     print(
         f"  maintain(expire_older_than_s=0, delete_older_than_s=0) took {seconds:.1f}s: "
         + ", ".join(f"{k} {v:,}" for k, v in done.items()),
@@ -753,6 +755,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "maintenance, before its point queries are timed once more (default "
         f"{COMPACT_AFTER_COMMITS}: the collector's compact_after_commits, the most a busy "
         "collector's lake holds; 0: none)",
+    )
+    parser.add_argument(
+        "--merge-spans",
+        action="store_true",
+        help="compact the fragmented lake's spans as a shared lake's maintenance does "
+        "(DuckLake's merge, unsorted) instead of sorting them as an embedded lake's does",
     )
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 500,000 + 100,000 spans, 3 runs"
