@@ -112,11 +112,12 @@ class CollectorConfig(BaseModel):
         "cleanup (0: none, nor compaction after commits)",
     )
     compact_after_commits: int = Field(
-        100,
+        1000,
         ge=0,
         description="compact as soon as this many commits were made since the last "
         "compaction, between maintenance runs (0: only every maintenance_interval_s); a point "
-        "query opens every small file a commit wrote",
+        "query opens every small file a commit wrote, and many small exporters commit dozens "
+        "of times a second",
     )
     store_trajectories: bool = Field(
         True,
