@@ -1,7 +1,8 @@
 """The views and the builder rebuild the same conversations from any span set (issue 12): the
 same turns, tool calls (name, arguments, result, error, call id, parallel group) and counts,
 whatever the arrival order, the split into traces and exports, the order concurrent tools
-ran in, agent spans with or without the turn's messages, and what the producer left out."""
+ran in, agent spans with or without the turn's messages, messages sent as log records, and
+what the producer left out."""
 
 from __future__ import annotations
 
@@ -9,31 +10,63 @@ import itertools
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.proto.logs.v1 import logs_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from spanscore.collector import Collector
+from spanscore.evaluation import open_lake
+from spanscore.lake.schema import LOG_RECORD_CONTENT
 
 from . import otlp_factory as f
-from .test_conversation_rules import T0, _chat, _post, _tool, agree_all
+from .test_conversation_rules import T0, _chat, _post, _post_logs, _tool, agree_all
 
 _ids = itertools.count(1)
 
+_MESSAGES = ("gen_ai.input.messages", "gen_ai.output.messages")
+
+
+@dataclass
+class Case:
+    conversation: str
+    exports: list[list[trace_pb2.Span]]
+    records: list[logs_pb2.LogRecord]
+    logs_first: bool
+
+
+def _as_log_record(span: trace_pb2.Span) -> logs_pb2.LogRecord:
+    """Move a model call's messages from its span to a log record of it (the
+    `gen_ai.client.inference.operation.details` event)."""
+    moved = [a for a in span.attributes if a.key in _MESSAGES]
+    kept = [a for a in span.attributes if a.key not in _MESSAGES]
+    del span.attributes[:]
+    span.attributes.extend(kept)
+    return logs_pb2.LogRecord(
+        time_unix_nano=span.end_time_unix_nano,
+        event_name="gen_ai.client.inference.operation.details",
+        trace_id=span.trace_id,
+        span_id=span.span_id,
+        attributes=moved,
+    )
+
 
 @st.composite
-def span_sets(draw: st.DrawFn) -> tuple[str, list[list[trace_pb2.Span]]]:
-    """One conversation's spans, shuffled and split into exports."""
+def span_sets(draw: st.DrawFn) -> Case:
+    """One conversation's spans, shuffled and split into exports, and the log records that
+    carry some model calls' messages instead of their spans."""
     conversation = f"eq-{next(_ids)}-{os.urandom(3).hex()}"
     # Where the conversation id is: on every GenAI span, only on one span of each trace, or
     # only on a root span without a GenAI operation (an HTTP server span's session.id).
     placement = draw(st.sampled_from(["every", "one", "root"]))
     trace_per_turn = placement == "root" or draw(st.booleans())
     spans: list[trace_pb2.Span] = []
+    records: list[logs_pb2.LogRecord] = []
     trace = os.urandom(16)
     root: trace_pb2.Span | None = None
     clock = itertools.count(T0, 100)
@@ -89,6 +122,9 @@ def span_sets(draw: st.DrawFn) -> tuple[str, list[list[trace_pb2.Span]]]:
                 trace_id=trace,
             )
             spans.append(chat)
+            if draw(st.integers(0, 3)) == 0:
+                # The messages as a log record of the span (producers that send them as events)
+                records.append(_as_log_record(chat))
             pending_results = []
             # a framework may run the calls of one response concurrently: in any order
             if len(requested) > 1 and draw(st.booleans()):
@@ -155,7 +191,7 @@ def span_sets(draw: st.DrawFn) -> tuple[str, list[list[trace_pb2.Span]]]:
     order = draw(st.permutations(spans))  # any arrival order: children before roots too
     cuts = sorted(draw(st.lists(st.integers(1, max(1, len(order) - 1)), max_size=2)))
     exports = [list(order[a:b]) for a, b in itertools.pairwise([0, *cuts, len(order)]) if a < b]
-    return conversation, exports
+    return Case(conversation, exports, records, logs_first=draw(st.booleans()))
 
 
 @pytest.mark.slow
@@ -170,12 +206,26 @@ def test_views_and_builder_rebuild_the_same_conversations(
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(st.lists(span_sets(), min_size=1, max_size=6))
-    def check(cases: list[tuple[str, list[list[trace_pb2.Span]]]]) -> None:
-        # The conversations of one example arrive interleaved, export by export.
-        for exports in itertools.zip_longest(*(e for _, e in cases)):
+    def check(cases: list[Case]) -> None:
+        # Log records before their spans, or after; the conversations of one example arrive
+        # interleaved, export by export.
+        before = [r for c in cases if c.logs_first for r in c.records]
+        after = [r for c in cases if not c.logs_first for r in c.records]
+        if before:
+            _post_logs(collector, before)
+        for exports in itertools.zip_longest(*(c.exports for c in cases)):
             for export in exports:
                 if export:
                     _post(collector, export)
-        agree_all(lake_dir, [c for c, _ in cases])
+        if after:
+            _post_logs(collector, after)
+        agree_all(lake_dir, [c.conversation for c in cases])
 
     check()
+    con = open_lake(lake_dir)
+    try:
+        found = con.execute(f"SELECT count(*) FROM logs WHERE {LOG_RECORD_CONTENT}").fetchone()
+    finally:
+        con.close()
+    assert found is not None
+    assert found[0] > 0, "no log record carried messages: none of them was checked"
