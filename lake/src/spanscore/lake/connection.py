@@ -800,10 +800,19 @@ def maintain(
     # files_created); expire: one row per snapshot; cleanup and orphans: one row per file.
     flushed = step(f"CALL ducklake_flush_inlined_data('{ALIAS}')", "flush inlined data")
     done["rows_flushed"] = total(flushed, 2)
-    _set_target_file_size(con, merged_file_bytes)
+    sorting = sort_spans if sort_spans is not None else _lake_settings(con)[0] == "sqlite"
+
+    def set_options() -> list[tuple[Any, ...]]:
+        _set_target_file_size(con, merged_file_bytes)
+        if sorting:
+            _set_table_option(con, "spans", "parquet_row_group_size", SORTED_ROW_GROUP_SPANS)
+        return []
+
+    # A step like the others: setting an option is a commit, which a writer committing every
+    # few milliseconds keeps from the SQLite catalog ("database is locked").
+    step(set_options, "set options")
     done["span_files_sorted"] = done["sort_steps"] = 0
-    if sort_spans if sort_spans is not None else _lake_settings(con)[0] == "sqlite":
-        _set_table_option(con, "spans", "parquet_row_group_size", SORTED_ROW_GROUP_SPANS)
+    if sorting:
         while True:  # one step per merged file, until fewer than two small files are left
             [(files,)] = step(
                 lambda: _sort_small_span_files(con, merge_below_bytes, merged_file_bytes),
