@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spanscore.lake import include_log_records_in_views, retrying, schema
 
@@ -95,16 +94,8 @@ CONVERSATION_TRACES = 200_000
 
 INSERT_SPANS = _insert_sql("spans", schema.SPANS, "incoming_spans")
 INSERT_LOGS = _insert_sql("logs", schema.LOGS, "incoming_logs")
-
-
-def _has_content(logs: pa.Table) -> bool:
-    """Whether some of these log records say something about a span's model call
-    (`schema.LOG_RECORD_CONTENT`)."""
-    said = pc.or_(
-        pc.or_(pc.is_valid(logs["user_message"]), pc.is_valid(logs["tool_calls_requested"])),
-        pc.or_(pc.is_valid(logs["tool_results"]), pc.is_valid(logs["response_text"])),
-    )
-    return bool(pc.any(pc.and_(pc.is_valid(logs["span_id"]), said)).as_py())
+# Whether some of a commit's log records say something about a span's model call.
+CARRY_CONTENT = f"SELECT EXISTS (SELECT 1 FROM incoming_logs WHERE {schema.LOG_RECORD_CONTENT})"
 
 
 class RecentKeys:
@@ -403,11 +394,10 @@ class GroupCommitWriter:
             resolution = self._conversations.resolve(span_table, floor)
             span_table = resolution.spans
 
-        log_content = (
-            not self._views_read_log_records and log_table is not None and _has_content(log_table)
-        )
+        log_content = False
 
         def transaction() -> None:
+            nonlocal log_content
             con.execute("BEGIN")
             if span_table is not None and span_table.num_rows:
                 con.register("incoming_spans", span_table)
@@ -417,6 +407,9 @@ class GroupCommitWriter:
             if log_table is not None and log_table.num_rows:
                 con.register("incoming_logs", log_table)
                 con.execute(INSERT_LOGS)
+                if not self._views_read_log_records:
+                    found = con.execute(CARRY_CONTENT).fetchone()
+                    log_content = bool(found and found[0])
             if log_content and include_log_records_in_views(con):
                 log.info("the first log records about spans: the lake's views now read them")
             con.execute("COMMIT")

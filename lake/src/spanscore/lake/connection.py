@@ -803,9 +803,10 @@ def maintain(
     sorting = sort_spans if sort_spans is not None else _lake_settings(con)[0] == "sqlite"
 
     def set_options() -> list[tuple[Any, ...]]:
-        _set_target_file_size(con, merged_file_bytes)
+        # what one compaction step writes
+        _set_option(con, "target_file_size", merged_file_bytes, unit="B")
         if sorting:
-            _set_table_option(con, "spans", "parquet_row_group_size", SORTED_ROW_GROUP_SPANS)
+            _set_option(con, "parquet_row_group_size", SORTED_ROW_GROUP_SPANS, table="spans")
         return []
 
     # A step like the others: setting an option is a commit, which a writer committing every
@@ -995,30 +996,23 @@ def _sort_small_span_files(
     return [(len(chosen),)]
 
 
-def _set_table_option(con: duckdb.DuckDBPyConnection, table: str, option: str, value: int) -> None:
-    """A DuckLake option of one table (set only when it differs: options are kept in the
-    catalog, and setting one is a commit)."""
+def _set_option(
+    con: duckdb.DuckDBPyConnection, option: str, value: int, *, table: str = "", unit: str = ""
+) -> None:
+    """A DuckLake option of the lake, or of one `table`, given in `unit` and read back as a
+    plain number (set only when it differs: options are kept in the catalog, and setting one
+    is a commit)."""
+    scope = f"scope_entry = 'main.{table}'" if table else "scope = 'GLOBAL'"
     row = con.execute(
         f"SELECT value FROM ducklake_options({_sql_string(ALIAS)}) "
-        "WHERE option_name = ? AND scope = 'TABLE' AND scope_entry = ?",
-        [option, f"main.{table}"],
+        f"WHERE option_name = ? AND {scope}",
+        [option],
     ).fetchone()
     if row is None or str(row[0]) != str(value):
+        on_table = f", table_name => {_sql_string(table)}" if table else ""
         con.execute(
-            f"CALL {ALIAS}.set_option({_sql_string(option)}, {int(value)}, "
-            f"table_name => {_sql_string(table)})"
+            f"CALL {ALIAS}.set_option({_sql_string(option)}, '{int(value)}{unit}'{on_table})"
         )
-
-
-def _set_target_file_size(con: duckdb.DuckDBPyConnection, size: int) -> None:
-    """The lake's `target_file_size`, which bounds what one compaction step writes (set only
-    when it differs: the option is kept in the catalog)."""
-    row = con.execute(
-        f"SELECT value FROM ducklake_options({_sql_string(ALIAS)}) "
-        "WHERE option_name = 'target_file_size' AND scope = 'GLOBAL'"
-    ).fetchone()
-    if row is None or str(row[0]) != str(size):
-        con.execute(f"CALL {ALIAS}.set_option('target_file_size', '{int(size)}B')")
 
 
 # A run still `running` after this long is taken for dead (killed before it could say so)
