@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -186,7 +187,7 @@ def test_rows_are_cut_into_chunks_of_whole_conversations(
     # The rows of a sorted query arrive in batches that may split a conversation; each chunk
     # a worker gets holds `size` whole conversations (the last fewer), in order, and reaches
     # it as the same rows.
-    from spanscore.evaluation.run import _chunks, _shipped
+    from spanscore.evaluation.run import _chunks, chunk_directory, received, shipped
 
     ids = [f"c{i:02d}" for i, n in enumerate(counts) for _ in range(n)]
     table = pa.table({"conversation_id": ids, "row": list(range(len(ids)))})
@@ -198,8 +199,15 @@ def test_rows_are_cut_into_chunks_of_whole_conversations(
     per_chunk = [len(set(c.column("conversation_id").to_pylist())) for c in chunks]
     assert all(n == size for n in per_chunk[:-1])
     assert all(0 < n <= size for n in per_chunk[-1:])
-    shipped = [pa.ipc.open_stream(_shipped(c)).read_all() for c in chunks]
-    assert [s.to_pylist() for s in shipped] == [c.to_pylist() for c in chunks]
+    with chunk_directory() as directory:
+        for where in (directory, None):  # as a file, and as bytes where none can be written
+            sent = [shipped(c, where) for c in chunks]
+            assert all(isinstance(s, str) == (where is not None) for s in sent)
+            assert [received(s).to_pylist() for s in sent] == [c.to_pylist() for c in chunks]
+        assert not os.listdir(directory)  # a chunk's file is gone once received
+    gone = shipped(table, os.path.join(directory, "removed"))  # no room for a file
+    assert not isinstance(gone, str)
+    assert received(gone).to_pylist() == table.to_pylist()
 
 
 def test_sampling_is_deterministic_and_near_the_rate():

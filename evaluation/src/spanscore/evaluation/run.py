@@ -28,6 +28,7 @@ import math
 import os
 import re
 import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import duckdb
 import orjson
@@ -1178,19 +1179,63 @@ def _score_chunk(suite: LoadedSuite, rows: pa.Table) -> Scored:
     return score_table(score_trajectories(suite, rebuilt(), deferred)), ids, deferred
 
 
-def _worker_score(rows: pa.Buffer) -> Scored:
-    return _score_chunk(_WORKER["suite"], pa.ipc.open_stream(rows).read_all())
+def _worker_score(rows: Shipped) -> Scored:
+    return _score_chunk(_WORKER["suite"], received(rows))
 
 
-def _shipped(rows: pa.Table) -> pa.Buffer:
-    """A chunk as Arrow IPC bytes, for a worker. A chunk is a slice of a query's batch, and a
-    pickled slice carries its whole batch's buffers: ten times the chunk at the run's sizes,
-    which the parent pickled and the worker read back at a quarter of the rebuild's speed
-    (bench/trajectories.py). The IPC stream writes the slice's own rows."""
+# A chunk goes to a worker as a file of Arrow IPC in a directory of the run's own, in memory
+# where the system has one (/dev/shm), which the worker maps without copying. Sent through
+# the pool's pipe, it was copied four times (pickled, written, read, unpickled): 590 MB per
+# million spans of bench/trajectories.py, and evaluate's rebuild ran at 0.8 of the speed.
+# A file's path, or the bytes themselves where no file could be written.
+Shipped: TypeAlias = str | pa.Buffer
+_IN_MEMORY_DIR = "/dev/shm"
+
+
+def chunk_directory() -> tempfile.TemporaryDirectory[str]:
+    """A directory for the chunks of one run (`shipped`), removed with what a failed worker
+    left in it."""
+    memory = _IN_MEMORY_DIR if os.access(_IN_MEMORY_DIR, os.W_OK | os.X_OK) else None
+    return tempfile.TemporaryDirectory(prefix="spanscore-chunks-", dir=memory)
+
+
+def shipped(rows: pa.Table, directory: str | None = None) -> Shipped:
+    """A chunk for a worker (`received`): a file in `directory` holding the slice's own rows
+    (a pickled slice would carry its whole batch's buffers), or, without a directory or room
+    in it (a container's /dev/shm is small), the same Arrow IPC bytes."""
+    if directory is not None:
+        path = None
+        try:
+            fd, path = tempfile.mkstemp(suffix=".arrows", dir=directory)
+            os.close(fd)
+            with pa.OSFile(path, "wb") as sink:
+                _write_ipc(sink, rows)
+            return path
+        except OSError as exc:
+            log.debug("chunk sent as bytes: no file in %s (%s)", directory, exc)
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
     sink = pa.BufferOutputStream()
+    _write_ipc(sink, rows)
+    return sink.getvalue()
+
+
+def received(rows: Shipped) -> pa.Table:
+    """The chunk `shipped` sent; its file is mapped, not read, and removed at once (the
+    mapping lasts as long as the table)."""
+    if isinstance(rows, str):
+        try:
+            with pa.memory_map(rows) as source:
+                return pa.ipc.open_stream(source).read_all()
+        finally:
+            os.unlink(rows)
+    return pa.ipc.open_stream(rows).read_all()
+
+
+def _write_ipc(sink: pa.NativeFile, rows: pa.Table) -> None:
     with pa.ipc.new_stream(sink, rows.schema) as writer:
         writer.write_table(rows)
-    return sink.getvalue()
 
 
 def _chunks(reader: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.Table]:
@@ -1288,9 +1333,10 @@ def _in_pool(chunks: Iterator[pa.Table], suite: LoadedSuite, workers: int) -> It
         initargs=(suite.document(), str(suite.base_dir), suite.allow_outside_metrics),
     )
     pending: set[Future[Scored]] = set()
+    directory = chunk_directory()
     try:
         for chunk in chunks:  # at most two chunks per worker in flight: memory stays bounded
-            pending.add(pool.submit(_worker_score, _shipped(chunk)))
+            pending.add(pool.submit(_worker_score, shipped(chunk, directory.name)))
             while len(pending) >= 2 * workers:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
@@ -1301,6 +1347,7 @@ def _in_pool(chunks: Iterator[pa.Table], suite: LoadedSuite, workers: int) -> It
                 yield future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        directory.cleanup()
 
 
 # --- summary and gates ------------------------------------------------------------------------
