@@ -210,6 +210,28 @@ def test_rows_are_cut_into_chunks_of_whole_conversations(
     assert received(gone).to_pylist() == table.to_pylist()
 
 
+def test_chunk_directories_of_killed_runs_are_removed_by_the_next(tmp_path: Path):
+    # A run killed with kill -9 cannot remove its directory of chunk files (in /dev/shm, that
+    # is memory): the next run removes it once the process that made it is gone.
+    from spanscore.evaluation.run import chunk_directory
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    killed = tmp_path / f"spanscore-chunks-{ended.pid}-x1"
+    killed.mkdir()
+    (killed / "chunk.arrows").write_bytes(b"rows")
+    running = tmp_path / f"spanscore-chunks-{os.getpid()}-x2"  # a run going on beside
+    running.mkdir()
+    unrelated = tmp_path / "spanscore-chunks-notes"
+    unrelated.mkdir()
+    with chunk_directory(str(tmp_path)) as mine:
+        assert Path(mine).name.startswith(f"spanscore-chunks-{os.getpid()}-")
+        assert not killed.exists()
+        assert running.exists()
+        assert unrelated.exists()
+    assert not Path(mine).exists()
+
+
 def test_sampling_is_deterministic_and_near_the_rate():
     ids = [(f"conv-{i}", "a" if i % 4 else "b") for i in range(20_000)]
     picked = choose(ids, rate=0.1, limit=None, seed=7)

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -1192,11 +1193,22 @@ Shipped: TypeAlias = str | pa.Buffer
 _IN_MEMORY_DIR = "/dev/shm"
 
 
-def chunk_directory() -> tempfile.TemporaryDirectory[str]:
+_CHUNKS_PREFIX = "spanscore-chunks-"
+
+
+def chunk_directory(parent: str | None = None) -> tempfile.TemporaryDirectory[str]:
     """A directory for the chunks of one run (`shipped`), removed with what a failed worker
-    left in it."""
-    memory = _IN_MEMORY_DIR if os.access(_IN_MEMORY_DIR, os.W_OK | os.X_OK) else None
-    return tempfile.TemporaryDirectory(prefix="spanscore-chunks-", dir=memory)
+    left in it; in `parent`, by default /dev/shm where it can be written, else the temporary
+    directory. Its name holds the process id: the directories of runs killed before they
+    could remove theirs (kill -9) are removed here, once their process is gone."""
+    if parent is None:
+        in_memory = os.access(_IN_MEMORY_DIR, os.W_OK | os.X_OK)
+        parent = _IN_MEMORY_DIR if in_memory else tempfile.gettempdir()
+    for entry in os.scandir(parent):
+        owner = entry.name.removeprefix(_CHUNKS_PREFIX).split("-", 1)[0]
+        if entry.name.startswith(_CHUNKS_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+    return tempfile.TemporaryDirectory(prefix=f"{_CHUNKS_PREFIX}{os.getpid()}-", dir=parent)
 
 
 def shipped(rows: pa.Table, directory: str | None = None) -> Shipped:
