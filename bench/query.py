@@ -43,7 +43,11 @@ answers in under a second". What it does, in one run:
    collector leaves it between two compactions, its past compacted and the commits since in
    small files (by default 120: 5 minutes, the collector's maintenance interval, at 2,000
    spans/s; past its ``compact_after_commits`` commits it compacts sooner).
-4. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
+4. ``--log-records`` (off by default): last, the big lake's model calls get their messages as
+   GenAI log records too (two per call, as producers that send messages as events do), and
+   the views and one conversation's trajectory by the rules (``load_trajectories``,
+   ``stored=False``) are timed again; the trajectory before and after, in the same run.
+5. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
    (for example ``HEAD~1``), side by side with today's on the big lake, in the same run: one
    conversation (warm, median of ``--runs``) and a full read of each view into Arrow (twice each,
    alternating, so that a drift of the machine's speed hits both). What "no slower than before"
@@ -75,13 +79,15 @@ import time
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from spanscore.collector.config import CollectorConfig
-from spanscore.lake import connect, maintain, schema
+from spanscore.evaluation import load_trajectories
+from spanscore.lake import connect, include_log_records_in_views, maintain, schema
 
 TARGET_S = 1.0
 # Commits the collector lets pile up before it compacts (its default), and the commits of 5
@@ -561,6 +567,76 @@ def big_lake(
     return timings, lake_dir, layout, conversation
 
 
+def time_trajectory(lake_dir: Path, conversation: str, runs: int) -> float:
+    """Median seconds `load_trajectory` takes for the conversation on a warm connection, read
+    by the rules (`stored=False`: what the builder does for a conversation not yet settled)."""
+    con = connect(lake_dir, read_only=True)
+    try:
+        load = partial(load_trajectories, con, conversation_ids=[conversation], stored=False)
+        list(load())  # warm-up, untimed
+        seconds = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            found = list(load())
+            seconds.append(time.perf_counter() - started)
+        assert len(found) == 1, found
+        return statistics.median(seconds)
+    finally:
+        con.close()
+
+
+def add_log_records(lake_dir: Path) -> int:
+    """Two GenAI log records per model call of the lake (its user message, its answer), as
+    producers that send messages as events do, in one commit that also gives the lake the
+    views that read them (as the collector's writer does); how many."""
+    con = connect(lake_dir)
+    try:
+        con.execute("BEGIN")
+        for n, (event, column) in enumerate(
+            (("gen_ai.user.message", "user_message"), ("gen_ai.choice", "response_text"))
+        ):
+            con.execute(f"""
+                INSERT INTO logs BY NAME
+                SELECT start_time AS time, start_time_unix_nano + {n} AS time_unix_nano,
+                       start_time_unix_nano AS observed_time_unix_nano, trace_id, span_id,
+                       '{event}' AS event_name, service_name, conversation_id,
+                       {column} AS {column}, now() AS ingest_time
+                FROM spans WHERE operation = 'chat' AND {column} IS NOT NULL""")
+        include_log_records_in_views(con)
+        con.execute("COMMIT")
+        return int(_one(con, "SELECT count(*) FROM logs")[0])
+    finally:
+        con.close()
+
+
+def log_records_phase(
+    args: argparse.Namespace, lake_dir: Path, conversation: str
+) -> tuple[list[Timing], tuple[float, float]]:
+    """The big lake's views and one conversation's trajectory again, once its model calls'
+    messages are also log records: the views then join them; the trajectory, before and
+    after, in the same run."""
+    before = time_trajectory(lake_dir, conversation, args.runs)
+    started = time.perf_counter()
+    records = add_log_records(lake_dir)
+    print(
+        f"\n== the big lake with {records:,} GenAI log records (two per model call) "
+        f"added in {time.perf_counter() - started:.1f}s",
+        flush=True,
+    )
+    files = open_state(lake_dir).files
+    timings = [
+        time_query(lake_dir, "+log records", QUERY[k], conversation, args.runs, files)
+        for k in VIEW_QUERIES
+    ]
+    after = time_trajectory(lake_dir, conversation, args.runs)
+    print(
+        f"  one conversation's trajectory (load_trajectory, by the rules, warm): "
+        f"{_ms(before)} without log records, {_ms(after)} with them",
+        flush=True,
+    )
+    return timings, (before, after)
+
+
 def fragmented_lake(args: argparse.Namespace, workdir: Path, rng: random.Random) -> list[Timing]:
     layout = Layout(args.fragmented_spans, args.in_flight)
     lake_dir = workdir / "fragmented"
@@ -765,6 +841,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(DuckLake's merge, unsorted) instead of sorting them as an embedded lake's does",
     )
     parser.add_argument(
+        "--log-records",
+        action="store_true",
+        help="last, give the big lake's model calls their messages as GenAI log records too "
+        "(two per call) and time the views and one conversation's trajectory again",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="smoke run: 500,000 + 100,000 spans, 3 runs"
     )
     args = parser.parse_args(argv)
@@ -854,9 +936,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.baseline_views
             else []
         )
+        trajectory: tuple[float, float] | None = None
+        if args.log_records:
+            logged, trajectory = log_records_phase(args, lake_dir, conversation)
+            timings += logged
         print_summary(timings, args)
         if comparison:
             print_view_comparison(comparison, args.baseline_views)
+        if trajectory is not None:
+            print(
+                f"One conversation's trajectory by the rules (warm): {_ms(trajectory[0])} "
+                f"before the log records, {_ms(trajectory[1])} with them "
+                f"(ratio {trajectory[1] / trajectory[0]:.1f})."
+            )
         print(
             f"\n(total run time {time.perf_counter() - started:.0f}s; load average now {_load()}: "
             "other work on the machine shows up in these timings)"

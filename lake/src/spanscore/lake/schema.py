@@ -276,10 +276,15 @@ _RESULTS_TYPE = """'[{"id": "VARCHAR", "result": "JSON"}]'"""
 LOG_RECORD_CONTENT = """span_id IS NOT NULL AND (user_message IS NOT NULL
     OR tool_calls_requested IS NOT NULL OR tool_results IS NOT NULL OR response_text IS NOT NULL)"""
 
+
 # What GenAI log records say about each span's model call (producers that send messages as
 # events, not attributes), by span: a CTE computed once per query, however often `flagged`
-# reads it (it holds no conversation id, so a filter on one could not narrow it anyway).
-_EVENTS = f"""events AS MATERIALIZED (
+# reads it. It holds no conversation id, so a view's filter on one cannot narrow it: a point
+# query groups every such record of the lake. A query that knows its spans (the builder's
+# chunk of conversations) passes `traces`, which keeps the records of those spans' traces.
+def _events(traces: str = "") -> str:
+    narrowed = f" AND trace_id IN ({traces})" if traces else ""
+    return f"""events AS MATERIALIZED (
         SELECT trace_id, span_id,
             arg_max(user_message, time_unix_nano)
                 FILTER (WHERE user_message IS NOT NULL) AS user_message,
@@ -291,9 +296,12 @@ _EVENTS = f"""events AS MATERIALIZED (
                 FILTER (WHERE tool_results IS NOT NULL))) END AS tool_results,
             string_agg(response_text, '\n' ORDER BY time_unix_nano) AS response_text
         FROM logs
-        WHERE {LOG_RECORD_CONTENT}
+        WHERE {LOG_RECORD_CONTENT}{narrowed}
         GROUP BY trace_id, span_id
     )"""
+
+
+_EVENTS = _events()
 # Spans with what `events` says, where the span's own attributes say nothing: in a query
 # that defines `events` (`_SPANS_AND_EVENTS`), or on its own (`SPANS_WITH_EVENTS`).
 _SPANS_AND_EVENTS = """(
@@ -442,8 +450,10 @@ def _placed(where: str = "", extra: str = "", *, log_records: bool = True) -> st
     `extra` adds columns (the builder's attribute values); without `log_records`, what log
     records say is left out (`_SPANS_ALONE`)."""
     spans = _SPANS_AND_EVENTS if log_records else _SPANS_ALONE
+    # The builder's chunk reads the log records of its own spans' traces, not all of them.
+    events = _events(f"SELECT s.trace_id FROM spans s {where}") if where else _EVENTS
     return f"""
-    {_EVENTS + "," if log_records else ""}
+    {events + "," if log_records else ""}
     flagged AS NOT MATERIALIZED (
         SELECT span_row, conversation_id AS conv, {", ".join(_PLACED_COLUMNS)}{extra},
                CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
