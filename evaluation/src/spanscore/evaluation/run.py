@@ -1188,12 +1188,10 @@ def _worker_score(rows: Shipped) -> Scored:
 # where the system has one (/dev/shm), which the worker maps without copying. Sent through
 # the pool's pipe, it was copied four times (pickled, written, read, unpickled): 590 MB per
 # million spans of bench/trajectories.py, and evaluate's rebuild ran at 0.8 of the speed.
+_IN_MEMORY_DIR = "/dev/shm"
+_CHUNKS_PREFIX = "spanscore-chunks-"
 # A file's path, or the bytes themselves where no file could be written.
 Shipped: TypeAlias = str | pa.Buffer
-_IN_MEMORY_DIR = "/dev/shm"
-
-
-_CHUNKS_PREFIX = "spanscore-chunks-"
 
 
 def chunk_directory(parent: str | None = None) -> tempfile.TemporaryDirectory[str]:
@@ -1241,7 +1239,8 @@ def received(rows: Shipped) -> pa.Table:
             with pa.memory_map(rows) as source:
                 return pa.ipc.open_stream(source).read_all()
         finally:
-            os.unlink(rows)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(rows)
     return pa.ipc.open_stream(rows).read_all()
 
 

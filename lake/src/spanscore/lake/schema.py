@@ -302,6 +302,7 @@ def _events(traces: str = "") -> str:
 
 
 _EVENTS = _events()
+
 # Spans with what `events` says, where the span's own attributes say nothing: in a query
 # that defines `events` (`_SPANS_AND_EVENTS`), or on its own (`SPANS_WITH_EVENTS`).
 _SPANS_AND_EVENTS = """(
