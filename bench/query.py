@@ -585,26 +585,42 @@ def time_trajectory(lake_dir: Path, conversation: str, runs: int) -> float:
         con.close()
 
 
-def add_log_records(lake_dir: Path) -> int:
+def add_log_records(lake_dir: Path, spans_per_commit: int) -> tuple[int, int]:
     """Two GenAI log records per model call of the lake (its user message, its answer), as
-    producers that send messages as events do, in one commit that also gives the lake the
-    views that read them (as the collector's writer does); how many."""
+    producers that send messages as events do, stored as the collector stores them: in time
+    order, in commits of the records of `spans_per_commit` model calls, each record with its
+    span's conversation (`schema.RESOLVE_RECORDS`); the first commit also gives the lake the
+    views that read them, as the collector's writer does. Returns (records, commits)."""
     con = connect(lake_dir)
     try:
-        con.execute("BEGIN")
-        for n, (event, column) in enumerate(
-            (("gen_ai.user.message", "user_message"), ("gen_ai.choice", "response_text"))
-        ):
-            con.execute(f"""
-                INSERT INTO logs BY NAME
-                SELECT start_time AS time, start_time_unix_nano + {n} AS time_unix_nano,
+        con.execute(
+            """CREATE TEMP TABLE model_calls AS
+            SELECT *, row_number() OVER (ORDER BY start_time_unix_nano, span_id) - 1 AS i
+            FROM spans WHERE operation = 'chat'"""
+        )
+        calls = int(_one(con, "SELECT count(*) FROM model_calls")[0])
+        commits = 0
+        for first in range(0, calls, spans_per_commit):
+            con.execute("BEGIN")
+            con.execute(
+                f"""INSERT INTO logs BY NAME
+                SELECT start_time AS time, start_time_unix_nano + n AS time_unix_nano,
                        start_time_unix_nano AS observed_time_unix_nano, trace_id, span_id,
-                       '{event}' AS event_name, service_name, conversation_id,
-                       {column} AS {column}, now() AS ingest_time
-                FROM spans WHERE operation = 'chat' AND {column} IS NOT NULL""")
-        include_log_records_in_views(con)
-        con.execute("COMMIT")
-        return int(_one(con, "SELECT count(*) FROM logs")[0])
+                       ['gen_ai.user.message', 'gen_ai.choice'][n + 1] AS event_name,
+                       service_name, conversation_id,
+                       CASE WHEN n = 0 THEN user_message END AS user_message,
+                       CASE WHEN n = 1 THEN response_text END AS response_text,
+                       now() AS ingest_time
+                FROM model_calls, range(2) r(n)
+                WHERE i >= {first} AND i < {first + spans_per_commit}
+                    AND CASE WHEN n = 0 THEN user_message ELSE response_text END IS NOT NULL
+                ORDER BY start_time_unix_nano, span_id, n"""
+            )
+            if not commits:
+                include_log_records_in_views(con)
+            con.execute("COMMIT")
+            commits += 1
+        return int(_one(con, "SELECT count(*) FROM logs")[0]), commits
     finally:
         con.close()
 
@@ -613,20 +629,32 @@ def log_records_phase(
     args: argparse.Namespace, lake_dir: Path, conversation: str
 ) -> tuple[list[Timing], tuple[float, float]]:
     """The big lake's views and one conversation's trajectory again, once its model calls'
-    messages are also log records: the views then join them; the trajectory, before and
+    messages are also log records: the views then join them; as committed (small files, in
+    time order), then after maintenance (sorted by conversation). The trajectory, before and
     after, in the same run."""
     before = time_trajectory(lake_dir, conversation, args.runs)
     started = time.perf_counter()
-    records = add_log_records(lake_dir)
+    records, commits = add_log_records(lake_dir, args.commit_rows // 25)
     print(
         f"\n== the big lake with {records:,} GenAI log records (two per model call) "
-        f"added in {time.perf_counter() - started:.1f}s",
+        f"added in {commits:,} commits, {time.perf_counter() - started:.1f}s",
         flush=True,
     )
     files = open_state(lake_dir).files
     timings = [
         time_query(lake_dir, "+log records", QUERY[k], conversation, args.runs, files)
         for k in VIEW_QUERIES
+    ]
+    seconds, done = run_maintain(lake_dir)
+    print(
+        f"  maintain took {seconds:.1f}s: log_files_sorted {done['log_files_sorted']:,}, "
+        f"sort_steps {done['sort_steps']:,}",
+        flush=True,
+    )
+    files = open_state(lake_dir).files
+    timings += [
+        time_query(lake_dir, "+log records, maintained", QUERY[k], conversation, args.runs, files)
+        for k in (*VIEW_QUERIES, "scan")
     ]
     after = time_trajectory(lake_dir, conversation, args.runs)
     print(
@@ -844,7 +872,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--log-records",
         action="store_true",
         help="last, give the big lake's model calls their messages as GenAI log records too "
-        "(two per call) and time the views and one conversation's trajectory again",
+        "(two per call, committed in time order as the collector does) and time the views "
+        "and one conversation's trajectory again, before and after maintenance (with "
+        "--baseline-views, compare the views again on that lake)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 500,000 + 100,000 spans, 3 runs"
@@ -937,12 +967,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             else []
         )
         trajectory: tuple[float, float] | None = None
+        logged_comparison: list[ViewComparison] = []
         if args.log_records:
             logged, trajectory = log_records_phase(args, lake_dir, conversation)
             timings += logged
+            if args.baseline_views:  # the same lake with its log records, compacted
+                logged_comparison = compare_views(
+                    lake_dir, conversation, args.baseline_views, args.runs
+                )
         print_summary(timings, args)
         if comparison:
             print_view_comparison(comparison, args.baseline_views)
+        if logged_comparison:
+            print("\nWith the log records:", end="")
+            print_view_comparison(logged_comparison, args.baseline_views)
         if trajectory is not None:
             print(
                 f"One conversation's trajectory by the rules (warm): {_ms(trajectory[0])} "

@@ -25,11 +25,17 @@ from spanscore.evaluation import open_lake
 from spanscore.lake.schema import LOG_RECORD_CONTENT
 
 from . import otlp_factory as f
-from .test_conversation_rules import T0, _chat, _post, _post_logs, _tool, agree_all
+from .test_conversation_rules import (
+    T0,
+    _as_log_record,
+    _chat,
+    _post,
+    _post_logs,
+    _tool,
+    agree_all,
+)
 
 _ids = itertools.count(1)
-
-_MESSAGES = ("gen_ai.input.messages", "gen_ai.output.messages")
 
 
 @dataclass
@@ -38,22 +44,6 @@ class Case:
     exports: list[list[trace_pb2.Span]]
     records: list[logs_pb2.LogRecord]
     logs_first: bool
-
-
-def _as_log_record(span: trace_pb2.Span) -> logs_pb2.LogRecord:
-    """Move a model call's messages from its span to a log record of it (the
-    `gen_ai.client.inference.operation.details` event)."""
-    moved = [a for a in span.attributes if a.key in _MESSAGES]
-    kept = [a for a in span.attributes if a.key not in _MESSAGES]
-    del span.attributes[:]
-    span.attributes.extend(kept)
-    return logs_pb2.LogRecord(
-        time_unix_nano=span.end_time_unix_nano,
-        event_name="gen_ai.client.inference.operation.details",
-        trace_id=span.trace_id,
-        span_id=span.span_id,
-        attributes=moved,
-    )
 
 
 @st.composite

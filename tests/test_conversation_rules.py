@@ -11,6 +11,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -649,6 +650,102 @@ def _post_logs(collector: Collector, records: list[Any]) -> None:
     )
     response = conn.getresponse()
     assert response.status == 200, response.read()
+
+
+# Where a model call's messages are on its span (moved to a log record by `_as_log_record`).
+MESSAGES = ("gen_ai.input.messages", "gen_ai.output.messages")
+
+
+def _as_log_record(span: trace_pb2.Span) -> Any:
+    """Move a model call's messages from its span to a log record of it (the
+    `gen_ai.client.inference.operation.details` event)."""
+    from opentelemetry.proto.logs.v1 import logs_pb2
+
+    moved = [a for a in span.attributes if a.key in MESSAGES]
+    kept = [a for a in span.attributes if a.key not in MESSAGES]
+    del span.attributes[:]
+    span.attributes.extend(kept)
+    return logs_pb2.LogRecord(
+        time_unix_nano=span.end_time_unix_nano,
+        event_name="gen_ai.client.inference.operation.details",
+        trace_id=span.trace_id,
+        span_id=span.span_id,
+        attributes=moved,
+    )
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        "records, child, root",  # the usual: records while the span runs, the root last
+        "records, root, child",
+        "child, records, root",
+        "root, child, records",
+        "child, root, records",
+    ],
+)
+def test_log_records_are_stored_with_their_spans_conversation(
+    collector: Collector, lake_dir: Path, order: str
+) -> None:
+    # The views join a record to its span on the conversation too, so that a filter on one
+    # reaches the records (schema.RESOLVE_RECORDS): a record stored before its trace's id
+    # was known is resolved when it is, in the same commit, as the trace's spans are.
+    trace = bytes.fromhex("ce" * 16)
+    root, chat = _root_with_late_children(trace, "sess-records")
+    record = _as_log_record(chat)
+    parts = {"records": lambda: _post_logs(collector, [record])}
+    parts |= {"root": lambda: _post(collector, [root]), "child": lambda: _post(collector, [chat])}
+    for part in order.split(", "):
+        parts[part]()
+    assert query(lake_dir, "SELECT conversation_id FROM logs") == [("sess-records",)]
+    trajectory = _agree(lake_dir, "sess-records")
+    assert [(t.user_message, t.final_response) for t in trajectory.turns] == [("hi", "hello")]
+
+
+def test_log_records_stored_before_a_restart_are_resolved_after_it(
+    make_collector: Callable[..., Collector], lake_dir: Path
+) -> None:
+    trace = bytes.fromhex("cf" * 16)
+    root, chat = _root_with_late_children(trace, "sess-records-restart")
+    first = make_collector()
+    _post_logs(first, [_as_log_record(chat)])
+    _post(first, [chat])
+    first.stop(timeout=10)
+    assert query(lake_dir, "SELECT conversation_id FROM logs") == [(trace.hex(),)]
+    second = make_collector()  # remembers the traces of the newest records stored without one
+    _post(second, [root])
+    assert query(lake_dir, "SELECT conversation_id FROM logs") == [("sess-records-restart",)]
+    assert [t.user_message for t in _agree(lake_dir, "sess-records-restart").turns] == ["hi"]
+
+
+def test_maintenance_gives_log_records_their_spans_conversation(lake_dir: Path) -> None:
+    # What no collector saw together: a record stored by one collector, its span by another;
+    # a record whose span carries another conversation than the rest of its trace, and came
+    # later; a record of a span never stored keeps what it was given.
+    from spanscore import lake
+
+    con = lake.connect(lake_dir, create=True)
+    try:
+        spans = [("t1", "a", "sess-1"), ("t1", "b", "sess-2"), ("t2", "c", "t2")]
+        records = [("t1", "a", "t1"), ("t1", "b", "sess-1"), ("t2", "c", "t2"), ("t3", "d", "t3")]
+        for table, rows in (("spans", spans), ("logs", records)):
+            for trace_id, span_id, conversation in rows:
+                con.execute(
+                    f"INSERT INTO {table} (trace_id, span_id, conversation_id, user_message) "
+                    "VALUES (?, ?, ?, 'hi')",
+                    [trace_id, span_id, conversation],
+                )
+        con.execute("BEGIN")
+        lake.include_log_records_in_views(con)  # as the collector's writer does
+        con.execute("COMMIT")
+        # On a cursor, as the collector's maintenance thread runs it.
+        assert lake.maintain(con.cursor())["records_resolved"] == 2
+        assert lake.maintain(con.cursor())["records_resolved"] == 0
+        assert con.execute(
+            "SELECT span_id, conversation_id FROM logs ORDER BY span_id"
+        ).fetchall() == [("a", "sess-1"), ("b", "sess-2"), ("c", "t2"), ("d", "t3")]
+    finally:
+        con.close()
 
 
 def test_views_read_log_records_from_the_first_one_about_a_span(

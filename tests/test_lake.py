@@ -130,6 +130,36 @@ def test_a_version_7_lake_stores_its_conversations_resolved(lake_dir: Path) -> N
     con.close()
 
 
+def test_a_version_10_lake_stores_its_log_records_with_their_spans_conversation(
+    lake_dir: Path,
+) -> None:
+    # Before version 11 a record kept the id it carried (if any), and the views joined it to
+    # its span on the trace and span ids alone; now on the conversation too, so migrating
+    # gives the records already there their span's, once.
+    con = connect(lake_dir, create=True)
+    con.execute("DELETE FROM spanscore_schema")
+    con.execute("INSERT INTO spanscore_schema VALUES (10, now(), '0.10.0')")
+    con.execute("INSERT INTO spans (trace_id, span_id, name, conversation_id) VALUES "
+                "('t1', 'a', 'chat', 'sess-1')")  # fmt: skip
+    for i, (trace_id, span_id, conversation) in enumerate(
+        [("t1", "a", None), ("t1", "a", "its-own"), (None, None, "about-no-span")]
+    ):
+        con.execute(
+            "INSERT INTO logs (time_unix_nano, trace_id, span_id, conversation_id) "
+            "VALUES (?, ?, ?, ?)",
+            [i, trace_id, span_id, conversation],
+        )
+    con.close()
+    con = connect(lake_dir)
+    assert lake.schema_version(con) == schema.SCHEMA_VERSION
+    assert con.execute("SELECT conversation_id FROM logs ORDER BY time_unix_nano").fetchall() == [
+        ("sess-1",),
+        ("sess-1",),
+        ("about-no-span",),
+    ]
+    con.close()
+
+
 def _inlining(con: duckdb.DuckDBPyConnection) -> str | None:
     rows = con.execute(
         "SELECT value FROM ducklake_options('lake') WHERE option_name = 'data_inlining_row_limit'"
@@ -161,7 +191,9 @@ def test_small_commits_are_written_to_files_not_inlined(
     con.close()
 
 
-def test_compaction_sorts_an_embedded_lakes_spans_and_keeps_every_one(lake_dir: Path) -> None:
+def test_compaction_sorts_an_embedded_lakes_spans_and_records_and_keeps_every_one(
+    lake_dir: Path,
+) -> None:
     # One conversation's spans then lie in a row group or two, not strewn over every row group
     # of every file (docs/conversations.md, "Reading one conversation fast"). The spans are
     # rewritten, not moved by DuckLake's sorted merge, which renumbered row ids (498 of 500
@@ -177,19 +209,38 @@ def test_compaction_sorts_an_embedded_lakes_spans_and_keeps_every_one(lake_dir: 
             FROM range(100)""",
             {"first": commit * 100},
         )
+        # and a log record about each span (stored with its span's conversation)
+        con.execute(
+            """INSERT INTO logs (trace_id, span_id, conversation_id, time_unix_nano, ingest_time)
+            SELECT 't', ($first + range)::VARCHAR, md5(($first + range)::VARCHAR),
+                   $first + range, now()
+            FROM range(100)""",
+            {"first": commit * 100},
+        )
     columns = "trace_id, span_id, name, conversation_id, start_time_unix_nano, ingest_time"
     before = con.execute(f"SELECT {columns} FROM spans ORDER BY span_id").fetchall()
+    records = "SELECT trace_id, span_id, conversation_id, time_unix_nano FROM logs ORDER BY 2"
+    records_before = con.execute(records).fetchall()
     done = lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)
-    assert (done["span_files_sorted"], done["files_merged"]) == (5, 0), done
+    assert (done["span_files_sorted"], done["log_files_sorted"], done["files_merged"]) == (
+        5,
+        5,
+        0,
+    ), done
     assert con.execute(f"SELECT {columns} FROM spans ORDER BY span_id").fetchall() == before
-    [(path,)] = con.execute("SELECT data_file FROM ducklake_list_files('lake', 'spans')").fetchall()
-    in_file = [r[0] for r in con.execute(f"SELECT conversation_id FROM '{path}'").fetchall()]
-    assert in_file == sorted(in_file)
+    assert con.execute(records).fetchall() == records_before
+    for table in ("spans", "logs"):
+        [(path,)] = con.execute(
+            f"SELECT data_file FROM ducklake_list_files('lake', '{table}')"
+        ).fetchall()
+        in_file = [r[0] for r in con.execute(f"SELECT conversation_id FROM '{path}'").fetchall()]
+        assert in_file == sorted(in_file), table
     options = con.execute(
-        "SELECT value FROM ducklake_options('lake') WHERE option_name = 'parquet_row_group_size' "
-        "AND scope_entry = 'main.spans'"
+        "SELECT scope_entry, value FROM ducklake_options('lake') "
+        "WHERE option_name = 'parquet_row_group_size' ORDER BY 1"
     ).fetchall()
-    assert options == [(str(lake.connection.SORTED_ROW_GROUP_SPANS),)]
+    size = str(lake.connection.SORTED_ROW_GROUP_SPANS)
+    assert options == [("main.logs", size), ("main.spans", size)]
     # A shared lake's other collectors cannot be held off: DuckLake's merge compacts there.
     for commit in range(2):
         con.execute(

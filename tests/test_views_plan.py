@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from spanscore.lake import connect
+from spanscore.lake import connect, include_log_records_in_views
 
 CONVERSATIONS = 300
 SPANS_PER_CONVERSATION = 4  # chat (requests get_order), execute_tool, chat (answers), agent
@@ -49,13 +49,13 @@ def _operators(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _operators(child)
 
 
-def _spans_scans(profile: Path) -> list[int]:
-    """Rows that each scan of the `spans` table produced, from DuckDB's JSON profile."""
+def _scans(profile: Path, table: str = "spans") -> list[int]:
+    """Rows that each scan of `table` produced, from DuckDB's JSON profile."""
     plan = json.loads(profile.read_text())
     return [
         int(op["operator_cardinality"])
         for op in _operators(plan)
-        if op.get("extra_info", {}).get("Table") == "spans"
+        if op.get("extra_info", {}).get("Table") == table
     ]
 
 
@@ -70,10 +70,42 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+# The same lake with the model calls' messages also sent as log records, one per model call
+# (two per conversation), as producers that send messages as events do; only the records
+# carry the answer.
+_RECORDS = """
+INSERT INTO logs (time_unix_nano, trace_id, span_id, event_name, conversation_id,
+    user_message, response_text, ingest_time)
+SELECT end_time_unix_nano, trace_id, span_id, 'gen_ai.client.inference.operation.details',
+    conversation_id, user_message, response_text, now()
+FROM spans WHERE operation = 'chat'
+"""
+RECORDS_PER_CONVERSATION = 2
+
+
+@pytest.fixture(scope="module")
+def lake_with_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("views-plan-records") / "lake"
+    con = connect(path, create=True)
+    try:
+        con.execute(_FILL)
+        con.execute("BEGIN")
+        con.execute(_RECORDS)
+        con.execute("UPDATE spans SET response_text = NULL")  # the records say it
+        include_log_records_in_views(con)  # as the collector's writer does
+        con.execute("COMMIT")
+    finally:
+        con.close()
+    return path
+
+
+@pytest.mark.parametrize("records", [False, True], ids=["spans", "spans and log records"])
 @pytest.mark.parametrize("view", ["tool_calls", "turns", "conversations"])
-def test_one_conversation_reads_only_its_spans(lake: Path, tmp_path: Path, view: str) -> None:
+def test_one_conversation_reads_only_its_spans(
+    lake: Path, lake_with_records: Path, tmp_path: Path, view: str, records: bool
+) -> None:
     profile = tmp_path / "profile.json"
-    con = connect(lake)
+    con = connect(lake_with_records if records else lake)
     try:
         con.execute("PRAGMA enable_profiling = 'json'")
         con.execute(f"PRAGMA profiling_output = '{profile}'")
@@ -82,16 +114,23 @@ def test_one_conversation_reads_only_its_spans(lake: Path, tmp_path: Path, view:
     finally:
         con.close()
     assert len(rows) == 1, rows  # one call, one turn, one conversation
-    scans = _spans_scans(profile)
+    scans = _scans(profile)
     assert scans, f"no scan of spans in the profile of {view}: the check measured nothing"
     # Two scans, and the filter reached each: they produced the conversation's spans only, not
     # the table's {CONVERSATIONS * SPANS_PER_CONVERSATION} rows.
     assert scans == [SPANS_PER_CONVERSATION] * 2, (view, scans)
+    # And the log records: each read of the spans joins them, and reads the conversation's
+    # records only (the records are stored with their span's conversation).
+    assert _scans(profile, "logs") == ([RECORDS_PER_CONVERSATION] * 2 if records else [])
 
 
-def test_the_fill_is_what_the_views_rebuild(lake: Path) -> None:
-    """The table above is a real conversation for the views (else the plan test proves little)."""
-    con = connect(lake)
+@pytest.mark.parametrize("records", [False, True], ids=["spans", "spans and log records"])
+def test_the_fill_is_what_the_views_rebuild(
+    lake: Path, lake_with_records: Path, records: bool
+) -> None:
+    """The tables above are real conversations for the views (else the plan test proves
+    little)."""
+    con = connect(lake_with_records if records else lake)
     try:
         call = con.execute(
             "SELECT tool_name, tool_call_id, arguments, result, source, turn_index "
@@ -102,8 +141,12 @@ def test_the_fill_is_what_the_views_rebuild(lake: Path) -> None:
             "WHERE conversation_id = 'conv-7'"
         ).fetchall()
         total = con.execute("SELECT count(*) FROM conversations").fetchone()
+        answer = con.execute(
+            "SELECT final_response FROM turns WHERE conversation_id = 'conv-7'"
+        ).fetchall()
     finally:
         con.close()
+    assert answer == [("it shipped",)]
     assert call == [("get_order", "call-7", '{"id": 7}', '"shipped"', "span+messages", 0)]
     assert summary == [(SPANS_PER_CONVERSATION, 1, 1)]
     assert total == (CONVERSATIONS,)

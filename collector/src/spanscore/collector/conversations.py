@@ -11,6 +11,12 @@ conversation it knows and whether it stored spans without one. A commit then
 - resolves, in the same transaction, spans of the trace stored earlier without one, when the
   export brings the trace's id (`resolving`).
 
+A log record about a span is stored with its span's conversation (`schema.RESOLVE_RECORDS`):
+the one its span has in the same commit, else the id the record carries, else its trace's as
+far as the writer knows, else the trace id, which the records' trace then resolves as it
+resolves spans. A record whose span, coming in a later commit, has another conversation than
+the one the record was given waits for maintenance.
+
 What the writer cannot see (a trace split between collectors behind a round-robin balancer,
 spans older than its memory) is resolved by maintenance.
 """
@@ -55,17 +61,20 @@ def _incoming(spans: pa.Table) -> list[tuple[str, str | None, bool]]:
 class _Trace:
     conversation_id: str | None  # None: no span of the trace carried one yet
     unresolved_since: dt.datetime | None  # first commit that stored spans without one
+    records_since: dt.datetime | None = None  # ... log records without one
 
 
 @dataclass
 class Resolution:
-    """What one commit does about conversations: the export with its spans resolved, and the
-    traces whose earlier spans to resolve in the lake (with the oldest commit that may hold
-    them)."""
+    """What one commit does about conversations: the export with its spans and log records
+    resolved, and the traces whose earlier spans and records to resolve in the lake (with the
+    oldest commit that may hold them)."""
 
-    spans: pa.Table
+    spans: pa.Table | None
+    logs: pa.Table | None
     resolving: pa.Table | None
-    since: dt.datetime | None
+    since: dt.datetime | None  # of the spans to resolve (None: none)
+    records_since: dt.datetime | None  # of the records to resolve (None: none)
     remember: list[tuple[str, _Trace]]
 
 
@@ -84,20 +93,31 @@ class TraceConversations:
         for trace_id, conversation_id, since in rows:
             self._remember(trace_id, _Trace(conversation_id, since))
 
+    def seed_records(self, rows: list[tuple[str, dt.datetime]]) -> None:
+        """Remember (trace id, first ingest time) of traces whose log records were stored
+        without a conversation."""
+        for trace_id, since in rows:
+            trace = self._traces.get(trace_id) or _Trace(None, None)
+            self._remember(trace_id, _Trace(trace.conversation_id, trace.unresolved_since, since))
+
     def _remember(self, trace_id: str, trace: _Trace) -> None:
         self._traces.pop(trace_id, None)  # most recent last
         self._traces[trace_id] = trace
         while len(self._traces) > self.capacity:
             del self._traces[next(iter(self._traces))]
 
-    def resolve(self, spans: pa.Table, now: dt.datetime) -> Resolution:
-        """Resolve the incoming spans; what else the commit must resolve. Remembered by
-        `committed`, once the commit succeeded."""
-        rows = _incoming(spans)
-        remember: list[tuple[str, _Trace]] = []
+    def resolve(
+        self, spans: pa.Table | None, logs: pa.Table | None, now: dt.datetime
+    ) -> Resolution:
+        """Resolve the incoming spans and log records; what else the commit must resolve.
+        Remembered by `committed`, once the commit succeeded."""
+        remembering = self.capacity > 0 and spans is not None and spans.num_rows
+        rows = _incoming(spans) if remembering else []
+        remember: dict[str, _Trace] = {}
         rewrite: dict[str, str] = {}
         resolving: list[tuple[str, str]] = []
         since: dt.datetime | None = None
+        records_since: dt.datetime | None = None
         for trace_id, incoming, unresolved in rows:
             before = self._traces.get(trace_id)
             known = before.conversation_id if before is not None else None
@@ -105,15 +125,20 @@ class TraceConversations:
             if unresolved and conversation is not None:
                 rewrite[trace_id] = conversation
             stored_unresolved = before.unresolved_since if before is not None else None
-            if conversation is not None and stored_unresolved is not None:
+            records_unresolved = before.records_since if before is not None else None
+            if conversation is not None and (stored_unresolved or records_unresolved):
                 resolving.append((trace_id, conversation))
-                since = stored_unresolved if since is None else min(since, stored_unresolved)
-                stored_unresolved = None
+                since = _earliest(since, stored_unresolved)
+                records_since = _earliest(records_since, records_unresolved)
+                stored_unresolved = records_unresolved = None
             elif conversation is None and unresolved and stored_unresolved is None:
                 stored_unresolved = now
-            remember.append((trace_id, _Trace(conversation, stored_unresolved)))
+            remember[trace_id] = _Trace(conversation, stored_unresolved, records_unresolved)
         if rewrite:
+            assert spans is not None
             spans = _rewrite(spans, rewrite)
+        if logs is not None and logs.num_rows:
+            logs = self._records(logs, spans, remember, now)
         table = (
             pa.table(
                 {
@@ -124,11 +149,49 @@ class TraceConversations:
             if resolving
             else None
         )
-        return Resolution(spans, table, since, remember)
+        return Resolution(spans, logs, table, since, records_since, list(remember.items()))
+
+    def _records(
+        self, logs: pa.Table, spans: pa.Table | None, remember: dict[str, _Trace], now: dt.datetime
+    ) -> pa.Table:
+        """The log records with their span's conversation (`spans`, resolved), else the id
+        they carry, else their trace's as known after this commit, else their trace id;
+        `remember` is told of traces whose records it stands in for."""
+        of_span: dict[tuple[str, str], str] = {}
+        if spans is not None and spans.num_rows:
+            columns = (
+                spans.column(c).to_pylist() for c in ("trace_id", "span_id", "conversation_id")
+            )
+            of_span = {(t, s): c for t, s, c in zip(*columns, strict=True)}
+        traces = logs.column("trace_id").to_pylist()
+        span_ids = logs.column("span_id").to_pylist()
+        given = logs.column("conversation_id").to_pylist()
+        resolved: list[str | None] = []
+        for trace_id, span_id, own in zip(traces, span_ids, given, strict=True):
+            if trace_id is None or span_id is None:
+                resolved.append(own)  # about no span: the id it carries
+                continue
+            conversation = of_span.get((trace_id, span_id)) or own
+            if conversation is None:
+                trace = remember.get(trace_id) or self._traces.get(trace_id)
+                conversation = trace.conversation_id if trace is not None else None
+            if conversation is None or conversation == trace_id:
+                conversation = trace_id
+                trace = remember.get(trace_id) or self._traces.get(trace_id) or _Trace(None, None)
+                if trace.records_since is None:
+                    trace = _Trace(trace.conversation_id, trace.unresolved_since, now)
+                remember[trace_id] = trace
+            resolved.append(conversation)
+        index = logs.schema.get_field_index("conversation_id")
+        return logs.set_column(index, logs.schema.field(index), pa.array(resolved, pa.string()))
 
     def committed(self, resolution: Resolution) -> None:
         for trace_id, trace in resolution.remember:
             self._remember(trace_id, trace)
+
+
+def _earliest(a: dt.datetime | None, b: dt.datetime | None) -> dt.datetime | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _rewrite(spans: pa.Table, conversations: dict[str, str]) -> pa.Table:
@@ -142,21 +205,23 @@ def _rewrite(spans: pa.Table, conversations: dict[str, str]) -> pa.Table:
     return spans.set_column(index, spans.schema.field(index), pa.array(resolved, pa.string()))
 
 
-def resolve_in_lake(
-    con: duckdb.DuckDBPyConnection, resolving: pa.Table, since: dt.datetime | None
-) -> None:
-    """Within the caller's transaction: the spans of `resolving`'s traces stored without a
-    conversation take the one given. `since` (the oldest commit that may hold such spans)
-    lets DuckLake skip older data files."""
-    con.register("resolving_conversations", resolving)
+def resolve_in_lake(con: duckdb.DuckDBPyConnection, resolution: Resolution) -> None:
+    """Within the caller's transaction: the spans and log records of the resolving traces
+    stored without a conversation take the one given. The oldest commits that may hold them
+    (`since`, `records_since`) let DuckLake skip older data files."""
+    if resolution.resolving is None:
+        return
+    con.register("resolving_conversations", resolution.resolving)
     try:
-        con.execute(
-            schema.RESOLVE_CONVERSATIONS.format(
-                spans="lake.spans",
-                known="resolving_conversations",
-                also=" AND s.ingest_time >= ?" if since is not None else "",
-            ),
-            [since] if since is not None else [],
-        )
+        for table, since in (("spans", resolution.since), ("logs", resolution.records_since)):
+            if since is not None:
+                con.execute(
+                    schema.RESOLVE_CONVERSATIONS.format(
+                        spans=f"lake.{table}",
+                        known="resolving_conversations",
+                        also=" AND s.ingest_time >= ?",
+                    ),
+                    [since],
+                )
     finally:
         con.unregister("resolving_conversations")

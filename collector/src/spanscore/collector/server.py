@@ -377,7 +377,8 @@ class Collector:
                         compact_only=not full,
                     )
                 self.stats.add("maintenance_runs" if full else "compactions")
-                self.stats.add("span_files_sorted", done.get("span_files_sorted", 0))
+                for counted in ("span_files_sorted", "log_files_sorted", "records_resolved"):
+                    self.stats.add(counted, done.get(counted, 0))
                 log.info(
                     "maintenance" if full else "compaction",
                     extra={

@@ -223,6 +223,15 @@ class GroupCommitWriter:
             LIMIT {int(self._conversations.capacity)}"""
         ).fetchall()
         self._conversations.seed(rows)
+        # and of the log records stored without one (`schema.RESOLVE_RECORDS`)
+        records = self._con.execute(
+            f"""SELECT trace_id, min(ingest_time) FROM lake.logs
+            WHERE conversation_id = trace_id AND span_id IS NOT NULL
+                AND ingest_time >= (SELECT max(ingest_time) FROM lake.logs) - INTERVAL 10 MINUTE
+            GROUP BY trace_id ORDER BY min(ingest_time)
+            LIMIT {int(self._conversations.capacity)}"""
+        ).fetchall()
+        self._conversations.seed_records(records)
 
     def submit(self, pending: Pending) -> Pending:
         """Queue an export's rows; never blocks. Raises QueueFull or WriterClosed."""
@@ -388,11 +397,13 @@ class GroupCommitWriter:
         if log_table is not None:
             log_table, log_keys = self._drop_duplicates(log_table, "logs")
         resolution: Resolution | None = None
-        if span_table is not None and span_table.num_rows and self._conversations.capacity:
+        if (span_table is not None and span_table.num_rows) or (
+            log_table is not None and log_table.num_rows
+        ):
             # Ingest times of this commit are later than this (the margin covers retries).
             floor = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
-            resolution = self._conversations.resolve(span_table, floor)
-            span_table = resolution.spans
+            resolution = self._conversations.resolve(span_table, log_table, floor)
+            span_table, log_table = resolution.spans, resolution.logs
 
         log_content = False
 
@@ -402,8 +413,8 @@ class GroupCommitWriter:
             if span_table is not None and span_table.num_rows:
                 con.register("incoming_spans", span_table)
                 con.execute(INSERT_SPANS)
-            if resolution is not None and resolution.resolving is not None:
-                resolve_in_lake(con, resolution.resolving, resolution.since)
+            if resolution is not None:
+                resolve_in_lake(con, resolution)
             if log_table is not None and log_table.num_rows:
                 con.register("incoming_logs", log_table)
                 con.execute(INSERT_LOGS)

@@ -13,6 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -713,14 +714,14 @@ def maintain(
     given `store_settled_after_s`, first store the trajectories of the conversations without a
     new span for that long (`stored.store_trajectories`, for at most `store_deadline_s`).
 
-    `sort_spans` (by default, on an embedded lake) compacts `spans` by rewriting its small
-    files in order of conversation and start time (`_sort_small_span_files`), in row groups of
-    `SORTED_ROW_GROUP_SPANS`, so that one conversation is read from a row group or two instead
-    of every row group its spans are strewn over (`span_files_sorted`, `sort_steps`). The
-    rewrite deletes and inserts, which conflicts with any insert committed meanwhile: on an
-    embedded lake the one collector is held off (`exclusive`), on a shared lake other
-    collectors could not be, and DuckLake's merge (which conflicts with no insert, and keeps
-    rows as they are) compacts `spans` like the other tables.
+    `sort_spans` (by default, on an embedded lake) compacts `spans` and `logs` by rewriting
+    their small files in order of conversation and time (`_sort_small_files`), in row groups
+    of `SORTED_ROW_GROUP_SPANS`, so that one conversation is read from a row group or two
+    instead of every row group its rows are strewn over (`span_files_sorted`,
+    `log_files_sorted`, `sort_steps`). The rewrite deletes and inserts, which conflicts with
+    any insert committed meanwhile: on an embedded lake the one collector is held off
+    (`exclusive`), on a shared lake other collectors could not be, and DuckLake's merge (which
+    conflicts with no insert, and keeps rows as they are) compacts them like the other tables.
 
     `compact_only`: compaction alone, which a busy collector runs between two whole runs
     (its `compact_after_commits`), so that queries never open more small files than that.
@@ -748,7 +749,8 @@ def maintain(
     compaction just replaced).
 
     Returns what each step did: `spans_resolved` (spans given the conversation of their
-    trace, `schema.RESOLVE_CONVERSATIONS`), `rows_flushed` (inlined rows written to files),
+    trace, `schema.RESOLVE_CONVERSATIONS`), `records_resolved` (log records given their
+    span's, `schema.RESOLVE_RECORDS`), `rows_flushed` (inlined rows written to files),
     `files_merged` and `files_created` (compaction), `snapshots_expired`, `files_deleted`
     (of expired snapshots) and `orphans_deleted` (files of transactions that never committed);
     what storing trajectories did (`conversations_stored`, ..., `store_failed`);
@@ -787,6 +789,15 @@ def maintain(
     if unresolved and unresolved[0]:
         resolve = schema.RESOLVE_ALL_CONVERSATIONS.format(spans=spans)
         done["spans_resolved"] = total(step(resolve, "resolve conversations"), 0)
+    # Then log records stored before their span, or before their trace's conversation was
+    # known, by a collector that did not see both: only in a lake whose views read records.
+    done["records_resolved"] = 0
+    if not compact_only and _has_views(_view_marks(con), schema.VIEWS):
+        tables = {"logs": f"{ALIAS}.logs", "spans": spans}
+        unresolved = con.execute(schema.UNRESOLVED_RECORDS.format(**tables)).fetchone()
+        if unresolved and unresolved[0]:
+            resolve = schema.RESOLVE_RECORDS.format(**tables, also="")
+            done["records_resolved"] = total(step(resolve, "resolve records"), 0)
     # Before compaction, which then merges the files this writes. Not under `exclusive`: it
     # writes only `trajectory_steps`, so it does not conflict with the writer's commits. Its
     # failure costs readers time, never correctness, so compaction goes on without it.
@@ -815,21 +826,22 @@ def maintain(
         # what one compaction step writes
         _set_option(con, "target_file_size", merged_file_bytes, unit="B")
         if sorting:
-            _set_option(con, "parquet_row_group_size", SORTED_ROW_GROUP_SPANS, table="spans")
+            for table in SORTED_TABLES:
+                _set_option(con, "parquet_row_group_size", SORTED_ROW_GROUP_SPANS, table=table)
         return []
 
     # A step like the others: setting an option is a commit, which a writer committing every
     # few milliseconds keeps from the SQLite catalog ("database is locked").
     step(set_options, "set options")
-    done["span_files_sorted"] = done["sort_steps"] = 0
-    if sorting:
+    done["span_files_sorted"] = done["log_files_sorted"] = done["sort_steps"] = 0
+    for table in SORTED_TABLES if sorting else ():
         while True:  # one step per merged file, until fewer than two small files are left
             [(files,)] = step(
-                lambda: _sort_small_span_files(con, merge_below_bytes, merged_file_bytes),
-                "sort spans",
+                partial(_sort_small_files, con, table, merge_below_bytes, merged_file_bytes),
+                f"sort {table}",
             )
             done["sort_steps"] += 1
-            done["span_files_sorted"] += files
+            done[{"spans": "span_files_sorted", "logs": "log_files_sorted"}[table]] += files
             if not files:
                 break
     done["files_merged"] = done["files_created"] = done["merge_steps"] = 0
@@ -962,26 +974,33 @@ def memory_in_use(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 
 # Spans per row group of the files compaction sorts: one conversation then reads about this
-# many spans of each wide column (bench/query.py).
+# many spans of each wide column (bench/query.py). Log records too.
 SORTED_ROW_GROUP_SPANS = 16_384
 
+# The tables compaction sorts on an embedded lake, and their order: by conversation first, so
+# that a filter on one prunes row groups (log records carry their span's, `RESOLVE_RECORDS`).
+SORTED_TABLES = {
+    "spans": "conversation_id, start_time_unix_nano, span_id",
+    "logs": "conversation_id, time_unix_nano, span_id",
+}
 
-def _sort_small_span_files(
-    con: duckdb.DuckDBPyConnection, below_bytes: int, up_to_bytes: int
+
+def _sort_small_files(
+    con: duckdb.DuckDBPyConnection, table: str, below_bytes: int, up_to_bytes: int
 ) -> list[tuple[Any, ...]]:
-    """One transaction: the oldest small files of `spans` (under `below_bytes`, at least two,
-    together about `up_to_bytes`) rewritten as one, their spans in order of conversation and
-    start time. Returns [(files rewritten,)], 0 when fewer than two were small.
+    """One transaction: the oldest small files of `table` (under `below_bytes`, at least two,
+    together about `up_to_bytes`) rewritten as one, their rows in `SORTED_TABLES` order.
+    Returns [(files rewritten,)], 0 when fewer than two were small.
 
     A rewrite, not DuckLake's sorted merge: that renumbered the rows it moved (row ids are
     what DuckLake's deletes name rows by), and readers missed conversations while it ran. Here
-    the spans are deleted from the old files and inserted into the new one in one snapshot:
-    a reader sees either, and a new span gets a new row id."""
+    the rows are deleted from the old files and inserted into the new one in one snapshot:
+    a reader sees either, and a new row gets a new row id."""
     con.execute("BEGIN")
     # Oldest first: DuckLake names files by UUIDv7, which begins with the time it was made.
     small = con.execute(
         f"SELECT data_file, data_file_size_bytes FROM ducklake_list_files({_sql_string(ALIAS)}, "
-        "'spans') WHERE data_file_size_bytes < ? ORDER BY data_file",
+        f"{_sql_string(table)}) WHERE data_file_size_bytes < ? ORDER BY data_file",
         [below_bytes],
     ).fetchall()
     chosen: list[str] = []
@@ -995,12 +1014,12 @@ def _sort_small_span_files(
         con.execute("COMMIT")
         return [(0,)]
     files = ", ".join(_sql_string(path) for path in chosen)
-    spans = f"{ALIAS}.spans"
+    rows = f"{ALIAS}.{table}"
     con.execute(
-        f"INSERT INTO {spans} BY NAME SELECT * FROM {spans} WHERE filename IN ({files}) "
-        "ORDER BY conversation_id, start_time_unix_nano, span_id"
+        f"INSERT INTO {rows} BY NAME SELECT * FROM {rows} WHERE filename IN ({files}) "
+        f"ORDER BY {SORTED_TABLES[table]}"
     )
-    con.execute(f"DELETE FROM {spans} WHERE filename IN ({files})")
+    con.execute(f"DELETE FROM {rows} WHERE filename IN ({files})")
     con.execute("COMMIT")
     return [(len(chosen),)]
 

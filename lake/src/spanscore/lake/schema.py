@@ -116,7 +116,12 @@ LOGS: tuple[Column, ...] = (
     Column("scope_name", "VARCHAR", "instrumentation scope name"),
     Column("scope_version", "VARCHAR", "instrumentation scope version"),
     Column("dropped_attributes_count", "BIGINT", "attributes dropped by the producer or by limits"),
-    Column("conversation_id", "VARCHAR", "conversation id when the record carries one"),
+    Column(
+        "conversation_id",
+        "VARCHAR",
+        "conversation of the record's span (`RESOLVE_RECORDS`); without a span, the id the "
+        "record carries",
+    ),
     Column("user_message", "VARCHAR", "latest user message the record carries (GenAI events)"),
     Column("tool_calls_requested", "JSON", "tool calls a model output in it asked for"),
     Column("tool_results", "JSON", "tool results it carries: [{id, result}]"),
@@ -273,19 +278,24 @@ _RESULTS_TYPE = """'[{"id": "VARCHAR", "result": "JSON"}]'"""
 # Log records that say something about a span's model call: what `events` reads. While a lake
 # has none, its views are those of `views(log_records=False)`; the collector's writer replaces
 # them with the full ones in the transaction that stores the first such record.
-LOG_RECORD_CONTENT = """span_id IS NOT NULL AND (user_message IS NOT NULL
+_SAYS_SOMETHING = """(user_message IS NOT NULL
     OR tool_calls_requested IS NOT NULL OR tool_results IS NOT NULL OR response_text IS NOT NULL)"""
+LOG_RECORD_CONTENT = f"span_id IS NOT NULL AND {_SAYS_SOMETHING}"
 
 
 # What GenAI log records say about each span's model call (producers that send messages as
-# events, not attributes), by span: a CTE computed once per query, however often `flagged`
-# reads it. It holds no conversation id, so a view's filter on one cannot narrow it: a point
-# query groups every such record of the lake. A query that knows its spans (the builder's
-# chunk of conversations) passes `traces`, which keeps the records of those spans' traces.
-def _events(traces: str = "") -> str:
-    narrowed = f" AND trace_id IN ({traces})" if traces else ""
-    return f"""events AS MATERIALIZED (
-        SELECT trace_id, span_id,
+# events, not attributes), by span. A record is stored with its span's conversation
+# (`RESOLVE_RECORDS`), and `events` is joined to the spans on it: a view's filter on the
+# conversation then reaches the scan of `logs` as it reaches that of `spans` (grouping every
+# record of the lake made a point query take 1.4 s on 400,000 records; bench/query.py).
+# Not materialized: a filter reaches no CTE that two reads share (`flagged` is read twice).
+# `where` narrows the records as it narrows the builder's spans (its alias `s`, its
+# conversation ids). Not `LOG_RECORD_CONTENT`: DuckDB 1.5 keeps a filter that reaches a scan
+# late (the view's, through the join) out of a scan already given one (`span_id IS NOT NULL`),
+# and a record without a span joins none anyway.
+def _events(where: str = "") -> str:
+    return f"""events AS NOT MATERIALIZED (
+        SELECT conversation_id, trace_id, span_id,
             arg_max(user_message, time_unix_nano)
                 FILTER (WHERE user_message IS NOT NULL) AS user_message,
             CASE WHEN count(tool_calls_requested) > 0 THEN to_json(flatten(list(
@@ -295,9 +305,9 @@ def _events(traces: str = "") -> str:
                 from_json(tool_results, {_RESULTS_TYPE}) ORDER BY time_unix_nano)
                 FILTER (WHERE tool_results IS NOT NULL))) END AS tool_results,
             string_agg(response_text, '\n' ORDER BY time_unix_nano) AS response_text
-        FROM logs
-        WHERE {LOG_RECORD_CONTENT}{narrowed}
-        GROUP BY trace_id, span_id
+        FROM logs s
+        {f"{where} AND" if where else "WHERE"} {_SAYS_SOMETHING}
+        GROUP BY conversation_id, trace_id, span_id
     )"""
 
 
@@ -312,7 +322,8 @@ _SPANS_AND_EVENTS = """(
         coalesce(s.tool_results, e.tool_results) AS tool_results,
         coalesce(s.response_text, e.response_text) AS response_text),
         s.rowid AS span_row
-    FROM spans s LEFT JOIN events e ON e.trace_id = s.trace_id AND e.span_id = s.span_id
+    FROM spans s LEFT JOIN events e ON e.conversation_id = s.conversation_id
+        AND e.trace_id = s.trace_id AND e.span_id = s.span_id
 )"""
 SPANS_WITH_EVENTS = f"(WITH {_EVENTS} SELECT * FROM {_SPANS_AND_EVENTS})"
 # The spans alone, for views of a lake whose log records say nothing about any span
@@ -332,7 +343,9 @@ KNOWN_CONVERSATION_AGGREGATE = "max"
 KNOWN_CONVERSATIONS = f"""SELECT trace_id, {KNOWN_CONVERSATION_AGGREGATE}(conversation_id)
     AS conversation_id FROM {{spans}} WHERE conversation_id <> trace_id GROUP BY trace_id"""
 # Spans of `{spans}` stored without one take that of `{known}` (trace_id, conversation_id);
-# `{also}` may narrow the spans looked at (`AND s.ingest_time >= ?`).
+# `{also}` may narrow the spans looked at (`AND s.ingest_time >= ?`). The collector applies
+# it to log records too, stored with their trace id until their trace's conversation is known
+# (`RESOLVE_RECORDS`).
 RESOLVE_CONVERSATIONS = """
 UPDATE {spans} s SET conversation_id = known.conversation_id
 FROM {known} known
@@ -349,6 +362,25 @@ SELECT count(*) FROM {spans} s
 SEMI JOIN (SELECT trace_id FROM {spans} WHERE conversation_id <> trace_id) known
     ON known.trace_id = s.trace_id
 WHERE s.conversation_id = s.trace_id"""
+
+# A log record about a span belongs to its span's conversation, and is stored with it, so that
+# a filter on the conversation reaches the records too (`events`). The collector's writer gives
+# a record the conversation of its span when it stores both together, else the id the record
+# carries, else that of its trace as far as it knows, else the trace id, which it resolves
+# with the trace's spans (`collector.conversations`). Maintenance, and migration 11, apply it
+# to every record: a record and its span stored by two collectors, a record given another
+# conversation than its span came with. Applied again, it changes nothing. `{also}` may narrow the
+# records looked at (`AND l.ingest_time >= ?`); `{spans}` may be any relation of spans' trace
+# id, span id and conversation id.
+RESOLVE_RECORDS = """
+UPDATE {logs} l SET conversation_id = s.conversation_id
+FROM {spans} s
+WHERE l.trace_id = s.trace_id AND l.span_id = s.span_id
+    AND l.conversation_id IS DISTINCT FROM s.conversation_id{also}"""
+# How many stored records `RESOLVE_RECORDS` would change (maintenance looks first).
+UNRESOLVED_RECORDS = """
+SELECT count(*) FROM {logs} l JOIN {spans} s ON l.trace_id = s.trace_id AND l.span_id = s.span_id
+WHERE l.conversation_id IS DISTINCT FROM s.conversation_id"""
 
 # Spans of an agent, a workflow or an agent loop: they repeat what their model calls said, so
 # they are never model calls themselves, whatever messages they carry (the collector stores
@@ -451,8 +483,7 @@ def _placed(where: str = "", extra: str = "", *, log_records: bool = True) -> st
     `extra` adds columns (the builder's attribute values); without `log_records`, what log
     records say is left out (`_SPANS_ALONE`)."""
     spans = _SPANS_AND_EVENTS if log_records else _SPANS_ALONE
-    # The builder's chunk reads the log records of its own spans' traces, not all of them.
-    events = _events(f"SELECT s.trace_id FROM spans s {where}") if where else _EVENTS
+    events = _events(where)
     return f"""
     {events + "," if log_records else ""}
     flagged AS NOT MATERIALIZED (
@@ -902,10 +933,10 @@ def stored_rows_sql(
 
 
 # What a conversation's stored rows were built from: which spans it has and when each was
-# stored, and which log records those spans have. A span added, removed or moved to another
-# conversation (`RESOLVE_CONVERSATIONS`), and a log record added for one of its spans, change
-# it; `where` narrows the spans (`s`) read. The log records are joined on their own, so that a
-# lake without any costs no join (joining every span's ids to the records tripled the cost).
+# stored, and which log records about spans it has. A span added, removed or moved to another
+# conversation (`RESOLVE_CONVERSATIONS`), and a log record added or moved (`RESOLVE_RECORDS`),
+# change it; `where` narrows the spans and records (`s`) read. The records are read on their
+# own, by the conversation they are stored with, so that a lake without any costs no join.
 def fingerprints_sql(where: str) -> str:
     return f"""
     SELECT conversation_id, span_count, last_ingest_time,
@@ -916,9 +947,10 @@ def fingerprints_sql(where: str) -> str:
                  bit_xor(hash(s.trace_id, s.span_id, s.ingest_time)) AS spans_hash
           FROM spans s {where} GROUP BY s.conversation_id)
     LEFT JOIN (SELECT s.conversation_id, count(*) AS records,
-                      bit_xor(hash(l.span_id, l.time_unix_nano, l.ingest_time)) AS records_hash
-               FROM logs l JOIN spans s ON s.trace_id = l.trace_id AND s.span_id = l.span_id
-               {where} GROUP BY s.conversation_id) USING (conversation_id)"""
+                      bit_xor(hash(s.trace_id, s.span_id, s.time_unix_nano, s.ingest_time))
+                          AS records_hash
+               FROM logs s {f"{where} AND" if where else "WHERE"} s.span_id IS NOT NULL
+               GROUP BY s.conversation_id) USING (conversation_id)"""
 
 
 # The version of the rules stored rows were built by: rows another version stored are not
@@ -966,7 +998,7 @@ SELECT * FROM (
 ORDER BY {_STEP_ORDER}"""
 
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
 # tables that already have their columns: later migrations must be idempotent (IF NOT EXISTS).
@@ -1015,4 +1047,7 @@ MIGRATIONS: dict[int, list[str]] = {
     # which compaction merges: the same commit latency, measured. Maintenance still flushes
     # what older lakes or other writers inlined.
     10: ["CALL set_option('data_inlining_row_limit', 0)"],
+    # 11: a log record is stored with its span's conversation (`RESOLVE_RECORDS`), and the
+    # views join records to spans on it: records stored before are resolved once here.
+    11: [RESOLVE_RECORDS.format(logs="logs", spans="spans", also="")],
 }
