@@ -293,18 +293,26 @@ LOG_RECORD_CONTENT = f"span_id IS NOT NULL AND {_SAYS_SOMETHING}"
 # conversation ids). Not `LOG_RECORD_CONTENT`: DuckDB 1.5 keeps a filter that reaches a scan
 # late (the view's, through the join) out of a scan already given one (`span_id IS NOT NULL`),
 # and a record without a span joins none anyway.
-def _events(where: str = "") -> str:
-    return f"""events AS NOT MATERIALIZED (
-        SELECT conversation_id, trace_id, span_id,
-            arg_max(user_message, time_unix_nano)
-                FILTER (WHERE user_message IS NOT NULL) AS user_message,
-            CASE WHEN count(tool_calls_requested) > 0 THEN to_json(flatten(list(
+# `marks`: what the windows that place spans read of it (`marked`), whether a record requested
+# calls or answered and not what, so that the JSON of the calls is parsed and the answers
+# joined once per query, not twice (a full read of `tool_calls` took 1.3 times as long).
+def _events(where: str = "", *, marks: bool = False) -> str:
+    if marks:
+        said = """any_value(tool_calls_requested) AS tool_calls_requested,
+            NULL::JSON AS tool_results, any_value(response_text) AS response_text"""
+    else:
+        said = f"""CASE WHEN count(tool_calls_requested) > 0 THEN to_json(flatten(list(
                 from_json(tool_calls_requested, {_CALLS_TYPE}) ORDER BY time_unix_nano)
                 FILTER (WHERE tool_calls_requested IS NOT NULL))) END AS tool_calls_requested,
             CASE WHEN count(tool_results) > 0 THEN to_json(flatten(list(
                 from_json(tool_results, {_RESULTS_TYPE}) ORDER BY time_unix_nano)
                 FILTER (WHERE tool_results IS NOT NULL))) END AS tool_results,
-            string_agg(response_text, '\n' ORDER BY time_unix_nano) AS response_text
+            string_agg(response_text, '\n' ORDER BY time_unix_nano) AS response_text"""
+    return f"""{"marks" if marks else "events"} AS NOT MATERIALIZED (
+        SELECT conversation_id, trace_id, span_id,
+            arg_max(user_message, time_unix_nano)
+                FILTER (WHERE user_message IS NOT NULL) AS user_message,
+            {said}
         FROM logs s
         {f"{where} AND" if where else "WHERE"} {_SAYS_SOMETHING}
         GROUP BY conversation_id, trace_id, span_id
@@ -313,19 +321,23 @@ def _events(where: str = "") -> str:
 
 _EVENTS = _events()
 
-# Spans with what `events` says, where the span's own attributes say nothing: in a query
-# that defines `events` (`_SPANS_AND_EVENTS`), or on its own (`SPANS_WITH_EVENTS`).
-_SPANS_AND_EVENTS = """(
+
+# Spans with what `events` (or `marks`) says, where the span's own attributes say nothing: in
+# a query that defines it (`_spans_and`), or on its own (`SPANS_WITH_EVENTS`).
+def _spans_and(events: str = "events") -> str:
+    return f"""(
     SELECT s.* REPLACE (
         coalesce(s.user_message, e.user_message) AS user_message,
         coalesce(s.tool_calls_requested, e.tool_calls_requested) AS tool_calls_requested,
         coalesce(s.tool_results, e.tool_results) AS tool_results,
         coalesce(s.response_text, e.response_text) AS response_text),
         s.rowid AS span_row
-    FROM spans s LEFT JOIN events e ON e.conversation_id = s.conversation_id
+    FROM spans s LEFT JOIN {events} e ON e.conversation_id = s.conversation_id
         AND e.trace_id = s.trace_id AND e.span_id = s.span_id
 )"""
-SPANS_WITH_EVENTS = f"(WITH {_EVENTS} SELECT * FROM {_SPANS_AND_EVENTS})"
+
+
+SPANS_WITH_EVENTS = f"(WITH {_EVENTS} SELECT * FROM {_spans_and()})"
 # The spans alone, for views of a lake whose log records say nothing about any span
 # (`LOG_RECORD_CONTENT`): joining them would change no row, and costs a point query about a
 # third of its time (planning the join twice; bench/query.py).
@@ -469,9 +481,10 @@ _HANDOFF_SQL = """(operation = 'handoff' OR starts_with(name, 'handoff'))
 # A window sorts every column it carries, and that, not the ranking, is its cost (one window
 # over `placed`'s 25 columns: 1 s for 300,000 spans; over one column, 0.07 s). So the windows
 # that place the spans run on narrow rows (`ordered`, `turned`), and the wide columns are
-# joined to them by the span's row id (`flagged` is read twice, not materialized, so that the
-# filter reaches both scans; the join is on the conversation too, for the same reason: a span
-# without a conversation id, which the collector never stores, is in no conversation).
+# joined to them by the span's row id (`marked` for the windows and `flagged` for the columns
+# read the same rows, not materialized, so that the filter reaches both scans; the join is on
+# the conversation too, for the same reason: a span without a conversation id, which the
+# collector never stores, is in no conversation).
 #
 # `placed`: every span with its place in the conversation: its rank in `SPAN_ORDER`, whether it
 # is a model call (`MODEL_CALL_SQL`) or a tool span, the turn it falls in, and for a model call
@@ -482,11 +495,9 @@ def _placed(where: str = "", extra: str = "", *, log_records: bool = True) -> st
     """`placed` and `trace_turns`; `where` narrows the spans read (the builder's conversations),
     `extra` adds columns (the builder's attribute values); without `log_records`, what log
     records say is left out (`_SPANS_ALONE`)."""
-    spans = _SPANS_AND_EVENTS if log_records else _SPANS_ALONE
-    events = _events(where)
-    return f"""
-    {events + "," if log_records else ""}
-    flagged AS NOT MATERIALIZED (
+
+    def flagged(name: str, spans: str) -> str:
+        return f"""{name} AS NOT MATERIALIZED (
         SELECT span_row, conversation_id AS conv, {", ".join(_PLACED_COLUMNS)}{extra},
                CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL
                     THEN coalesce(s.error_type, s.status_message, 'error') END AS error,
@@ -495,7 +506,17 @@ def _placed(where: str = "", extra: str = "", *, log_records: bool = True) -> st
                s.operation IS NOT DISTINCT FROM 'execute_tool' AS is_tool,
                {_HANDOFF_SQL} AS is_handoff
         FROM {spans} s {where}
-    ),
+    )"""
+
+    # `flagged`: every span with what it is; `marked`, the same rows read for the windows.
+    if log_records:
+        read = f"""{_events(where)}, {_events(where, marks=True)},
+    {flagged("flagged", _spans_and())}, {flagged("marked", _spans_and("marks"))},"""
+    else:
+        read = f"""{flagged("flagged", _SPANS_ALONE)},
+    marked AS NOT MATERIALIZED (SELECT * FROM flagged),"""
+    return f"""
+    {read}
     ordered AS (
         SELECT span_row, conv,
                row_number() OVER w AS span_order,
@@ -518,7 +539,7 @@ def _placed(where: str = "", extra: str = "", *, log_records: bool = True) -> st
                      span_id, is_model, is_turn_agent, user_message,
                      tool_calls_requested IS NOT NULL AS requested,
                      tool_calls_requested IS NULL AND response_text IS NOT NULL AS answered
-              FROM flagged)
+              FROM marked)
         WINDOW w AS (PARTITION BY conv ORDER BY {span_order("is_model")}),
             before AS (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
     ),
