@@ -76,12 +76,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import grpc
+import pyarrow as pa
+import pyarrow.compute as pc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from spanscore.collector.config import CollectorConfig
-from spanscore.collector.flatten import Flattener, Limits
+from spanscore.collector.flatten import LOGS_SCHEMA, Flattener, Limits
 from spanscore.collector.pool import FlattenPool
 from spanscore.collector.stats import Stats
 from spanscore.collector.writer import CONVERSATION_TRACES, GroupCommitWriter, Pending, QueueFull
@@ -990,6 +992,57 @@ class Ceiling:
     spans: int = 0
     commits: int = 0
     lake_rows: int = 0
+    records: int = 0  # log records stored beside the spans (`records_first`)
+    records_resolved: int = 0  # of them, stored with their span's conversation
+
+
+# How many exports a thread's log records go ahead of their spans (`records_first`): with
+# two threads, their spans come several commits later.
+RECORDS_AHEAD = 4
+
+
+def log_records_of(spans: pa.RecordBatch, *, carrying: bool = False) -> pa.Table:
+    """Two GenAI log records per model call of the spans (its user message, its answer), as
+    producers that send messages as events emit them, carrying no conversation id (or, with
+    `carrying`, their span's, as though the producer had put it on them)."""
+    chats = pa.Table.from_batches([spans]).filter(pc.equal(spans.column("operation"), "chat"))
+    columns: dict[str, list[Any]] = {}
+    for n, (event, text) in enumerate(
+        (("gen_ai.user.message", "user_message"), ("gen_ai.choice", "response_text"))
+    ):
+        part = {
+            "time": chats.column("start_time"),
+            "time_unix_nano": pc.add(chats.column("start_time_unix_nano"), n),
+            "trace_id": chats.column("trace_id"),
+            "span_id": chats.column("span_id"),
+            "event_name": pa.array([event] * chats.num_rows, pa.string()),
+            "conversation_id": chats.column("conversation_id")
+            if carrying
+            else pa.nulls(chats.num_rows, pa.string()),
+        }
+        for said in ("user_message", "response_text"):
+            # the model call's message, else a stand-in: a record that says something
+            part[said] = (
+                pc.fill_null(chats.column(said), "(text)")
+                if said == text
+                else pa.nulls(chats.num_rows, pa.string())
+            )
+        for name, values in part.items():
+            columns.setdefault(name, []).append(values)
+    return _as_logs(pa.table({name: pa.chunked_array(parts) for name, parts in columns.items()}))
+
+
+def _as_logs(table: pa.Table) -> pa.Table:
+    """`table`'s columns in the collector's log-record schema, the others null."""
+    return pa.table(
+        {
+            f.name: table.column(f.name).cast(f.type)
+            if f.name in table.column_names
+            else pa.nulls(table.num_rows, f.type)
+            for f in LOGS_SCHEMA
+        },
+        schema=LOGS_SCHEMA,
+    )
 
 
 def run_ceiling(
@@ -998,11 +1051,18 @@ def run_ceiling(
     workdir: Path,
     threads: int = 4,
     conversation_traces: int | None = None,
+    records_first: bool = False,
+    records_carrying: bool = False,
 ) -> Ceiling:
     """The collector's own pipeline with no network: its decode pool (one worker process per
     CPU, as `spanscore serve` runs by default) and its group-commit writer. With
     `conversation_traces=0` the writer resolves no conversations at commit (the baseline for
-    what resolving costs)."""
+    what resolving costs). With `records_first`, each export's model calls also send two
+    GenAI log records each, exported before the spans (events are emitted while their span
+    runs): the writer stores each with its span's conversation, resolving those it stored
+    before their span (`schema.RESOLVE_RECORDS`); with `records_carrying` too, the records
+    carry their span's conversation, and none is resolved (the baseline for what resolving
+    records costs)."""
     result = Ceiling(spans=len(bodies) * batch_size)
     parse = trace_service_pb2.ExportTraceServiceRequest.FromString
     started = time.perf_counter()
@@ -1039,20 +1099,35 @@ def run_ceiling(
 
     def work() -> None:
         outstanding: list[Pending] = []
+        held: list[Pending] = []  # spans whose records went ahead (`records_first`)
+
+        def submit(pending: Pending) -> None:
+            while True:
+                try:
+                    writer.submit(pending)
+                    break
+                except QueueFull:  # wait for our oldest export's commit, like a backlog
+                    if outstanding:
+                        outstanding.pop(0).done.wait()
+                    else:
+                        time.sleep(0.01)
+            outstanding.append(pending)
+
         try:
             while (body := feed.take()) is not None:
                 flat = pool.run("spans", body, as_json=False)
-                pending = Pending(spans=flat.batch)
-                while True:
-                    try:
-                        writer.submit(pending)
-                        break
-                    except QueueFull:  # wait for our oldest export's commit, like a backlog
-                        if outstanding:
-                            outstanding.pop(0).done.wait()
-                        else:
-                            time.sleep(0.01)
-                outstanding.append(pending)
+                if not records_first:
+                    submit(Pending(spans=flat.batch))
+                    continue
+                # The records now, their spans RECORDS_AHEAD exports later (other commits).
+                records = log_records_of(flat.batch, carrying=records_carrying)
+                records = records.combine_chunks().to_batches()
+                submit(Pending(logs=records[0] if records else None))
+                held.append(Pending(spans=flat.batch))
+                if len(held) > RECORDS_AHEAD:
+                    submit(held.pop(0))
+            for pending in held:
+                submit(pending)
             for p in outstanding:
                 p.done.wait()
                 if p.error is not None:
@@ -1075,6 +1150,11 @@ def run_ceiling(
     result.commits = stats.get("commits")
     row = con.execute("SELECT count(*) FROM spans").fetchone()
     result.lake_rows = int(row[0]) if row else -1
+    row = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE l.conversation_id = s.conversation_id) "
+        "FROM logs l LEFT JOIN spans s USING (trace_id, span_id)"
+    ).fetchone()
+    result.records, result.records_resolved = (int(row[0]), int(row[1])) if row else (-1, -1)
     con.close()
     shutil.rmtree(lake_dir, ignore_errors=True)
     return result
@@ -1302,6 +1382,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{100 * (1 - ceiling.end_to_end_rate / unresolved.end_to_end_rate):.0f}%)",
             flush=True,
         )
+        # Same bodies with their model calls' messages as log records too, sent first: as
+        # producers send them (no conversation id on the records, resolved when their spans
+        # come), and carrying their span's (nothing to resolve), alternating, twice each.
+        for round_ in range(2):
+            for carrying in (False, True):
+                records = run_ceiling(
+                    bodies,
+                    args.batch_size,
+                    workdir,
+                    threads=args.clients,
+                    records_first=True,
+                    records_carrying=carrying,
+                )
+                print(
+                    f"  with two log records per model call sent ahead of their spans, "
+                    f"{'carrying their conversation' if carrying else 'carrying none'} "
+                    f"(round {round_ + 1}): {_fmt_rate(records.end_to_end_rate)} spans/s and "
+                    f"{_fmt_rate(records.records / records.spans * records.end_to_end_rate)} "
+                    f"records/s; {records.records_resolved:,} of {records.records:,} records "
+                    "stored with their span's conversation",
+                    flush=True,
+                )
         if args.baseline_flatten:
             compare_flatten(args.baseline_flatten, bodies, args.batch_size, workdir)
         del bodies

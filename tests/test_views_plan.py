@@ -59,17 +59,6 @@ def _scans(profile: Path, table: str = "spans") -> list[int]:
     ]
 
 
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("views-plan") / "lake"
-    con = connect(path, create=True)
-    try:
-        con.execute(_FILL)
-    finally:
-        con.close()
-    return path
-
-
 # The same lake with the model calls' messages also sent as log records, one per model call
 # (two per conversation), as producers that send messages as events do; only the records
 # carry the answer.
@@ -83,20 +72,29 @@ FROM spans WHERE operation = 'chat'
 RECORDS_PER_CONVERSATION = 2
 
 
-@pytest.fixture(scope="module")
-def lake_with_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("views-plan-records") / "lake"
+def _filled(path: Path, *, records: bool) -> Path:
     con = connect(path, create=True)
     try:
-        con.execute(_FILL)
         con.execute("BEGIN")
-        con.execute(_RECORDS)
-        con.execute("UPDATE spans SET response_text = NULL")  # the records say it
-        include_log_records_in_views(con)  # as the collector's writer does
+        con.execute(_FILL)
+        if records:
+            con.execute(_RECORDS)
+            con.execute("UPDATE spans SET response_text = NULL")  # the records say it
+            include_log_records_in_views(con)  # as the collector's writer does
         con.execute("COMMIT")
     finally:
         con.close()
     return path
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _filled(tmp_path_factory.mktemp("views-plan") / "lake", records=False)
+
+
+@pytest.fixture(scope="module")
+def lake_with_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _filled(tmp_path_factory.mktemp("views-plan-records") / "lake", records=True)
 
 
 @pytest.mark.parametrize("records", [False, True], ids=["spans", "spans and log records"])
