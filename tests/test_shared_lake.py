@@ -302,7 +302,21 @@ def test_maintenance_runs_in_one_elected_collector(
                     return runs, snapshots, files
                 return None
 
-            runs, snapshots, files = wait_for(maintained, timeout=180, interval=0.5)
+            try:
+                runs, snapshots, files = wait_for(maintained, timeout=180, interval=0.5)
+            except AssertionError as waited:
+                # Seen, rarely, on a loaded machine: say what each collector did, so that the
+                # failure can be told from a slow machine.
+                shown = ("time", "level", "message", "files_merged", "snapshots_expired")
+                seen = {
+                    c.log_path.name: [
+                        {k: r.get(k) for k in shown}
+                        for r in _log_records(c.log_path)
+                        if r.get("level") != "debug"
+                    ][-12:]
+                    for c in collectors
+                }
+                raise AssertionError(f"{waited}; lake {counts()}; collectors: {seen}") from None
             assert (snapshots < 6, files >= 1, bool(runs)) == (True, True, True)
         finally:
             con.close()
