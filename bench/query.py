@@ -43,10 +43,12 @@ answers in under a second". What it does, in one run:
    collector leaves it between two compactions, its past compacted and the commits since in
    small files (by default 120: 5 minutes, the collector's maintenance interval, at 2,000
    spans/s; past its ``compact_after_commits`` commits it compacts sooner).
-4. ``--log-records`` (off by default): last, the big lake's model calls get their messages as
-   GenAI log records too (two per call, as producers that send messages as events do), and
-   the views and one conversation's trajectory by the rules (``load_trajectories``,
-   ``stored=False``) are timed again; the trajectory before and after, in the same run.
+4. ``--log-records`` (off by default): last, the fragmented lake's model calls (the lake as
+   the collector writes it) get their messages as GenAI log records too (two per call, as
+   producers that send messages as events do, committed in time order as the collector
+   would), and the views are timed again, as committed and after maintenance; one
+   conversation's trajectory by the rules (``load_trajectories``, ``stored=False``) before
+   and after, in the same run.
 5. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
    (for example ``HEAD~1``), side by side with today's on the big lake, in the same run: one
    conversation (warm, median of ``--runs``) and a full read of each view into Arrow (twice each,
@@ -628,15 +630,15 @@ def add_log_records(lake_dir: Path, spans_per_commit: int) -> tuple[int, int]:
 def log_records_phase(
     args: argparse.Namespace, lake_dir: Path, conversation: str
 ) -> tuple[list[Timing], tuple[float, float]]:
-    """The big lake's views and one conversation's trajectory again, once its model calls'
+    """The lake's views and one conversation's trajectory again, once its model calls'
     messages are also log records: the views then join them; as committed (small files, in
     time order), then after maintenance (sorted by conversation). The trajectory, before and
     after, in the same run."""
     before = time_trajectory(lake_dir, conversation, args.runs)
     started = time.perf_counter()
-    records, commits = add_log_records(lake_dir, args.commit_rows // 25)
+    records, commits = add_log_records(lake_dir, args.small_commit_rows * 2)
     print(
-        f"\n== the big lake with {records:,} GenAI log records (two per model call) "
+        f"\n== the fragmented lake with {records:,} GenAI log records (two per model call) "
         f"added in {commits:,} commits, {time.perf_counter() - started:.1f}s",
         flush=True,
     )
@@ -665,7 +667,9 @@ def log_records_phase(
     return timings, (before, after)
 
 
-def fragmented_lake(args: argparse.Namespace, workdir: Path, rng: random.Random) -> list[Timing]:
+def fragmented_lake(
+    args: argparse.Namespace, workdir: Path, rng: random.Random
+) -> tuple[list[Timing], Path, str]:
     layout = Layout(args.fragmented_spans, args.in_flight)
     lake_dir = workdir / "fragmented"
     print(
@@ -709,7 +713,7 @@ def fragmented_lake(args: argparse.Namespace, workdir: Path, rng: random.Random)
             time_query(lake_dir, "+recent", QUERY[k], conversation, args.runs, state.files)
             for k in ("a", "b", "c", "d")
         ]
-    return timings
+    return timings, lake_dir, conversation
 
 
 # --- the views against an earlier definition ---------------------------------------------------
@@ -960,7 +964,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unfilled:
             print(f"  columns this benchmark leaves NULL: {', '.join(unfilled)}")
         timings, lake_dir, _layout, conversation = big_lake(args, workdir, rng)
-        timings += fragmented_lake(args, workdir, rng)
+        fragmented, collectors_lake, its_conversation = fragmented_lake(args, workdir, rng)
+        timings += fragmented
         comparison = (
             compare_views(lake_dir, conversation, args.baseline_views, args.runs)
             if args.baseline_views
@@ -969,11 +974,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         trajectory: tuple[float, float] | None = None
         logged_comparison: list[ViewComparison] = []
         if args.log_records:
-            logged, trajectory = log_records_phase(args, lake_dir, conversation)
+            logged, trajectory = log_records_phase(args, collectors_lake, its_conversation)
             timings += logged
             if args.baseline_views:  # the same lake with its log records, compacted
                 logged_comparison = compare_views(
-                    lake_dir, conversation, args.baseline_views, args.runs
+                    collectors_lake, its_conversation, args.baseline_views, args.runs
                 )
         print_summary(timings, args)
         if comparison:

@@ -755,7 +755,9 @@ def maintain(
     (of expired snapshots) and `orphans_deleted` (files of transactions that never committed);
     what storing trajectories did (`conversations_stored`, ..., `store_failed`);
     and how long each kind of step took in all, in milliseconds (`merge_files_ms`, ...), with
-    `merge_steps` and `longest_step_ms`: the longest the writer was held off at once.
+    `merge_steps` and `longest_step_ms`: the longest the writer was held off at once; and
+    `look_for_unresolved_ms`, what looking for spans and records to resolve took, without
+    holding the writer.
     """
     done: dict[str, int] = {"longest_step_ms": 0}
 
@@ -780,11 +782,13 @@ def maintain(
     # collectors, a root exported long after its children): looked for without holding the
     # writer, resolved with it held.
     spans = f"{ALIAS}.spans"  # a cursor does not inherit the connection's USE
+    looking = time.monotonic()
     unresolved = (
         None
         if compact_only
         else con.execute(schema.UNRESOLVED_SPANS.format(spans=spans)).fetchone()
     )
+    done["look_for_unresolved_ms"] = round((time.monotonic() - looking) * 1000)
     done["spans_resolved"] = 0
     if unresolved and unresolved[0]:
         resolve = schema.RESOLVE_ALL_CONVERSATIONS.format(spans=spans)
@@ -794,7 +798,9 @@ def maintain(
     done["records_resolved"] = 0
     if not compact_only and _has_views(_view_marks(con), schema.VIEWS):
         tables = {"logs": f"{ALIAS}.logs", "spans": spans}
+        looking = time.monotonic()
         unresolved = con.execute(schema.UNRESOLVED_RECORDS.format(**tables)).fetchone()
+        done["look_for_unresolved_ms"] += round((time.monotonic() - looking) * 1000)
         if unresolved and unresolved[0]:
             resolve = schema.RESOLVE_RECORDS.format(**tables, also="")
             done["records_resolved"] = total(step(resolve, "resolve records"), 0)
