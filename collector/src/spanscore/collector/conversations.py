@@ -171,16 +171,12 @@ class TraceConversations:
             if trace_id is None or span_id is None:
                 resolved.append(own)  # about no span: the id it carries
                 continue
-            conversation = of_span.get((trace_id, span_id)) or own
-            if conversation is None:
-                trace = remember.get(trace_id) or self._traces.get(trace_id)
-                conversation = trace.conversation_id if trace is not None else None
+            trace = remember.get(trace_id) or self._traces.get(trace_id) or _Trace(None, None)
+            conversation = of_span.get((trace_id, span_id)) or own or trace.conversation_id
             if conversation is None or conversation == trace_id:
-                conversation = trace_id
-                trace = remember.get(trace_id) or self._traces.get(trace_id) or _Trace(None, None)
+                conversation = trace_id  # standing in until the trace's id comes
                 if trace.records_since is None:
-                    trace = _Trace(trace.conversation_id, trace.unresolved_since, now)
-                remember[trace_id] = trace
+                    remember[trace_id] = _Trace(trace.conversation_id, trace.unresolved_since, now)
             resolved.append(conversation)
         index = logs.schema.get_field_index("conversation_id")
         return logs.set_column(index, logs.schema.field(index), pa.array(resolved, pa.string()))

@@ -802,7 +802,7 @@ def maintain(
         unresolved = con.execute(schema.UNRESOLVED_RECORDS.format(**tables)).fetchone()
         done["look_for_unresolved_ms"] += round((time.monotonic() - looking) * 1000)
         if unresolved and unresolved[0]:
-            resolve = schema.RESOLVE_RECORDS.format(**tables, also="")
+            resolve = schema.RESOLVE_RECORDS.format(**tables)
             done["records_resolved"] = total(step(resolve, "resolve records"), 0)
     # Before compaction, which then merges the files this writes. Not under `exclusive`: it
     # writes only `trajectory_steps`, so it does not conflict with the writer's commits. Its

@@ -288,7 +288,7 @@ LOG_RECORD_CONTENT = f"span_id IS NOT NULL AND {_SAYS_SOMETHING}"
 # (`RESOLVE_RECORDS`), and `events` is joined to the spans on it: a view's filter on the
 # conversation then reaches the scan of `logs` as it reaches that of `spans` (grouping every
 # record of the lake made a point query take 1.4 s on 400,000 records; bench/query.py).
-# Not materialized: a filter reaches no CTE that two reads share (`flagged` is read twice).
+# Not materialized: a filter reaches no CTE that two reads share (`flagged`, `marked`).
 # `where` narrows the records as it narrows the builder's spans (its alias `s`, its
 # conversation ids). Not `LOG_RECORD_CONTENT`: DuckDB 1.5 keeps a filter that reaches a scan
 # late (the view's, through the join) out of a scan already given one (`span_id IS NOT NULL`),
@@ -381,14 +381,12 @@ WHERE s.conversation_id = s.trace_id"""
 # carries, else that of its trace as far as it knows, else the trace id, which it resolves
 # with the trace's spans (`collector.conversations`). Maintenance, and migration 11, apply it
 # to every record: a record and its span stored by two collectors, a record given another
-# conversation than its span came with. Applied again, it changes nothing. `{also}` may narrow the
-# records looked at (`AND l.ingest_time >= ?`); `{spans}` may be any relation of spans' trace
-# id, span id and conversation id.
+# conversation than its span came with. Applied again, it changes nothing.
 RESOLVE_RECORDS = """
 UPDATE {logs} l SET conversation_id = s.conversation_id
 FROM {spans} s
 WHERE l.trace_id = s.trace_id AND l.span_id = s.span_id
-    AND l.conversation_id IS DISTINCT FROM s.conversation_id{also}"""
+    AND l.conversation_id IS DISTINCT FROM s.conversation_id"""
 # How many stored records `RESOLVE_RECORDS` would change (maintenance looks first).
 UNRESOLVED_RECORDS = """
 SELECT count(*) FROM {logs} l JOIN {spans} s ON l.trace_id = s.trace_id AND l.span_id = s.span_id
@@ -1070,5 +1068,5 @@ MIGRATIONS: dict[int, list[str]] = {
     10: ["CALL set_option('data_inlining_row_limit', 0)"],
     # 11: a log record is stored with its span's conversation (`RESOLVE_RECORDS`), and the
     # views join records to spans on it: records stored before are resolved once here.
-    11: [RESOLVE_RECORDS.format(logs="logs", spans="spans", also="")],
+    11: [RESOLVE_RECORDS.format(logs="logs", spans="spans")],
 }
