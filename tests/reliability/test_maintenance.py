@@ -443,3 +443,53 @@ def test_replaced_objects_are_kept_for_the_retention_on_an_embedded_catalog_with
         assert con.execute("SELECT count(*) FROM spans").fetchone() == (5_000,)
     finally:
         con.close()
+
+
+@pytest.mark.postgres
+def test_files_of_a_commit_in_flight_are_not_deleted_as_orphans(
+    postgres_database: str, tmp_path: Path
+) -> None:
+    # CI, two collectors on a shared lake with no retention: maintenance in one deleted, as
+    # orphans, the files the other's commit had written and not yet committed; that commit
+    # then pointed at files that were gone, and every later read of them, maintenance's
+    # included, failed. Until its transaction commits, a file looks orphaned: orphans are
+    # deleted only once older than any transaction lasts, whatever the retention.
+    import os
+    import time
+
+    from spanscore import lake
+    from spanscore.lake.connection import ORPHANS_KEPT_S
+
+    data = tmp_path / "data"
+    where = f"{postgres_database}?data_path={data}/"
+    con = lake.connect(where, create=True)
+    other = lake.connect(where)
+    try:
+        other.execute("BEGIN")
+        other.execute(
+            "INSERT INTO spans (trace_id, span_id, name, conversation_id) "
+            "SELECT 't', 'in-flight-' || range, 'n', 'c' || (range % 7) FROM range(10000)"
+        )
+        written = sorted(data.rglob("*.parquet"))
+        assert written  # its file is there, its rows are not in the catalog yet
+
+        done = lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=0)
+        assert (done["orphans_deleted"], [p for p in written if not p.exists()]) == (0, [])
+        other.execute("COMMIT")
+        assert con.execute(
+            "SELECT count(DISTINCT span_id), count(DISTINCT conversation_id) FROM spans"
+        ).fetchone() == (10_000, 7)
+
+        # What a crashed transaction left: deleted once older than that, and only that.
+        crashed = data / "main" / "spans" / "crashed.parquet"
+        con.execute(f"COPY (SELECT 1 AS x) TO '{crashed}'")
+        done = lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=0)
+        assert (done["orphans_deleted"], crashed.exists()) == (0, True)
+        past = time.time() - ORPHANS_KEPT_S - 60
+        os.utime(crashed, (past, past))
+        done = lake.maintain(con.cursor(), expire_older_than_s=0, delete_older_than_s=0)
+        assert (done["orphans_deleted"], crashed.exists()) == (1, False)
+        assert con.execute("SELECT count(DISTINCT span_id) FROM spans").fetchone() == (10_000,)
+    finally:
+        other.close()
+        con.close()

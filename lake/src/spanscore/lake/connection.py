@@ -685,6 +685,11 @@ MERGE_BELOW_BYTES = 4 << 20
 # conversation skips the files without it (bench/query.py; at 16 MiB, half the files had none,
 # at 8 MiB none did).
 MERGED_FILE_BYTES = 32 << 20
+# Files in the data path that no snapshot knows are deleted once this old, whatever the
+# retention: a transaction in flight (another collector's commit, an evaluation writing its
+# scores) has written its files and not yet their rows, so until it commits they look
+# orphaned too. No transaction lasts this long; a crashed one's files cost a day's space.
+ORPHANS_KEPT_S = 24 * 3600.0
 
 
 def side_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
@@ -709,6 +714,7 @@ def maintain(
     store_deadline_s: float | None = None,
     sort_spans: bool | None = None,
     compact_only: bool = False,
+    orphans_kept_s: float = ORPHANS_KEPT_S,
 ) -> dict[str, int]:
     """Compact small data files, expire old snapshots and delete files nobody can read any more;
     given `store_settled_after_s`, first store the trajectories of the conversations without a
@@ -752,7 +758,8 @@ def maintain(
     trace, `schema.RESOLVE_CONVERSATIONS`), `records_resolved` (log records given their
     span's, `schema.RESOLVE_RECORDS`), `rows_flushed` (inlined rows written to files),
     `files_merged` and `files_created` (compaction), `snapshots_expired`, `files_deleted`
-    (of expired snapshots) and `orphans_deleted` (files of transactions that never committed);
+    (of expired snapshots) and `orphans_deleted` (files of transactions that never committed,
+    once older than `orphans_kept_s`: younger ones may be a commit in flight's);
     what storing trajectories did (`conversations_stored`, ..., `store_failed`);
     and how long each kind of step took in all, in milliseconds (`merge_files_ms`, ...), with
     `merge_steps` and `longest_step_ms`: the longest the writer was held off at once; and
@@ -889,7 +896,7 @@ def maintain(
     done["orphans_deleted"] = len(
         step(
             f"CALL ducklake_delete_orphaned_files('{ALIAS}', "
-            f"older_than => now() - INTERVAL {int(delete_older_than_s)} SECOND)",
+            f"older_than => now() - INTERVAL {int(orphans_kept_s)} SECOND)",
             "delete orphaned files",
         )
     )
