@@ -135,7 +135,8 @@ class CollectorConfig(BaseModel):
         3600.0,
         ge=0,
         description="how long old snapshots stay readable (time travel), and files "
-        "compaction replaced stay on disk for readers that listed them",
+        "compaction replaced stay on disk for readers that listed them (files in no snapshot, "
+        "a commit's in flight or a crashed one's, are kept a day whatever this is)",
     )
     dedup_keys: int = Field(
         1_000_000,
