@@ -142,7 +142,8 @@ class CollectorConfig(BaseModel):
         1_000_000,
         ge=0,
         description="identities of recent spans, and of recent log records, remembered so "
-        "that a retried export is not stored twice (0: off)",
+        "that a retried export is not stored twice (0: off); on a shared lake, as many of "
+        "the spans other collectors committed",
     )
     memory_limit: str = Field(
         "1GiB",

@@ -488,6 +488,23 @@ def current_snapshot(con: duckdb.DuckDBPyConnection) -> int:
     return int(row[0])
 
 
+def commits_since(con: duckdb.DuckDBPyConnection, after: int, *, not_by: str) -> list[int] | None:
+    """The ids of the lake's snapshots after `after`, in order, but those whose commit message
+    names `not_by` as its author (`CALL lake.set_commit_message(author, message)` in the
+    transaction): what other processes committed since. None when some of them were expired
+    meanwhile (what they inserted can no longer be told from the rest). Read from the
+    catalog's own tables, so that the id filter reaches them."""
+    oldest = con.execute(f"SELECT min(snapshot_id) FROM {_METADATA}.ducklake_snapshot").fetchone()
+    if oldest is None or oldest[0] is None or int(oldest[0]) > after + 1:
+        return None
+    rows = con.execute(
+        f"SELECT snapshot_id FROM {_METADATA}.ducklake_snapshot_changes "
+        "WHERE snapshot_id > ? AND author IS DISTINCT FROM ? ORDER BY snapshot_id",
+        [after, not_by],
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
 def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
