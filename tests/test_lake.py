@@ -371,6 +371,28 @@ def test_maintenance_compacts_small_files(lake_dir: Path) -> None:
     )
 
 
+def test_commits_since_lists_the_others_commits_and_notices_expired_ones(lake_dir: Path) -> None:
+    """What a shared-lake writer learns at each commit: the snapshots others committed since it
+    last looked, never its own; None once some of them were expired before it looked."""
+    con = connect(lake_dir, create=True)
+    start = lake.current_snapshot(con)
+    for author in ("me", "me", "other", "me", "other"):
+        con.execute("BEGIN")
+        con.execute(f"CALL lake.set_commit_message('{author}', 'spans')")
+        con.execute("INSERT INTO scores (run_id, metric) VALUES ('r', 'm')")
+        con.execute("COMMIT")
+    assert lake.commits_since(con, start, not_by="me") == [start + 3, start + 5]
+    assert lake.commits_since(con, start, not_by="other") == [start + 1, start + 2, start + 4]
+    assert lake.commits_since(con, start + 3, not_by="me") == [start + 5]
+    assert lake.commits_since(con, lake.current_snapshot(con), not_by="me") == []
+
+    lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)
+    current = lake.current_snapshot(con)
+    assert lake.commits_since(con, start, not_by="me") is None  # start + 1 .. were expired
+    assert lake.commits_since(con, current - 1, not_by="me") == [current]  # not by "me"
+    assert lake.commits_since(con, current, not_by="me") == []
+
+
 def _postgres_available() -> str | None:
     try:
         con = duckdb.connect()

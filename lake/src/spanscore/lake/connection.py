@@ -492,17 +492,22 @@ def commits_since(con: duckdb.DuckDBPyConnection, after: int, *, not_by: str) ->
     """The ids of the lake's snapshots after `after`, in order, but those whose commit message
     names `not_by` as its author (`CALL lake.set_commit_message(author, message)` in the
     transaction): what other processes committed since. None when some of them were expired
-    meanwhile (what they inserted can no longer be told from the rest). Read from the
-    catalog's own tables, so that the id filter reaches them."""
-    oldest = con.execute(f"SELECT min(snapshot_id) FROM {_METADATA}.ducklake_snapshot").fetchone()
-    if oldest is None or oldest[0] is None or int(oldest[0]) > after + 1:
-        return None
+    meanwhile (what they inserted can no longer be told from the rest).
+
+    One catalog query, its id filter pushed down to the catalog's own table: it runs at every
+    commit of a shared-lake writer. Snapshot ids go up by one per commit and expiry removes the
+    oldest, so a gap shows as a first id past `after + 1`; and the current snapshot is never
+    expired, so no row at all means nothing was committed since."""
     rows = con.execute(
-        f"SELECT snapshot_id FROM {_METADATA}.ducklake_snapshot_changes "
-        "WHERE snapshot_id > ? AND author IS DISTINCT FROM ? ORDER BY snapshot_id",
-        [after, not_by],
+        "SELECT snapshot_id, author IS NOT DISTINCT FROM ? "
+        f"FROM {_METADATA}.ducklake_snapshot_changes "
+        "WHERE snapshot_id > ? AND (snapshot_id = ? OR author IS DISTINCT FROM ?) "
+        "ORDER BY snapshot_id",
+        [not_by, after, after + 1, not_by],
     ).fetchall()
-    return [int(r[0]) for r in rows]
+    if rows and int(rows[0][0]) != after + 1:
+        return None
+    return [int(snapshot) for snapshot, own in rows if not own]
 
 
 def _sql_string(value: str) -> str:
