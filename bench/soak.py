@@ -24,6 +24,7 @@ Run (from the repository root)::
     .venv/bin/python bench/soak.py                      # 30 minutes, 2,000 spans/s
     .venv/bin/python bench/soak.py --quick              # 2 minutes, a smoke run
     .venv/bin/python bench/soak.py --minutes 240 --rate 5000 --protocol http
+    .venv/bin/python bench/soak.py --collector-arg=--compact-after-commits=100   # a setting
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Sample:
     rss_mib: dict[str, float]
     files: int
     snapshots: int
+    span_files: int
     queue_rows: int
     maintenance: str  # runs/failed so far
 
@@ -165,15 +167,20 @@ def rss_by_process(pid: int) -> dict[str, float]:
     return out
 
 
-def lake_shape(lake: Path) -> tuple[int, int]:
-    """(data files, snapshots), read the way any other reader would."""
+def lake_shape(lake: Path) -> tuple[int, int, int]:
+    """(data files on disk, snapshots, span files a query opens now), read the way any other
+    reader would: the files compaction replaced stay on disk until expiry, and a query for
+    one conversation opens every span file of the current snapshot but the sorted ones."""
     files = sum(1 for _ in (lake / "data").rglob("*.parquet"))
     con = connect(lake, read_only=True)
     try:
         row = con.execute("SELECT count(*) FROM ducklake_snapshots('lake')").fetchone()
+        current = con.execute(
+            "SELECT count(*) FROM ducklake_list_files('lake', 'spans')"
+        ).fetchone()
     finally:
         con.close()
-    return files, int(row[0]) if row else 0
+    return files, int(row[0]) if row else 0, int(current[0]) if current else 0
 
 
 class Evaluations:
@@ -277,6 +284,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--eval-every-minutes", type=float, default=10.0)
     parser.add_argument("--quick", action="store_true", help="2 minutes, sampled every 10 s")
     parser.add_argument("--keep", action="store_true", help="keep the lake and the log")
+    parser.add_argument(
+        "--collector-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra `spanscore serve` argument, repeatable "
+        "(e.g. --collector-arg=--compact-after-commits=100)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.minutes, args.sample_s = 2.0, 10.0
@@ -296,18 +311,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         [
             *("--maintenance-interval-s", str(args.maintenance_interval_s)),
             *("--snapshot-retention-s", str(args.maintenance_interval_s)),
+            *args.collector_arg,
         ],
     )
     print(
         f"soak: {args.minutes:g} min at {args.rate:,.0f} spans/s over {args.protocol} "
         f"({args.clients} clients, {args.batch_size} spans per export); maintenance every "
-        f"{args.maintenance_interval_s:g} s, evaluation every {args.eval_every_minutes:g} min",
+        f"{args.maintenance_interval_s:g} s, evaluation every {args.eval_every_minutes:g} min"
+        + (f"; collector {' '.join(args.collector_arg)}" if args.collector_arg else ""),
         flush=True,
     )
     collector.start()
     load = Load(args, collector)
     evaluations = Evaluations(lake, suite, args.eval_every_minutes * 60)
     samples: list[Sample] = []
+    every_latency: list[float] = []
     status = 0
     try:
         started = time.monotonic()
@@ -320,10 +338,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if time.monotonic() < next_sample:
                 continue
             sends = load.take()
-            files, snapshots = lake_shape(lake)
+            files, snapshots, span_files = lake_shape(lake)
             doc = collector.status()
             gauges, counters = doc.get("gauges", {}), doc.get("counters", {})
             latencies = sends.latencies or [0.0]
+            every_latency.extend(sends.latencies)
             samples.append(
                 Sample(
                     t=time.monotonic() - started,
@@ -335,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rss_mib=rss_by_process(collector.pid),
                     files=files,
                     snapshots=snapshots,
+                    span_files=span_files,
                     queue_rows=int(gauges.get("queue_rows", 0)),
                     maintenance=f"{counters.get('maintenance_runs', 0)}/"
                     f"{counters.get('maintenance_failed', 0)}",
@@ -344,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"  {last.t:6.0f}s {last.rate:8.0f} spans/s  p99 {last.p99_ms:7.1f} ms  "
                 f"RSS {sum(last.rss_mib.values()):7.1f} MiB  files {files}  snapshots "
-                f"{snapshots}",
+                f"{snapshots}  span files now {span_files}",
                 flush=True,
             )
             next_sample += args.sample_s
@@ -357,6 +377,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"collector exited {code}: {collector.log_tail()}")
     if samples:
         print_report(samples)
+    if every_latency:
+        print(
+            f"\nover the run: {len(every_latency):,} exports acknowledged, latency p50 "
+            f"{percentile(every_latency, 50) * 1000:.1f} ms, p99 "
+            f"{percentile(every_latency, 99) * 1000:.1f} ms, p99.9 "
+            f"{percentile(every_latency, 99.9) * 1000:.1f} ms, max "
+            f"{max(every_latency) * 1000:.1f} ms; span files a query opened, at most "
+            f"{max((s.span_files for s in samples), default=0):,} (sampled)"
+        )
     print(f"\nevaluations: {len(evaluations.runs)}")
     for when, code, seconds in evaluations.runs:
         print(f"  at {when:6.0f}s  exit {code}  {seconds:6.1f}s")
