@@ -39,10 +39,13 @@ answers in under a second". What it does, in one run:
    ``--fragmented-spans 5000000 --small-commit-rows 5000 --in-flight 10000`` is 5 million
    spans of 2,000 spans/s traffic
    with conversations that last a minute or so, after maintenance. Then ``--recent-commits``
-   more commits are made the same way and (a) to (d) timed once more: the lake as the
-   collector leaves it between two compactions, its past compacted and the commits since in
-   small files (by default 120: 5 minutes, the collector's maintenance interval, at 2,000
-   spans/s; past its ``compact_after_commits`` commits it compacts sooner).
+   more commits are made (of ``--recent-commit-rows`` spans, by default as many as before)
+   and (a) to (d) timed once more: the lake as the collector leaves it between two
+   compactions, its past compacted and the commits since in small files (by default as many
+   as the collector lets pile up: 5 minutes, its maintenance interval, of 2,000 spans/s, or
+   fewer past its ``compact_after_commits``, or ``compact_after_small_commits`` when the
+   commits are small: 120 of 5,000 spans, 100 of 256; a list such as ``100,1000`` times
+   each count in turn).
 4. ``--log-records`` (off by default): last, the fragmented lake's model calls (the lake as
    the collector writes it) get their messages as GenAI log records too (two per call, as
    producers that send messages as events do, committed in time order as the collector
@@ -87,15 +90,27 @@ from typing import Any
 
 import duckdb
 
-from spanscore.collector.config import CollectorConfig
+from spanscore.collector.config import SMALL_COMMIT_SPANS, CollectorConfig
 from spanscore.evaluation import load_trajectories
 from spanscore.lake import connect, include_log_records_in_views, maintain, schema
 
 TARGET_S = 1.0
-# Commits the collector lets pile up before it compacts (its default), and the commits of 5
-# minutes (its maintenance interval) at 2,000 spans/s in 5,000-span commits.
+# What the lake holds between two compactions at most: the commits of 5 minutes (the
+# collector's maintenance interval) at 2,000 spans/s, or as many as the collector lets pile up
+# before it compacts (its defaults: fewer when the commits are small), whichever is fewer.
+RECENT_SPANS = 5 * 60 * 2_000
 COMPACT_AFTER_COMMITS: int = CollectorConfig.model_fields["compact_after_commits"].default
-RECENT_COMMITS = 120
+COMPACT_AFTER_SMALL_COMMITS: int = CollectorConfig.model_fields[
+    "compact_after_small_commits"
+].default
+
+
+def recent_commits(rows: int) -> int:
+    """The commits of `rows` spans a lake holds at most between two compactions."""
+    most = COMPACT_AFTER_SMALL_COMMITS if rows < SMALL_COMMIT_SPANS else COMPACT_AFTER_COMMITS
+    return max(1, min(most, RECENT_SPANS // rows))
+
+
 # Issue 12: one conversation from each view, warm and on a fresh connection (connect included).
 VIEW_QUERIES = ("b", "c", "d")
 VIEW_WARM_TARGET_S = 0.1
@@ -702,15 +717,23 @@ def fragmented_lake(
         time_query(lake_dir, "compacted", QUERY[k], conversation, args.runs, after.files)
         for k in ("a", "b", "c", "d", "scan")
     ]
-    if args.recent_commits:
-        # What a lake looks like between two compactions: the compacted past, and the
-        # commits since (none of them holds the conversation, and each must be looked into).
-        recent = range(layout.spans, layout.spans + args.recent_commits * args.small_commit_rows)
-        built = build_lake(lake_dir, layout, args.small_commit_rows, "recent", spans=recent)
+    # What a lake looks like between two compactions: the compacted past, and the commits
+    # since (none of them holds the conversation, and each must be looked into), timed at
+    # each count of --recent-commits in turn, the commits adding up.
+    made = 0
+    for commits in args.recent_commits:
+        start = layout.spans + made * args.recent_commit_rows
+        recent = range(start, start + (commits - made) * args.recent_commit_rows)
+        build_lake(lake_dir, layout, args.recent_commit_rows, "recent", spans=recent)
+        made = commits
         state = open_state(lake_dir)
-        _print_state(f"with {built.commits:,} commits since maintenance", state)
+        _print_state(
+            f"with {commits:,} commits of {args.recent_commit_rows:,} since maintenance", state
+        )
         timings += [
-            time_query(lake_dir, "+recent", QUERY[k], conversation, args.runs, state.files)
+            time_query(
+                lake_dir, f"+{commits} recent", QUERY[k], conversation, args.runs, state.files
+            )
             for k in ("a", "b", "c", "d")
         ]
     return timings, lake_dir, conversation
@@ -859,12 +882,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--recent-commits",
+        type=_commit_counts,
+        help="commits of --recent-commit-rows spans made to the fragmented lake after "
+        "maintenance, before its point queries are timed once more; a comma-separated list "
+        "times them at each count, the commits adding up (default: what the collector leaves "
+        "between two compactions at most: 5 minutes of 2,000 spans/s, its maintenance "
+        f"interval, or its compact_after_commits ({COMPACT_AFTER_COMMITS}) commits, "
+        f"compact_after_small_commits ({COMPACT_AFTER_SMALL_COMMITS}) if under "
+        f"{SMALL_COMMIT_SPANS:,} spans, whichever is fewer: 120 of 5,000 spans; 0: none)",
+    )
+    parser.add_argument(
+        "--recent-commit-rows",
         type=int,
-        default=RECENT_COMMITS,
-        help="commits of --small-commit-rows spans made to the fragmented lake after "
-        f"maintenance, before its point queries are timed once more (default {RECENT_COMMITS}: "
-        "5 minutes, the collector's maintenance interval, of 2,000 spans/s; the collector "
-        f"compacts sooner past {COMPACT_AFTER_COMMITS} commits; 0: none)",
+        help="spans per commit after maintenance (default: --small-commit-rows; an "
+        "exporter's batch is 512)",
     )
     parser.add_argument(
         "--merge-spans",
@@ -888,14 +919,33 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.spans = min(args.spans, 500_000)
         args.commit_rows = min(args.commit_rows, 50_000)
         args.fragmented_spans = min(args.fragmented_spans, 100_000)
-        args.recent_commits = min(args.recent_commits, 20)
+        args.recent_commits = tuple(min(n, 20) for n in args.recent_commits or (20,))
         args.runs = min(args.runs, 3)
     for name in ("spans", "commit_rows", "fragmented_spans", "small_commit_rows", "runs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")
-    if args.in_flight < 0 or args.recent_commits < 0:
-        parser.error("--in-flight and --recent-commits must be 0 or more")
+    if args.in_flight < 0:
+        parser.error("--in-flight must be 0 or more")
+    if args.recent_commit_rows is None:
+        args.recent_commit_rows = args.small_commit_rows
+    if args.recent_commit_rows < 1:
+        parser.error("--recent-commit-rows must be positive")
+    if args.recent_commits is None:
+        args.recent_commits = (recent_commits(args.recent_commit_rows),)
     return args
+
+
+def _commit_counts(text: str) -> tuple[int, ...]:
+    """`--recent-commits`: "120" or "100,1000" (increasing), "0" for none."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a count or counts like 100,1000: {text!r}"
+        ) from None
+    if any(n < 0 for n in counts) or list(counts) != sorted(set(counts)):
+        raise argparse.ArgumentTypeError(f"counts must be 0 or more and increasing: {text!r}")
+    return tuple(n for n in counts if n > 0)
 
 
 def print_summary(timings: list[Timing], args: argparse.Namespace) -> None:

@@ -141,6 +141,46 @@ def test_a_busy_collector_compacts_after_so_many_commits_between_maintenance_run
         con.close()
 
 
+def test_small_commits_are_compacted_sooner_than_large_ones(
+    make_collector: Callable[..., Collector], lake_dir: Path
+) -> None:
+    """Exporters' batches of a few hundred spans make several commits a second: each costs a
+    point query a file, and a hundred of them are cheap to compact. So the collector compacts
+    after `compact_after_small_commits` commits when they averaged under SMALL_COMMIT_SPANS,
+    and leaves large ones (a collector near its full speed) to `compact_after_commits`."""
+    from spanscore.collector.config import SMALL_COMMIT_SPANS
+
+    collector = make_collector(
+        maintenance_interval_s=3600, compact_after_commits=1000, compact_after_small_commits=4
+    )
+    counters = collector.stats.get
+    large = 2 * SMALL_COMMIT_SPANS
+    for n in range(6):  # one commit each (answered once committed), every one large
+        reply = export(
+            collector, "http", trace_request([make_span(f"large {n}.{i}") for i in range(large)])
+        )
+        assert reply.ok, reply
+    assert counters("commits") == 6
+    # Compaction was never due: maintenance, had it been woken, would have started over.
+    assert not collector._compaction_due.is_set()
+    assert collector._commits_since_compaction == 6
+    assert counters("compactions") == 0
+    # Small ones bring the average under the bound: 12,000 + k spans < (6 + k) * 1,000 from
+    # the 7th small commit on.
+    for n in range(8):
+        reply = export(collector, "http", trace_request([make_span(f"small {n}")]))
+        assert reply.ok, reply
+    wait_for(lambda: counters("compactions") >= 1, timeout=120, interval=0.2)
+    assert counters("maintenance_runs") == 0  # the interval never came
+    assert counters("maintenance_failed") == 0
+    wait_for(lambda: span_files(lake_dir) <= 3, timeout=120, interval=0.2)  # 14 without
+    con = connect(lake_dir, read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM spans").fetchone() == (6 * large + 8,)
+    finally:
+        con.close()
+
+
 def test_a_running_evaluations_snapshot_is_never_expired(tmp_path: Path) -> None:
     # The soak found it: with a short retention, maintenance expired the snapshot a running
     # `evaluate` had pinned, and its workers could no longer attach the lake

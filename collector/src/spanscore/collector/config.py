@@ -25,6 +25,11 @@ from pydantic import (
 
 from spanscore.lake.stored import SETTLED_AFTER_S
 
+# Commits of fewer spans than this, on average, are small (`compact_after_small_commits`): a
+# compaction of a hundred of them rewrites a few MiB, a pause of a fraction of a second, while
+# a collector near its full speed commits thousands of spans at a time.
+SMALL_COMMIT_SPANS = 1_000
+
 MEMORY_SIZE = re.compile(r"(?i)^\s*\d+(\.\d+)?\s*(kb|mb|gb|tb|kib|mib|gib|tib)\s*$")  # DuckDB's
 
 
@@ -115,9 +120,17 @@ class CollectorConfig(BaseModel):
         1000,
         ge=0,
         description="compact as soon as this many commits were made since the last "
-        "compaction, between maintenance runs (0: only every maintenance_interval_s); a point "
-        "query opens every small file a commit wrote, and many small exporters commit dozens "
-        "of times a second",
+        "compaction, between maintenance runs (0: not for so many commits, only every "
+        "maintenance_interval_s or for compact_after_small_commits); a point query opens every "
+        "small file a commit wrote",
+    )
+    compact_after_small_commits: int = Field(
+        100,
+        ge=0,
+        description="compact sooner, as soon as this many commits were made since the last "
+        f"compaction if they stored fewer than {SMALL_COMMIT_SPANS:,} spans each on average "
+        "(0: never sooner); exporters' batches of a few hundred spans make several commits a "
+        "second, each as costly to a point query as a large one and cheap to compact",
     )
     store_trajectories: bool = Field(
         True,

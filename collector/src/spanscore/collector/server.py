@@ -31,7 +31,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from spanscore import lake
 
 from . import otlp, secrets
-from .config import CollectorConfig
+from .config import SMALL_COMMIT_SPANS, CollectorConfig
 from .flatten import Limits, summarize
 from .pool import FlattenPool
 from .stats import Stats
@@ -213,10 +213,12 @@ class Collector:
         self._closing = False
         self._stopped = False
         self._maintenance_stop = threading.Event()
-        # Set when `compact_after_commits` commits were made since the last compaction (or to
-        # stop): wakes the maintenance thread before its interval is up.
+        # Set when `compact_after_commits` commits, or `compact_after_small_commits` small ones,
+        # were made since the last compaction (or to stop): wakes the maintenance thread
+        # before its interval is up.
         self._compaction_due = threading.Event()
         self._commits_since_compaction = 0
+        self._spans_since_compaction = 0
         self.grpc_port = 0
         self.http_port = 0
         self._con: Any = None
@@ -328,17 +330,26 @@ class Collector:
         thread.start()
         self._threads.append(thread)
 
-    def _count_commit(self) -> None:
-        """The writer committed (its thread): past `compact_after_commits`, wake maintenance."""
+    def _count_commit(self, spans: int) -> None:
+        """The writer committed `spans` spans (its thread): past `compact_after_commits`
+        commits, or `compact_after_small_commits` small ones, wake maintenance."""
         self._commits_since_compaction += 1
+        self._spans_since_compaction += spans
+        commits = self._commits_since_compaction
         due = self.config.compact_after_commits
-        if due and self._commits_since_compaction >= due:
+        small_due = self.config.compact_after_small_commits
+        if (due and commits >= due) or (
+            small_due
+            and commits >= small_due
+            and self._spans_since_compaction < commits * SMALL_COMMIT_SPANS
+        ):
             self._compaction_due.set()
 
     def _maintenance_loop(self) -> None:
         """Maintenance every `maintenance_interval_s`; between two, compaction alone whenever
-        `compact_after_commits` commits were made since the last (a busy lake then never holds
-        more small files than that, whatever the interval)."""
+        `compact_after_commits` commits, or `compact_after_small_commits` small ones, were made
+        since the last (a busy lake then never holds more small files than that, whatever the
+        interval)."""
         con = self._con.cursor()
         interval = self.config.maintenance_interval_s
         next_full = time.monotonic() + interval
@@ -348,7 +359,7 @@ class Collector:
                 return
             full = time.monotonic() >= next_full
             self._compaction_due.clear()
-            self._commits_since_compaction = 0
+            self._commits_since_compaction = self._spans_since_compaction = 0
             if full:
                 next_full = time.monotonic() + interval
             try:

@@ -195,7 +195,7 @@ class GroupCommitWriter:
         # span: `spanscore.lake.include_log_records_in_views`).
         self._views_read_log_records = False
         # Called after each commit (the collector counts them towards its next compaction).
-        self.on_commit: Callable[[], None] | None = None
+        self.on_commit: Callable[[int], None] | None = None  # given the spans stored
         self._last_commit_s = 0.1
         self._pause_requests = 0
         self._paused = False
@@ -487,7 +487,7 @@ class GroupCommitWriter:
         self.stats.gauge("last_commit_rows", sum(p.rows for p in group))
         self.stats.gauge("last_commit_exports", len(group))
         if self.on_commit is not None:
-            self.on_commit()
+            self.on_commit(stored_spans)
 
     def _drop_duplicates(self, table: pa.Table, name: identity.Kind) -> tuple[pa.Table, list[int]]:
         """Remove rows committed recently or repeated within the group; the kept rows' keys."""
