@@ -43,9 +43,9 @@ answers in under a second". What it does, in one run:
    and (a) to (d) timed once more: the lake as the collector leaves it between two
    compactions, its past compacted and the commits since in small files (by default as many
    as the collector lets pile up: 5 minutes, its maintenance interval, of 2,000 spans/s, or
-   fewer past its ``compact_after_commits``, or ``compact_after_small_commits`` when the
-   commits are small: 120 of 5,000 spans, 100 of 256; a list such as ``100,1000`` times
-   each count in turn).
+   fewer past its ``compact_after_commits`` (or ``compact_after_small_commits``, when set and
+   the commits are small): 120 of 5,000 spans, 1,000 of 256; a list such as ``100,1000``
+   times each count in turn).
 4. ``--log-records`` (off by default): last, the fragmented lake's model calls (the lake as
    the collector writes it) get their messages as GenAI log records too (two per call, as
    producers that send messages as events do, committed in time order as the collector
@@ -107,7 +107,8 @@ COMPACT_AFTER_SMALL_COMMITS: int = CollectorConfig.model_fields[
 
 def recent_commits(rows: int) -> int:
     """The commits of `rows` spans a lake holds at most between two compactions."""
-    most = COMPACT_AFTER_SMALL_COMMITS if rows < SMALL_COMMIT_SPANS else COMPACT_AFTER_COMMITS
+    small = COMPACT_AFTER_SMALL_COMMITS and rows < SMALL_COMMIT_SPANS
+    most = COMPACT_AFTER_SMALL_COMMITS if small else COMPACT_AFTER_COMMITS
     return max(1, min(most, RECENT_SPANS // rows))
 
 
@@ -888,7 +889,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "times them at each count, the commits adding up (default: what the collector leaves "
         "between two compactions at most: 5 minutes of 2,000 spans/s, its maintenance "
         f"interval, or its compact_after_commits ({COMPACT_AFTER_COMMITS}) commits, "
-        f"compact_after_small_commits ({COMPACT_AFTER_SMALL_COMMITS}) if under "
+        f"compact_after_small_commits ({COMPACT_AFTER_SMALL_COMMITS}, 0: off) if under "
         f"{SMALL_COMMIT_SPANS:,} spans, whichever is fewer: 120 of 5,000 spans; 0: none)",
     )
     parser.add_argument(

@@ -125,12 +125,13 @@ class CollectorConfig(BaseModel):
         "small file a commit wrote",
     )
     compact_after_small_commits: int = Field(
-        100,
+        0,
         ge=0,
         description="compact sooner, as soon as this many commits were made since the last "
         f"compaction if they stored fewer than {SMALL_COMMIT_SPANS:,} spans each on average "
         "(0: never sooner); exporters' batches of a few hundred spans make several commits a "
-        "second, each as costly to a point query as a large one and cheap to compact",
+        "second, each as costly to a point query as a large one, but each such compaction "
+        "leaves a sorted file of its own, and many of them slow every point query later",
     )
     store_trajectories: bool = Field(
         True,
