@@ -161,7 +161,7 @@ def test_small_commits_are_compacted_sooner_than_large_ones(
         )
         assert reply.ok, reply
     assert counters("commits") == 6
-    # Compaction was never due: maintenance, had it been woken, would have started over.
+    # Compaction was never due: the maintenance thread, had it woken, would have reset the count.
     assert not collector._compaction_due.is_set()
     assert collector._commits_since_compaction == 6
     assert counters("compactions") == 0
