@@ -1,9 +1,9 @@
 """Benchmark: a nightly evaluation run, end to end.
 
 Builds the lake of bench/trajectories.py (``--conversations`` conversations of 10 spans each;
-default 100,000 = 1,000,000 spans), then runs ``spanscore.evaluation.run.evaluate`` with a suite
-holding every deterministic assertion kind (tool_calls in two modes; custom metrics aside):
-rebuild + score + store, in batches, on all cores.
+default 100,000 = 1,000,000 spans), then runs ``spanscore.evaluation.runs.run.evaluate``
+with a suite holding every deterministic assertion kind (tool_calls in two modes; custom
+metrics aside): rebuild + score + store, in batches, on all cores.
 Prints conversations/s and the peak memory of the run, next to the baseline of the same run:
 rebuilding the trajectories alone (one process, no scoring, nothing stored); then the same run
 again once maintenance has stored the rebuilt rows (``spanscore.lake.stored``).
@@ -30,7 +30,8 @@ import psutil
 from trajectories import SPANS_PER_CONVERSATION, build_lake
 
 from spanscore.evaluation import load_suite, load_trajectories
-from spanscore.evaluation.run import Progress, RunOptions, evaluate
+from spanscore.evaluation.runs.options import Progress, RunOptions
+from spanscore.evaluation.runs.run import evaluate
 from spanscore.lake import connect
 from spanscore.lake.stored import store_trajectories
 

@@ -45,7 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from spanscore.evaluation import load_suite
-from spanscore.evaluation.run import RunOptions, RunResult, evaluate
+from spanscore.evaluation.runs.options import RunOptions
+from spanscore.evaluation.runs.result import RunResult
+from spanscore.evaluation.runs.run import evaluate
 from spanscore.examples.synthetic import build_lake
 
 START = dt.datetime.fromtimestamp(1_700_000_000, dt.UTC)
@@ -129,7 +131,7 @@ def openai_floor(
     import orjson
     from openai import AsyncOpenAI, DefaultAioHttpClient
 
-    from spanscore.evaluation.judge_http import judge_http_client
+    from spanscore.evaluation.llm.http import judge_http_client
 
     instructions = "# Metric: floor\nJudge the transcript below. " + "Rubric text. " * 100
     transcript = 'USER: where is my order?\nTOOL CALL 1: get_order({"id": 7})\n' * 40

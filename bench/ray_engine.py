@@ -29,7 +29,8 @@ from evaluate import SUITE
 from trajectories import build_lake
 
 from spanscore.evaluation import load_suite
-from spanscore.evaluation.run import RunOptions, evaluate
+from spanscore.evaluation.runs.options import RunOptions
+from spanscore.evaluation.runs.run import evaluate
 from spanscore.lake import connect
 
 

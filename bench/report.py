@@ -32,7 +32,8 @@ from typing import Any
 
 from spanscore.evaluation import load_suite, load_trajectories
 from spanscore.evaluation.report import build_report, render_html
-from spanscore.evaluation.run import RunOptions, evaluate
+from spanscore.evaluation.runs.options import RunOptions
+from spanscore.evaluation.runs.run import evaluate
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
 

@@ -36,16 +36,20 @@ from pathlib import Path
 import duckdb
 
 from spanscore.evaluation import load_suite, load_trajectories
-from spanscore.evaluation.run import (
-    RunOptions,
+from spanscore.evaluation.runs.chunks import (
     Shipped,
-    _all_chunks,
     _worker_start,
     chunk_directory,
     received,
     shipped,
 )
-from spanscore.evaluation.trajectory import CHUNK_SPANS, trajectories_from_rows, trajectory_rows
+from spanscore.evaluation.runs.engines.local import _all_chunks
+from spanscore.evaluation.runs.options import RunOptions
+from spanscore.evaluation.trajectory.load import (
+    CHUNK_SPANS,
+    trajectories_from_rows,
+    trajectory_rows,
+)
 from spanscore.examples.synthetic import SPANS_PER_CONVERSATION, build_lake
 from spanscore.lake import connect
 from spanscore.lake.schema import SPAN_ORDER, stored_rows_sql

@@ -67,7 +67,8 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
     from spanscore.collector import Collector, load_config
     from spanscore.evaluation import load_suite
     from spanscore.evaluation.report import write_report
-    from spanscore.evaluation.run import RunOptions, evaluate
+    from spanscore.evaluation.runs.options import RunOptions
+    from spanscore.evaluation.runs.run import evaluate
 
     from .customer_service import Store
     from .customer_service.openai_loop import run_conversation

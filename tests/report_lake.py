@@ -100,7 +100,8 @@ def build_evaluated_lake(directory: Path) -> EvaluatedLake:
     import spanscore.instrumentation
     from spanscore.collector import Collector, load_config
     from spanscore.evaluation import load_suite
-    from spanscore.evaluation.run import RunOptions, evaluate
+    from spanscore.evaluation.runs.options import RunOptions
+    from spanscore.evaluation.runs.run import evaluate
     from spanscore.examples.customer_service.openai_loop import run_conversation
     from spanscore.examples.judge_policy import ScriptedJudge
     from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy

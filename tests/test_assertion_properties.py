@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spanscore.evaluation.assertions import ToolCallsAssertion
-from spanscore.evaluation.pairing import max_weight_matching
-from spanscore.evaluation.scoring import EvalContext
-from spanscore.evaluation.trajectory import ToolCall, Trajectory, Turn
+from spanscore.evaluation.assertions.tool_calls import ToolCallsAssertion
+from spanscore.evaluation.matching.pairing import max_weight_matching
+from spanscore.evaluation.scoring.registry import EvalContext
+from spanscore.evaluation.trajectory.model import ToolCall, Trajectory, Turn
 
 MODES = [
     "strict",

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from spanscore.evaluation.scoring import EvalContext, Score
-from spanscore.evaluation.suite import load_suite
-from spanscore.evaluation.trajectory import ToolCall, Trajectory, Turn
+from spanscore.evaluation.scoring.registry import EvalContext
+from spanscore.evaluation.scoring.score import Score
+from spanscore.evaluation.suites.load import load_suite
+from spanscore.evaluation.trajectory.model import ToolCall, Trajectory, Turn
 
 Call = str | tuple[str, dict[str, Any]]
 
@@ -520,7 +521,7 @@ def test_goals_fuzzy_and_optional_arguments():
 
 
 def test_goal_graph_errors_are_suite_errors():
-    from spanscore.evaluation.suite import SuiteError
+    from spanscore.evaluation.suites.load import SuiteError
 
     cyclic = {
         **HR_GOALS,
@@ -555,7 +556,7 @@ def test_response_checks():
 
 def test_context_is_not_needed_for_calls():
     # the assertion works on any trajectory, with an empty context too
-    from spanscore.evaluation.assertions import ToolCallsAssertion
+    from spanscore.evaluation.assertions.tool_calls import ToolCallsAssertion
 
     assertion = ToolCallsAssertion.model_validate(calls("contains", ["a"]))
     assert assertion.evaluate(trajectory("a"), EvalContext()).passed

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spanscore.evaluation.calibration import (
+from spanscore.evaluation.calibration.agreement import (
     Agreement,
     Category,
     HumanLabel,

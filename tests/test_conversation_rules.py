@@ -21,7 +21,9 @@ from spanscore.cli import main
 from spanscore.collector import Collector
 from spanscore.collector.conversations import _incoming
 from spanscore.evaluation import Trajectory, load_trajectories, open_lake
-from spanscore.evaluation.trajectory import Handoff, ModelCall, parse_value, stored_current
+from spanscore.evaluation.trajectory.assemble import parse_value
+from spanscore.evaluation.trajectory.load import stored_current
+from spanscore.evaluation.trajectory.model import Handoff, ModelCall
 from spanscore.lake.schema import CONVERSATION_SUMMARIES, KNOWN_CONVERSATIONS
 from spanscore.lake.stored import store_trajectories
 
@@ -758,7 +760,7 @@ def test_views_read_log_records_from_the_first_one_about_a_span(
     from opentelemetry.proto.logs.v1 import logs_pb2
 
     from spanscore.lake import LakeError, connect, schema
-    from spanscore.lake.connection import _has_views, _view_marks
+    from spanscore.lake.migrate import _has_views, _view_marks
 
     span = _chat("by-log-record", user=None, at=T0)
     _post(collector, [span])

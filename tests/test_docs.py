@@ -61,7 +61,8 @@ def test_the_readme_suite_example_loads() -> None:
 @pytest.mark.slow
 def test_the_readme_queries_run_on_an_evaluated_lake(tmp_path: Path) -> None:
     from spanscore.evaluation import load_suite
-    from spanscore.evaluation.run import RunOptions, evaluate
+    from spanscore.evaluation.runs.options import RunOptions
+    from spanscore.evaluation.runs.run import evaluate
     from spanscore.examples.demo import SUITE, run_demo
     from spanscore.lake import connect
 

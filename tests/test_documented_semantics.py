@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from spanscore.evaluation.importers import import_file
-from spanscore.evaluation.suite import load_suite
-from spanscore.evaluation.trajectory import ToolCall, Trajectory, Turn
+from spanscore.evaluation.suites.importers import import_file
+from spanscore.evaluation.suites.load import load_suite
+from spanscore.evaluation.trajectory.model import ToolCall, Trajectory, Turn
 
 
 def trajectory(

@@ -25,8 +25,11 @@ from hypothesis import strategies as st
 
 from spanscore.collector import Collector
 from spanscore.evaluation import load_suite
-from spanscore.evaluation.compare import compare_runs
-from spanscore.evaluation.run import RunOptions, choose, evaluate, parse_gate, sample_key
+from spanscore.evaluation.runs.compare import compare_runs
+from spanscore.evaluation.runs.gates import parse_gate
+from spanscore.evaluation.runs.options import RunOptions
+from spanscore.evaluation.runs.run import evaluate
+from spanscore.evaluation.runs.window import choose, sample_key
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
 
@@ -153,7 +156,7 @@ def test_the_first_batch_is_read_by_a_query_of_its_own(
     # Scoring, and the judge's first questions, start after one batch's rules query, not
     # after the sort of the first `query_conversations` conversations (the judge benchmark
     # waited seconds for it); the scores are the same either way.
-    from spanscore.evaluation import run as run_module
+    from spanscore.evaluation.runs.engines import local as run_module
 
     asked: list[int] = []
     read = run_module.rows_of_chunks
@@ -187,14 +190,14 @@ def test_rows_are_cut_into_chunks_of_whole_conversations(
     # The rows of a sorted query arrive in batches that may split a conversation; each chunk
     # a worker gets holds `size` whole conversations (the last fewer), in order, and reaches
     # it as the same rows.
-    from spanscore.evaluation.run import _chunks, chunk_directory, received, shipped
+    from spanscore.evaluation.runs.chunks import chunk_directory, chunks_of, received, shipped
 
     ids = [f"c{i:02d}" for i, n in enumerate(counts) for _ in range(n)]
     table = pa.table({"conversation_id": ids, "row": list(range(len(ids)))})
     bounds = sorted({0, len(ids), *(c for c in cuts if c < len(ids))})
     parts = [table.slice(a, z - a) for a, z in itertools.pairwise(bounds)]
     batches = [b for part in parts for b in part.to_batches()]
-    chunks = list(_chunks(iter(batches), size))
+    chunks = list(chunks_of(iter(batches), size))
     assert [r for c in chunks for r in c.column("row").to_pylist()] == list(range(len(ids)))
     per_chunk = [len(set(c.column("conversation_id").to_pylist())) for c in chunks]
     assert all(n == size for n in per_chunk[:-1])
@@ -213,7 +216,7 @@ def test_rows_are_cut_into_chunks_of_whole_conversations(
 def test_chunk_directories_of_killed_runs_are_removed_by_the_next(tmp_path: Path):
     # A run killed with kill -9 cannot remove its directory of chunk files (in /dev/shm, that
     # is memory): the next run removes it once the process that made it is gone.
-    from spanscore.evaluation.run import chunk_directory
+    from spanscore.evaluation.runs.chunks import chunk_directory
 
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()

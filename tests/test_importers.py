@@ -26,17 +26,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from spanscore.cli import main
 from spanscore.collector import Collector
 from spanscore.evaluation import Trajectory, load_trajectories, open_lake
-from spanscore.evaluation.importers import (
-    NO_EXPECTATION,
-    ImporterError,
-    ImportResult,
-    detect,
-    import_file,
-    to_yaml,
-)
-from spanscore.evaluation.judge_pool import JudgeRunner
-from spanscore.evaluation.suite import LoadedSuite, SuiteError, load_suite, suite_json_schema
-from spanscore.evaluation.trajectory import ToolCall, Turn
+from spanscore.evaluation.llm.pool import JudgeRunner
+from spanscore.evaluation.suites.importers import NO_EXPECTATION, detect, import_file, to_yaml
+from spanscore.evaluation.suites.importers._common import ImporterError, ImportResult
+from spanscore.evaluation.suites.load import SuiteError, load_suite, suite_json_schema
+from spanscore.evaluation.suites.loaded import LoadedSuite
+from spanscore.evaluation.trajectory.model import ToolCall, Turn
 from spanscore.examples.customer_service import Store
 from spanscore.examples.customer_service.scripted import (
     Conversation,

@@ -20,15 +20,12 @@ from typing import Any
 import pytest
 
 from spanscore.evaluation import load_suite
-from spanscore.evaluation.judge import (
-    AdaptiveLimit,
-    JudgeConfig,
-    JudgeRequest,
-    parse_json_answer,
-    retry_after_s,
-)
-from spanscore.evaluation.judge_pool import JudgeRunner
-from spanscore.evaluation.run import RunOptions, evaluate
+from spanscore.evaluation.llm.answers import parse_json_answer
+from spanscore.evaluation.llm.limits import AdaptiveLimit, retry_after_s
+from spanscore.evaluation.llm.pool import JudgeRunner
+from spanscore.evaluation.llm.types import JudgeConfig, JudgeRequest
+from spanscore.evaluation.runs.options import RunOptions
+from spanscore.evaluation.runs.run import evaluate
 from spanscore.examples.judge_policy import ScriptedJudge
 from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
 from spanscore.examples.synthetic import build_lake

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spanscore.evaluation.judge_http import (
+from spanscore.evaluation.llm.http import (
     HEAD_LIMIT,
     JudgeTransport,
     _Connection,

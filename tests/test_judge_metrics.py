@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from spanscore.evaluation import load_suite
-from spanscore.evaluation.judge import JudgeConfig
-from spanscore.evaluation.judge_pool import JudgeRunner
-from spanscore.evaluation.trajectory import ToolCall, Trajectory, Turn
+from spanscore.evaluation.llm.pool import JudgeRunner
+from spanscore.evaluation.llm.types import JudgeConfig
+from spanscore.evaluation.trajectory.model import ToolCall, Trajectory, Turn
 from spanscore.examples.judge_policy import ScriptedJudge
 from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
 from spanscore.examples.synthetic import build_lake
@@ -107,7 +107,7 @@ def test_without_llm_and_embeddings_the_token_similarity_decides():
 
 CONTEXT_METRIC = '''
 from spanscore.evaluation import Score, metric
-from spanscore.evaluation.judging import render_trajectory
+from spanscore.evaluation.judged.render import render_trajectory
 
 SCHEMA = {
     "type": "object",
@@ -146,7 +146,7 @@ def test_a_python_metric_asks_the_judge_through_its_context(judge_llm: ScriptedL
 def test_a_judged_metric_outside_a_configured_judge_says_how_to_configure_it(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    from spanscore.evaluation.judge import JudgeUnavailable
+    from spanscore.evaluation.llm.client import JudgeUnavailable
 
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AZURE_OPENAI_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)

@@ -15,24 +15,28 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from spanscore.evaluation.judge import JudgeAnswer, JudgeConfig, JudgeRequest
-from spanscore.evaluation.judge_pool import JudgeRunner
-from spanscore.evaluation.judged_builtins import (
+from spanscore.evaluation.judged.agentevals import TrajectoryJudge
+from spanscore.evaluation.judged.arksim import (
     AgentBehaviorFailure,
     Helpfulness,
+    ToolCallBehaviorFailure,
+)
+from spanscore.evaluation.judged.dokimos import (
     TaskCompletion,
     ToolArgumentHallucination,
-    ToolCallBehaviorFailure,
     ToolDescriptionSemantics,
     ToolNameSemantics,
-    ToolSelection,
-    TrajectoryJudge,
     combine_checks,
-    same_value,
 )
-from spanscore.evaluation.scoring import REGISTRY, AssertionBase, MetricRegistry, Score, ToolSpec
-from spanscore.evaluation.suite import LoadedSuite, Suite
-from spanscore.evaluation.trajectory import ToolCall, Trajectory, Turn
+from spanscore.evaluation.judged.tool_selection import ToolSelection, same_value
+from spanscore.evaluation.llm.pool import JudgeRunner
+from spanscore.evaluation.llm.types import JudgeAnswer, JudgeConfig, JudgeRequest
+from spanscore.evaluation.scoring.assertion import AssertionBase
+from spanscore.evaluation.scoring.registry import REGISTRY, MetricRegistry, ToolSpec
+from spanscore.evaluation.scoring.score import Score
+from spanscore.evaluation.suites.loaded import LoadedSuite
+from spanscore.evaluation.suites.model import Suite
+from spanscore.evaluation.trajectory.model import ToolCall, Trajectory, Turn
 from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
 
 Verdict = Callable[[str, str], dict[str, Any]]  # (system message, user message) -> answer

@@ -12,7 +12,7 @@ import pytest
 
 from spanscore import lake
 from spanscore.evaluation import load_trajectories
-from spanscore.evaluation.trajectory import stored_current
+from spanscore.evaluation.trajectory.load import stored_current
 from spanscore.lake import LakeError, LakeLocation, LakeVersionError, connect, schema
 
 
@@ -239,7 +239,7 @@ def test_compaction_sorts_an_embedded_lakes_spans_and_records_and_keeps_every_on
         "SELECT scope_entry, value FROM ducklake_options('lake') "
         "WHERE option_name = 'parquet_row_group_size' ORDER BY 1"
     ).fetchall()
-    size = str(lake.connection.SORTED_ROW_GROUP_SPANS)
+    size = str(lake.maintenance.SORTED_ROW_GROUP_SPANS)
     assert options == [("main.logs", size), ("main.spans", size)]
     # A shared lake's other collectors cannot be held off: DuckLake's merge compacts there.
     for commit in range(2):
@@ -260,7 +260,7 @@ def test_repaired_views_read_log_records_when_the_lake_has_some_about_spans(
     """Views made again (missing, replaced, another version's) read log records exactly when
     some log record says something about a span (the collector's writer keeps that so from
     then on: tests/test_conversation_rules.py)."""
-    from spanscore.lake.connection import _has_views, _view_marks
+    from spanscore.lake.migrate import _has_views, _view_marks
 
     def views_after_repair() -> dict[str, str]:
         con = connect(lake_dir, create=True)
@@ -465,7 +465,8 @@ def test_an_evaluation_run_on_a_postgres_catalog(postgres_lake: str) -> None:
     """The nightly run on a lake whose catalog is PostgreSQL: the snapshot is pinned there too,
     the workers score, the scores land in the lake."""
     from spanscore.evaluation import load_suite
-    from spanscore.evaluation.run import RunOptions, evaluate
+    from spanscore.evaluation.runs.options import RunOptions
+    from spanscore.evaluation.runs.run import evaluate
     from spanscore.examples.synthetic import build_lake
 
     build_lake(postgres_lake, 300)

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from spanscore.evaluation import SuiteError, load_suite
-from spanscore.evaluation.limits import check_pattern
-from spanscore.evaluation.run import RunOptions, evaluate
-from spanscore.evaluation.trajectory import ToolCall, Trajectory, Turn
+from spanscore.evaluation.matching.patterns import check_pattern
+from spanscore.evaluation.runs.options import RunOptions
+from spanscore.evaluation.runs.run import evaluate
+from spanscore.evaluation.trajectory.model import ToolCall, Trajectory, Turn
 from spanscore.examples.synthetic import build_lake
 
 from .conftest import query

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spanscore.evaluation.critics import critic_weights, tfidf_cosine
-from spanscore.evaluation.scoring import Score
-from spanscore.evaluation.suite import SuiteError, load_suite, suite_json_schema
-from spanscore.evaluation.trajectory import ModelCall, ToolCall, Trajectory, Turn
+from spanscore.evaluation.matching.critics import critic_weights, tfidf_cosine
+from spanscore.evaluation.scoring.score import Score
+from spanscore.evaluation.suites.load import SuiteError, load_suite, suite_json_schema
+from spanscore.evaluation.trajectory.model import ModelCall, ToolCall, Trajectory, Turn
 
 Call = str | tuple[str, Any] | ToolCall
 

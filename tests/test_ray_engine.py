@@ -21,8 +21,10 @@ import psutil
 import pytest
 
 from spanscore.evaluation import load_suite
-from spanscore.evaluation.ray_engine import shards_for
-from spanscore.evaluation.run import RunOptions, evaluate, score_table, write_scores_once
+from spanscore.evaluation.runs.engines.ray import shards_for
+from spanscore.evaluation.runs.options import RunOptions
+from spanscore.evaluation.runs.run import evaluate
+from spanscore.evaluation.runs.store import score_table, write_scores_once
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
 

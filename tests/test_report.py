@@ -28,7 +28,8 @@ from spanscore.evaluation.report import (
 from spanscore.evaluation.report.html import script_json
 from spanscore.evaluation.report.marks import positions, score_marks
 from spanscore.evaluation.report.schema import schema_text
-from spanscore.evaluation.run import RunOptions, evaluate
+from spanscore.evaluation.runs.options import RunOptions
+from spanscore.evaluation.runs.run import evaluate
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
 

@@ -27,7 +27,8 @@ import pytest
 
 from spanscore.evaluation import load_suite
 from spanscore.evaluation.report import ReportOptions, write_report
-from spanscore.evaluation.run import RunOptions, evaluate
+from spanscore.evaluation.runs.options import RunOptions
+from spanscore.evaluation.runs.run import evaluate
 from spanscore.examples.synthetic import build_lake
 
 from .conftest import query

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spanscore.evaluation.judge import strict_schema
-from spanscore.evaluation.schema_check import check_arguments, quick_check
+from spanscore.evaluation.llm.answers import strict_schema
+from spanscore.evaluation.matching.schema_check import check_arguments, quick_check
 
 SCALAR = st.one_of(
     st.none(),

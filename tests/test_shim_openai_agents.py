@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from spanscore.collector import Collector
 from spanscore.evaluation import load_trajectory, open_lake
-from spanscore.evaluation.trajectory import Handoff
+from spanscore.evaluation.trajectory.model import Handoff
 from spanscore.examples.customer_service.scripted import Conversation, Turn
 from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy
 from spanscore.instrumentation import _versions

@@ -13,8 +13,9 @@ import pytest
 
 from spanscore import lake
 from spanscore.collector import Collector
-from spanscore.evaluation import load_suite, load_trajectories, open_lake, trajectory
-from spanscore.evaluation.trajectory import stored_current
+from spanscore.evaluation import load_suite, load_trajectories, open_lake
+from spanscore.evaluation.trajectory import load as trajectory
+from spanscore.evaluation.trajectory.load import stored_current
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import schema, stored
 from spanscore.lake.stored import by_spans, store_trajectories

@@ -26,8 +26,8 @@ from spanscore.evaluation import (
     open_lake,
     suite_json_schema,
 )
-from spanscore.evaluation.judge_pool import JudgeRunner
-from spanscore.evaluation.trajectory import ToolCall, Turn
+from spanscore.evaluation.llm.pool import JudgeRunner
+from spanscore.evaluation.trajectory.model import ToolCall, Turn
 from spanscore.examples.customer_service import Store
 from spanscore.examples.customer_service.scripted import ScriptedAgent, conversations
 from spanscore.examples.judge_policy import ScriptedJudge

@@ -17,8 +17,9 @@ from click.testing import CliRunner
 
 from spanscore.cli import main
 from spanscore.evaluation import load_suite, suite_json_schema
-from spanscore.evaluation.importers import import_file
-from spanscore.evaluation.suite import Suite, SuiteError
+from spanscore.evaluation.suites.importers import import_file
+from spanscore.evaluation.suites.load import SuiteError
+from spanscore.evaluation.suites.model import Suite
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKDOWN = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

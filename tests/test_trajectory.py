@@ -21,13 +21,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from spanscore.cli import main
 from spanscore.collector import Collector
-from spanscore.evaluation import (
-    Trajectory,
-    load_trajectories,
-    load_trajectory,
-    open_lake,
-    trajectory,
-)
+from spanscore.evaluation import Trajectory, load_trajectories, load_trajectory, open_lake
+from spanscore.evaluation.trajectory import load as trajectory
 from spanscore.examples.customer_service import Store
 from spanscore.examples.customer_service.scripted import ScriptedAgent, conversations
 from spanscore.examples.synthetic import build_lake

@@ -330,13 +330,15 @@ def test_maintenance_during_candidate_selection_keeps_the_runs_snapshot(
     import datetime as dt
 
     from spanscore.evaluation import load_suite
-    from spanscore.evaluation import run as run_module
+    from spanscore.evaluation.runs import window
+    from spanscore.evaluation.runs.options import RunOptions
+    from spanscore.evaluation.runs.run import evaluate
     from spanscore.examples.synthetic import build_lake
     from spanscore.lake import maintain
 
     where = tmp_path / "lake"
     build_lake(where, 40, per_commit=10)
-    select = run_module._candidates
+    select = window._candidates
 
     def maintenance_first(con: object, *args: object, **kwargs: object) -> object:
         build_lake(where, 40, per_commit=10, first=1000)  # small files to merge
@@ -347,13 +349,13 @@ def test_maintenance_during_candidate_selection_keeps_the_runs_snapshot(
             writer.close()
         return select(con, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(run_module, "_candidates", maintenance_first)
+    monkeypatch.setattr(window, "_candidates", maintenance_first)
     start = dt.datetime.fromtimestamp(1_700_000_000, dt.UTC)
     suite = load_suite({"name": "pinned", "metrics": [{"type": "efficiency"}]})
-    result = run_module.evaluate(
+    result = evaluate(
         where,
         suite,
-        run_module.RunOptions(since=start - dt.timedelta(days=1), settle_s=0, workers=1),
+        RunOptions(since=start - dt.timedelta(days=1), settle_s=0, workers=1),
     )
     assert result.status == "succeeded"
     assert result.scored == result.candidates == 40  # what the snapshot held, all of it
@@ -498,7 +500,7 @@ def test_files_of_a_commit_in_flight_are_not_deleted_as_orphans(
     import time
 
     from spanscore import lake
-    from spanscore.lake.connection import ORPHANS_KEPT_S
+    from spanscore.lake.maintenance import ORPHANS_KEPT_S
 
     data = tmp_path / "data"
     where = f"{postgres_database}?data_path={data}/"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from spanscore.evaluation import SuiteError, load_suite
-from spanscore.evaluation.trajectory import ToolCall, Trajectory, Turn
+from spanscore.evaluation.trajectory.model import ToolCall, Trajectory, Turn
 from spanscore.examples.synthetic import build_lake
 
 from ..conftest import query

@@ -376,24 +376,20 @@ def evaluate_command(
     $ spanscore evaluate --lake ./lake --suite suite.yaml --last 24h --sample 0.1
     """
     from spanscore.evaluation import SuiteError, load_suite
-    from spanscore.evaluation.judge import JudgeUnavailable
-    from spanscore.evaluation.ray_engine import EngineUnavailable
-    from spanscore.evaluation.run import (
-        RunInterrupted,
-        RunOptions,
-        WindowError,
-        evaluate,
-        judge_settings,
-        junit_xml,
-        parse_gate,
-    )
+    from spanscore.evaluation.llm.client import JudgeUnavailable
+    from spanscore.evaluation.runs.engines.ray import EngineUnavailable
+    from spanscore.evaluation.runs.gates import parse_gate
+    from spanscore.evaluation.runs.junit import junit_xml
+    from spanscore.evaluation.runs.options import RunOptions, WindowError, judge_settings
+    from spanscore.evaluation.runs.result import RunInterrupted
+    from spanscore.evaluation.runs.run import evaluate
     from spanscore.lake import LakeError, connect
 
     now = dt.datetime.now(dt.UTC)
     if ray_address and engine != "ray":
         raise click.UsageError("--ray-address is for --engine ray")
     if engine == "ray":
-        from spanscore.evaluation.ray_engine import check_available
+        from spanscore.evaluation.runs.engines.ray import check_available
 
         try:
             check_available()
@@ -538,8 +534,8 @@ def compare_command(
     """
     from dataclasses import asdict
 
-    from spanscore.evaluation.compare import compare_runs
-    from spanscore.evaluation.run_ids import resolve_run
+    from spanscore.evaluation.runs.compare import compare_runs
+    from spanscore.evaluation.runs.run_ids import resolve_run
 
     from .options import open_lake_or_fail
     from .query import write_rows

@@ -57,9 +57,9 @@ def judge_check_command(
         --labels privacy-labels.csv
     """
     from spanscore.evaluation import SuiteError, load_suite
-    from spanscore.evaluation.calibration import LabelsError, load_labels
-    from spanscore.evaluation.judge import JudgeUnavailable
-    from spanscore.evaluation.judge_check import JudgeCheckError, check_judge
+    from spanscore.evaluation.calibration.agreement import LabelsError, load_labels
+    from spanscore.evaluation.calibration.judge_check import JudgeCheckError, check_judge
+    from spanscore.evaluation.llm.client import JudgeUnavailable
 
     try:
         suite = load_suite(suite_path, allow_outside_metrics=allow_outside_metrics)

@@ -38,7 +38,8 @@ def import_command(fmt: str, file: Path, output: Path | None) -> None:
     $ spanscore import arksim examples/customer_service/arksim_scenarios.json -o suite.yaml
     $ spanscore import watsonx examples/hr/timeoff_schedule.json
     """
-    from spanscore.evaluation.importers import ImporterError, import_to_yaml
+    from spanscore.evaluation.suites.importers._common import ImporterError
+    from spanscore.evaluation.suites.load import import_to_yaml
 
     try:
         text = import_to_yaml(fmt, file)
@@ -69,6 +70,6 @@ def schema_suite_command() -> None:
     # in suite.yaml, for editors with the YAML language server:
     # yaml-language-server: $schema=spanscore-suite.schema.json
     """
-    from spanscore.evaluation.suite import suite_json_schema
+    from spanscore.evaluation.suites.load import suite_json_schema
 
     click.echo(json.dumps(suite_json_schema(), indent=2))

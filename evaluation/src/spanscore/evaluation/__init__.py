@@ -22,19 +22,20 @@ import os
 
 import duckdb
 
-from spanscore.lake import connect
-
-from .scoring import REGISTRY, EvalContext, MetricRegistry, Score, ToolSpec, metric
-from .suite import LoadedSuite, ScoreRow, Suite, SuiteError, load_suite, suite_json_schema
-from .trajectory import (
-    Handoff,
-    ModelCall,
-    ToolCall,
-    Trajectory,
-    Turn,
-    load_trajectories,
-    load_trajectory,
+from spanscore.evaluation.scoring.registry import (
+    REGISTRY,
+    EvalContext,
+    MetricRegistry,
+    ToolSpec,
+    metric,
 )
+from spanscore.evaluation.scoring.score import Score
+from spanscore.evaluation.suites.load import SuiteError, load_suite, suite_json_schema
+from spanscore.evaluation.suites.loaded import LoadedSuite, ScoreRow
+from spanscore.evaluation.suites.model import Suite
+from spanscore.evaluation.trajectory.load import load_trajectories, load_trajectory
+from spanscore.evaluation.trajectory.model import Handoff, ModelCall, ToolCall, Trajectory, Turn
+from spanscore.lake import connect
 
 
 def open_lake(

@@ -21,30 +21,28 @@ Environment:
                          AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or a DuckDB secret
 """
 
-from .connection import (
-    ALIAS,
-    LakeError,
-    LakeLocation,
-    LakeVersionError,
-    S3Settings,
+from spanscore.lake.connection import (
     commits_since,
     connect,
     current_snapshot,
-    elected,
-    ensure_schema,
-    include_log_records_in_views,
-    is_interrupt,
-    is_transient,
     load_extension,
-    maintain,
     memory_in_use,
     query,
-    retrying,
-    schema_version,
     side_cursor,
-    single_writer,
 )
-from .schema import SCHEMA_VERSION, TABLES, VIEWS, Column, arrow_schema, quote_identifier
+from spanscore.lake.location import ALIAS, LakeError, LakeLocation, LakeVersionError, S3Settings
+from spanscore.lake.locks import elected, single_writer
+from spanscore.lake.maintenance import maintain
+from spanscore.lake.migrate import ensure_schema, include_log_records_in_views, schema_version
+from spanscore.lake.retry import is_interrupt, is_transient, retrying
+from spanscore.lake.schema import (
+    SCHEMA_VERSION,
+    TABLES,
+    VIEWS,
+    Column,
+    arrow_schema,
+    quote_identifier,
+)
 
 __all__ = [
     "ALIAS",

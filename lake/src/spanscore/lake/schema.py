@@ -245,8 +245,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
 }
 
 # The conversation rules, written once (docs/conversations.md): the views below and the rows the
-# builder in spanscore.evaluation.trajectory assembles (`trajectory_rows_sql`) are defined from
-# them:
+# builder in spanscore.evaluation.trajectory.assemble assembles (`trajectory_rows_sql`) are
+# defined from them:
 # - conversation: the id a span carries; a span without one (its trace id stood in) takes the
 #   one another span of its trace carries. That part is stored, not computed here
 #   (`RESOLVE_CONVERSATIONS`), so `spans.conversation_id` is already the conversation and a
@@ -782,9 +782,10 @@ TOKEN_ATTRIBUTES = (
     "llm.token_count.completion",
 )
 
-# The rows the Python builder (`spanscore.evaluation.trajectory`) makes trajectories of, in this
-# order. Per conversation: a `conversation` row (who, when, how many spans, how many traces
-# lack their root and spans their parent, and the first value of each attribute asked for),
+# The rows the Python builder (`spanscore.evaluation.trajectory.assemble`) makes trajectories
+# of, in this order. Per conversation: a `conversation` row (who, when, how many spans, how
+# many traces lack their root and spans their parent, and the first value of each attribute
+# asked for),
 # then each `turn` row followed by its steps (`model_call`, `tool_call`, `handoff`) in order.
 TRAJECTORY_COLUMNS = (
     "conversation_id",

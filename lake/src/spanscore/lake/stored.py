@@ -19,8 +19,9 @@ from collections.abc import Sequence
 import duckdb
 import pyarrow as pa
 
-from . import schema
-from .connection import ALIAS, retrying
+from spanscore.lake import schema
+from spanscore.lake.location import ALIAS
+from spanscore.lake.retry import retrying
 
 # How long a conversation has had no new span before maintenance stores its rows: a
 # conversation still being written would be stored again every run.

@@ -22,11 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from spanscore.evaluation.report.data import (
+    ReportError,
+    ReportOptions,
+    build_report,
+    previous_run,
+    resolve_run,
+)
+from spanscore.evaluation.report.html import render_html
+from spanscore.evaluation.report.schema import ReportDoc, report_json_schema, validate_report
 from spanscore.lake import connect
-
-from .data import ReportError, ReportOptions, build_report, previous_run, resolve_run
-from .html import render_html
-from .schema import ReportDoc, report_json_schema, validate_report
 
 
 @dataclass

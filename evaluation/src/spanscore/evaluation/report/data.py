@@ -18,10 +18,8 @@ from typing import Any, Literal
 import duckdb
 import orjson
 
-from ..compare import compare_runs
-from ..trajectory import Handoff, ModelCall, ToolCall, Trajectory, load_trajectories
-from .marks import score_marks
-from .schema import (
+from spanscore.evaluation.report.marks import score_marks
+from spanscore.evaluation.report.schema import (
     FORMAT,
     VERSION,
     BaselineDoc,
@@ -45,6 +43,9 @@ from .schema import (
     TrendDoc,
     TurnDoc,
 )
+from spanscore.evaluation.runs.compare import compare_runs
+from spanscore.evaluation.trajectory.load import load_trajectories
+from spanscore.evaluation.trajectory.model import Handoff, ModelCall, ToolCall, Trajectory
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS  # arguments read as Python literals may have int keys
 

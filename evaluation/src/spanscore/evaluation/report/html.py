@@ -25,8 +25,8 @@ from urllib.parse import quote
 
 import orjson
 
-from . import svg
-from .schema import JudgeDoc, ReportDoc
+from spanscore.evaluation.report import svg
+from spanscore.evaluation.report.schema import JudgeDoc, ReportDoc
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
 _ESCAPES = {

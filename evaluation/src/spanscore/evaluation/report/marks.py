@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from ..trajectory import ToolCall
-from .schema import MarkDoc, MissingDoc
+from spanscore.evaluation.report.schema import MarkDoc, MissingDoc
+from spanscore.evaluation.trajectory.model import ToolCall
 
 _ORDERED_MODES = ("strict", "in_order")
 

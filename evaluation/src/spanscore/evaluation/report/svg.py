@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from .schema import DistributionDoc, SummaryDoc, ToolDoc, TrendDoc
+from spanscore.evaluation.report.schema import DistributionDoc, SummaryDoc, ToolDoc, TrendDoc
 
 PASS = "#2e7d32"
 FAIL = "#c62828"

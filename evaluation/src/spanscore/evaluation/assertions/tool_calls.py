@@ -1,0 +1,101 @@
+"""`tool_calls`: the calls made against the calls expected, in one of nine modes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    PrivateAttr,
+    field_validator,
+)
+
+from spanscore.evaluation.assertions.call_pairing import _canonical_parallel_blocks, _score_calls
+from spanscore.evaluation.assertions.expected import (
+    ArgumentOverride,
+    ExpectedStep,
+    Mode,
+    _CallMatcher,
+    _Item,
+)
+from spanscore.evaluation.matching.arguments import (
+    ArgMode,
+)
+from spanscore.evaluation.scoring.assertion import AssertionBase
+from spanscore.evaluation.scoring.registry import EvalContext, MetricRegistry
+from spanscore.evaluation.scoring.score import Score
+from spanscore.evaluation.trajectory.model import Trajectory
+
+
+class ToolCallsAssertion(AssertionBase):
+    """The calls made against the calls expected. Modes (pass rule; score):
+
+    strict      same calls, same order, same count        matched / (matched+extra+missing)
+    unordered   same calls in any order (a multiset)      matched / (matched+extra+missing)
+    contains    every expected call made; extras allowed  matched expected / expected
+    subset      every call made is a distinct expected    matched / made
+                one; omissions allowed
+    within      every call made is allowed by some        allowed / made
+                expected call; repeats allowed
+    in_order    expected calls made in order, gaps ok     matched in order / expected
+    precision   graded: score >= threshold (default 1)    matched / made
+    recall      graded: score >= threshold (default 1)    matched expected / expected
+    f1          graded: score >= threshold (default 1)    harmonic mean of the two above
+    """
+
+    type: Literal["tool_calls"]
+    mode: Mode = Field("strict", description="how the calls made are compared")
+    expected: list[ExpectedStep] = Field(
+        default_factory=list,
+        description="expected calls, in order; a list inside the list is a parallel step "
+        "(calls requested by the same model response, in any order)",
+    )
+    arguments: ArgMode = Field(
+        "exact", description="argument key-set mode for expected calls that give arguments"
+    )
+    tools: dict[str, ArgumentOverride] = Field(
+        default_factory=dict, description="per-tool argument settings (match, rules)"
+    )
+    normalize_names: bool = Field(
+        False, description="compare tool names ignoring case and the separators - _ . space"
+    )
+    check_parallel: bool = Field(
+        True, description="parallel steps must have been requested by one model response"
+    )
+
+    _prepared: list[_Item] | None = PrivateAttr(None)
+
+    @field_validator("expected", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+    def may_judge(self, registry: MetricRegistry) -> bool:
+        return _has_judged_rules(self._items(), self.tools)
+
+    def _items(self) -> list[_Item]:
+        items: list[_Item] = []
+        for group, step in enumerate(self.expected):
+            calls = step if isinstance(step, list) else [step]
+            for call in calls:
+                low, high = call.bounds
+                items.append(
+                    _Item(call, len(items), group if isinstance(step, list) else None, low, high)
+                )
+        return items
+
+    def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
+        matcher = _CallMatcher(self.arguments, self.tools, self.normalize_names)
+        actual = trajectory.tool_calls
+        if self._prepared is None:  # the expectation does not change: prepare it once
+            self._prepared = self._items()
+        if self.mode in ("strict", "in_order"):
+            actual = _canonical_parallel_blocks(actual, matcher)
+        return _score_calls(self, self._prepared, actual, matcher)
+
+
+def _has_judged_rules(items: Sequence[_Item], overrides: Mapping[str, ArgumentOverride]) -> bool:
+    rules = [r for item in items for r in item.call.rules.values()]
+    rules += [r for o in overrides.values() for r in o.rules.values()]
+    return any(r.strategy == "judged" for r in rules)

@@ -1,0 +1,1 @@
+"""Calibration: how far the judge agrees with human labels (`spanscore judge-check`)."""

@@ -1,0 +1,144 @@
+"""A run's summary per scenario and metric, the warnings that say what measured nothing, and the
+gates that fail the run."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from spanscore.evaluation.runs.result import GateResult, SummaryRow
+from spanscore.evaluation.suites.loaded import LoadedSuite
+from spanscore.evaluation.suites.model import Gate, Policy
+
+# --- summary and gates ------------------------------------------------------------------------
+
+
+def summarize(
+    con: duckdb.DuckDBPyConnection, suite: LoadedSuite, sample: Sequence[str]
+) -> list[SummaryRow]:
+    """Per scenario and metric, over the sample: the latest score of each conversation by
+    this suite version (so a resumed run summarises the whole sample)."""
+    if not sample:
+        return []
+    con.register("spanscore_sample", pa.table({"conversation_id": list(sample)}))
+    try:
+        rows = con.execute(
+            """
+            WITH latest AS (
+                SELECT s.* FROM scores s JOIN eval_runs r USING (run_id)
+                WHERE r.suite_name = ? AND r.suite_hash = ?
+                  AND s.conversation_id IN (SELECT conversation_id FROM spanscore_sample)
+                QUALIFY row_number() OVER (
+                    PARTITION BY s.conversation_id, s.scenario_id, s.metric
+                    ORDER BY s.created_at DESC, s.run_id DESC) = 1
+            )
+            SELECT scenario_id, metric, count(*), count(passed),
+                   avg(passed::INTEGER), avg(value), count(error),
+                   coalesce(list(conversation_id ORDER BY error IS NULL,
+                        coalesce(passed::INTEGER, 1), value NULLS LAST, conversation_id)
+                        FILTER (WHERE passed IS NOT TRUE OR error IS NOT NULL), [])[1:3],
+                   min(error)
+            FROM latest GROUP BY ALL
+            ORDER BY scenario_id NULLS FIRST, metric
+            """,
+            [suite.name, suite.content_hash],
+        ).fetchall()
+    finally:
+        con.unregister("spanscore_sample")
+    return [
+        SummaryRow(
+            scenario_id=r[0],
+            metric=r[1],
+            conversations=r[2],
+            judged=r[3],
+            pass_rate=r[4],
+            mean=r[5],
+            errors=r[6],
+            worst=list(r[7]),
+            first_error=r[8],
+        )
+        for r in rows
+    ]
+
+
+def run_warnings(
+    suite: LoadedSuite, summary: Sequence[SummaryRow], conversations: int
+) -> list[str]:
+    """What a run measured nothing with: scenarios and policies that selected no conversation,
+    metrics that gave an error on every conversation, and what the import of a native file left
+    out. Each is a warning; strict mode (`--strict`, the suite's `strict`) fails the run."""
+    warnings: list[str] = []
+    groups = suite.suite.groups()
+    selected = {r.scenario_id for r in summary}
+    if not conversations:
+        if groups:
+            warnings.append(
+                f"no conversation in the run: none of the {len(groups)} scenarios and policies "
+                "selected any"
+            )
+    else:
+        for group in groups:
+            if group.id not in selected:
+                kind = "policy" if isinstance(group, Policy) else "scenario"
+                warnings.append(
+                    f"{kind} {group.id!r} selected none of the {conversations} conversations"
+                )
+    for r in summary:
+        if r.conversations and r.errors == r.conversations:
+            scope = f"{r.scenario_id}/" if r.scenario_id else ""
+            warnings.append(
+                f"{scope}{r.metric} gave an error on every conversation ({r.conversations}): "
+                f"{r.first_error}"
+            )
+    warnings += [f"not imported from {suite.path}: {text}" for text in suite.dropped]
+    return warnings
+
+
+def check_gate(gate: Gate, summary: Sequence[SummaryRow]) -> GateResult:
+    """A gate over the summary rows it covers (weighted by conversations)."""
+    rows = [
+        r
+        for r in summary
+        if (gate.metric is None or r.metric == gate.metric)
+        and (gate.scenario is None or r.scenario_id == gate.scenario)
+    ]
+    if gate.min_pass_rate is not None:
+        judged = sum(r.judged for r in rows)
+        passed = sum((r.pass_rate or 0.0) * r.judged for r in rows)
+        measured = passed / judged if judged else None
+        target = gate.min_pass_rate
+    else:
+        valued = [(r.mean, r.conversations - r.errors) for r in rows if r.mean is not None]
+        weight = sum(n for _, n in valued)
+        measured = sum(m * n for m, n in valued) / weight if weight else None
+        target = gate.min_mean if gate.min_mean is not None else 0.0
+    # Nothing to measure fails, unless the gate allows it: a gate that measured nothing
+    # (a quiet night, a scenario that selected nothing) must not look like a passed one.
+    if measured is None:
+        return GateResult(gate, None, gate.allow_empty)
+    return GateResult(gate, measured, measured >= target)
+
+
+def parse_gate(text: str) -> Gate:
+    """`--fail-under` syntax: `[SCENARIO/][METRIC.]pass_rate=0.9` or `...mean=0.8`."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(f"{text!r}: expected KEY=VALUE, e.g. pass_rate=0.9")
+    try:
+        threshold = float(value)
+    except ValueError:
+        raise ValueError(f"{text!r}: {value!r} is not a number") from None
+    found = re.fullmatch(
+        r"(?:(?P<scenario>[^/]+)/)?(?:(?P<metric>.+)\.)?(?P<what>[a-z_]+)", key.strip()
+    )
+    what = found.group("what") if found else ""
+    if found is None or what not in ("pass_rate", "mean"):
+        raise ValueError(f"{text!r}: expected pass_rate or mean before '='")
+    scenario, metric = found.group("scenario"), found.group("metric")
+    fields: dict[str, Any] = {"scenario": scenario or None, "metric": metric or None}
+    fields["min_pass_rate" if what == "pass_rate" else "min_mean"] = threshold
+    return Gate(**fields)

@@ -1,0 +1,135 @@
+"""What a run gives back: its counts, its summary per scenario and metric, its gates, and
+whether it passed (`RunResult`, also as the JSON of `spanscore evaluate --format json`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from spanscore.evaluation.suites.model import Gate
+
+
+@dataclass
+class SummaryRow:
+    scenario_id: str | None
+    metric: str
+    conversations: int
+    judged: int  # scores with a pass/fail
+    pass_rate: float | None
+    mean: float | None
+    errors: int
+    worst: list[str]
+    first_error: str | None = None
+
+
+@dataclass
+class GateResult:
+    gate: Gate
+    measured: float | None
+    passed: bool
+
+    def describe(self) -> str:
+        what = "pass rate" if self.gate.min_pass_rate is not None else "mean"
+        target = (
+            self.gate.min_pass_rate if self.gate.min_pass_rate is not None else self.gate.min_mean
+        )
+        scope = "/".join(x for x in (self.gate.scenario, self.gate.metric) if x) or "all scores"
+        if self.measured is None:
+            allowed = "allowed by allow_empty" if self.gate.allow_empty else "an empty gate fails"
+            return f"{scope}: no {what} to measure, no score in this run ({allowed})"
+        return f"{scope}: {what} {self.measured:.3f} (needs >= {target})"
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str  # succeeded, gate_failed, interrupted, failed
+    window_start: dt.datetime | None
+    window_end: dt.datetime
+    snapshot: int
+    candidates: int  # conversations in the window (after filters)
+    sampled: int
+    skipped: int  # already scored by this suite version
+    scored: int
+    score_count: int
+    error_count: int
+    elapsed_s: float
+    summary: list[SummaryRow] = field(default_factory=list)
+    gates: list[GateResult] = field(default_factory=list)
+    judge: dict[str, Any] | None = None  # calls, cache hits, skipped, tokens, cost, limits
+    window_from: str = ""  # where the window's start came from
+    empty_because: str | None = None  # why no conversation was in the window
+    warnings: list[str] = field(default_factory=list)  # what measured nothing (see strict)
+    failures: list[str] = field(default_factory=list)  # what fails the run besides gates
+    strict: bool = False  # warnings fail the run
+
+    @property
+    def gates_passed(self) -> bool:
+        return all(g.passed for g in self.gates)
+
+    @property
+    def passed(self) -> bool:
+        """Every gate passed and nothing else failed the run (too few conversations,
+        warnings in strict mode)."""
+        return self.gates_passed and not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run as a JSON-ready document (`spanscore evaluate --format json`)."""
+
+        def when(moment: dt.datetime | None) -> str | None:
+            return moment.astimezone(dt.UTC).isoformat() if moment is not None else None
+
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "passed": self.passed,
+            "window": {
+                "start": when(self.window_start),
+                "end": when(self.window_end),
+                "start_from": self.window_from,
+                "empty_because": self.empty_because,
+            },
+            "snapshot": self.snapshot,
+            "counts": {
+                "candidates": self.candidates,
+                "sampled": self.sampled,
+                "skipped": self.skipped,
+                "scored": self.scored,
+                "scores": self.score_count,
+                "errors": self.error_count,
+            },
+            "summary": [
+                {
+                    "scenario": r.scenario_id,
+                    "metric": r.metric,
+                    "conversations": r.conversations,
+                    "judged": r.judged,
+                    "pass_rate": r.pass_rate,
+                    "mean": r.mean,
+                    "errors": r.errors,
+                    "worst": r.worst,
+                }
+                for r in self.summary
+            ],
+            "gates": [
+                {
+                    **g.gate.model_dump(exclude_none=True),
+                    "measured": g.measured,
+                    "passed": g.passed,
+                    "description": g.describe(),
+                }
+                for g in self.gates
+            ],
+            "warnings": self.warnings,
+            "failures": self.failures,
+            "strict": self.strict,
+            "judge": self.judge,
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+class RunInterrupted(Exception):
+    def __init__(self, result: RunResult) -> None:
+        self.result = result
+        super().__init__(f"run {result.run_id} interrupted after {result.scored} conversations")

@@ -1,0 +1,240 @@
+"""Evaluation runs: a window of conversations in, scores in the lake, gates out.
+
+One run:
+1. pins the lake's current snapshot, so every reader (in every worker process) sees the same
+   data while the collector goes on committing;
+2. picks the conversations whose last span ended in the window [since, until), where `until`
+   is at most now minus `settle` (a conversation still receiving spans waits for the next run)
+   and `since` defaults to the end of the previous successful run of the same suite;
+3. samples them deterministically (a hash of seed and conversation id: the same ones on every
+   re-run), optionally per stratum, and skips those already scored by this suite version;
+4. rebuilds and scores them in batches on all cores (or, with `engine="ray"`, in shards over a
+   Ray cluster, see `engines.ray`); each batch's scores are committed in one transaction, so an
+   interrupted run leaves whole batches and the next run resumes;
+5. records the run in `eval_runs`, summarises the scores per scenario and metric, and checks
+   the gates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import gc
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from functools import partial
+
+import duckdb
+import pyarrow as pa
+
+from spanscore.evaluation.llm.pool import JudgeRunner
+from spanscore.evaluation.matching.schema_check import _shown
+from spanscore.evaluation.runs.engines import score_batches
+from spanscore.evaluation.runs.gates import check_gate, run_warnings, summarize
+from spanscore.evaluation.runs.judge_rounds import _judge_in_batches, _judged_batches
+from spanscore.evaluation.runs.options import _RUN_GC_THRESHOLD, Progress, RunOptions, WindowError
+from spanscore.evaluation.runs.result import RunInterrupted, RunResult
+from spanscore.evaluation.runs.store import (
+    _close_abandoned_runs,
+    _finish_run,
+    _insert_run,
+    _write_scores,
+)
+from spanscore.evaluation.runs.window import _default_since, _duration, _now, _select
+from spanscore.evaluation.suites.loaded import LoadedSuite
+from spanscore.lake import (
+    connect,
+    current_snapshot,
+    is_interrupt,
+    retrying,
+)
+
+log = logging.getLogger("spanscore.evaluate")
+
+
+def evaluate(
+    lake: str | os.PathLike[str],
+    suite: LoadedSuite,
+    options: RunOptions | None = None,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+) -> RunResult:
+    """Run the suite over the lake's conversations as `options` says (see the module doc).
+
+    Raises `RunInterrupted` (with the partial result, recorded as `interrupted`) on
+    KeyboardInterrupt; scores committed before it are kept and a re-run resumes. While it runs,
+    the process's garbage collector runs less often (its settings are restored after)."""
+    options = options or RunOptions()
+    started = time.monotonic()
+    now = _now(options)
+    with _few_collections():
+        con = connect(lake)
+        try:
+            return _run(con, str(lake), suite, options, now, started, progress)
+        finally:
+            con.close()
+
+
+@contextlib.contextmanager
+def _few_collections() -> Iterator[None]:
+    """Collect less often while a run lasts, and never rescan what existed before it; the
+    process's own settings are restored after it. A process that froze objects itself keeps
+    them frozen (unfreezing is all or nothing, so the run then freezes nothing)."""
+    before = gc.get_threshold()
+    freezing = gc.get_freeze_count() == 0
+    if freezing:
+        gc.freeze()
+    gc.set_threshold(*_RUN_GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        if freezing:
+            gc.unfreeze()
+
+
+def _run(
+    con: duckdb.DuckDBPyConnection,
+    lake: str,
+    suite: LoadedSuite,
+    options: RunOptions,
+    now: dt.datetime,
+    started: float,
+    progress: Callable[[Progress], None] | None,
+) -> RunResult:
+    _close_abandoned_runs(con, suite)
+    snapshot = current_snapshot(con)
+    until = now - dt.timedelta(seconds=options.settle_s)
+    until_from = f"now minus --settle {_duration(options.settle_s)}"
+    if options.until is not None and options.until < until:
+        until, until_from = options.until, "--until"
+    since, since_from = options.since, "--since"
+    if since is None:
+        since, since_from = _default_since(con, suite)
+    if since is not None and since > until:
+        raise WindowError(
+            f"the window starts at {_shown(since)} ({since_from}) after it ends at "
+            f"{_shown(until)} ({until_from}): nothing can be in it. Give --since (or --last), "
+            "or a shorter --settle"
+        )
+    run_id = uuid.uuid4().hex[:16]
+    result = RunResult(
+        run_id=run_id,
+        status="running",
+        window_start=since,
+        window_end=until,
+        snapshot=snapshot,
+        candidates=0,
+        sampled=0,
+        skipped=0,
+        scored=0,
+        score_count=0,
+        error_count=0,
+        elapsed_s=0.0,
+        window_from=since_from,
+    )
+    # Recorded before anything reads at the snapshot: the row pins it, and maintenance that
+    # runs meanwhile would otherwise expire it under the first query (the soak found it).
+    _insert_run(con, suite, options, result, now)
+    try:
+        sample, todo, single_traces, runner = _select(
+            con, lake, snapshot, suite, options, result, until_from
+        )
+    except BaseException:
+        with contextlib.suppress(Exception):  # nothing was scored: the run never happened
+            retrying(
+                partial(con.execute, "DELETE FROM eval_runs WHERE run_id = ?", [run_id]),
+                what="forget the run",
+            )
+        raise
+    timings: dict[str, float] = {}
+    own_watchdog = suite.watchdog is None
+    suite.start_watchdog()  # for scoring in this process (one worker) and re-scoring
+
+    def commit(scores: pa.Table, batch_size: int, written: bool = False) -> None:
+        if not written:  # a Ray task may have committed its shard itself
+            t0 = time.monotonic()
+            _write_scores(con, run_id, scores)
+            timings["write_s"] = timings.get("write_s", 0.0) + time.monotonic() - t0
+        result.scored += batch_size
+        result.score_count += scores.num_rows
+        result.error_count += scores.num_rows - scores.column("error").null_count
+        if progress is not None:
+            progress(Progress(result.scored, len(todo), time.monotonic() - started))
+
+    try:
+        if runner is not None and runner.config.batch:
+            _judge_in_batches(con, lake, snapshot, suite, todo, options, runner, result)
+        batches = score_batches(lake, snapshot, suite, todo, options, write_as=run_id)
+        if runner is None:
+            for scores, batch_size, _, written in batches:
+                commit(scores, batch_size, written)
+        else:
+            _judged_batches(batches, suite, runner, commit)
+    except BaseException as exc:
+        if is_interrupt(exc):
+            result.status = "interrupted"
+            result.elapsed_s = time.monotonic() - started
+            if own_watchdog:
+                suite.stop_watchdog()
+            _close_judge(runner, result)
+            with contextlib.suppress(Exception):  # a write the interrupt cut short
+                con.execute("ROLLBACK")
+            _finish_run(con, result, timings)
+            raise RunInterrupted(result) from None
+        result.status = "failed"
+        result.elapsed_s = time.monotonic() - started
+        if own_watchdog:
+            suite.stop_watchdog()
+        with contextlib.suppress(Exception):
+            _close_judge(runner, result)
+        with contextlib.suppress(Exception):
+            _finish_run(con, result, timings)
+        raise
+    if own_watchdog:
+        suite.stop_watchdog()
+    _close_judge(runner, result)
+    result.summary = summarize(con, suite, sample)
+    gates = [*suite.suite.gates, *options.gates]
+    result.gates = [check_gate(g, result.summary) for g in gates]
+    result.warnings = run_warnings(suite, result.summary, len(sample))
+    if single_traces * 2 > result.candidates:
+        result.warnings.append(
+            f"{single_traces} of the {result.candidates} conversations in the window carried no "
+            "conversation id (each is one trace: conversations.conversation_source = 'trace'); "
+            "set one with spanscore.instrumentation.conversation(...) or the collector's "
+            "conversation_attribute, or multi-turn conversations are scored piece by piece"
+        )
+    least = (
+        options.min_conversations
+        if options.min_conversations is not None
+        else suite.suite.min_conversations
+    )
+    if len(sample) < least:
+        result.failures.append(
+            f"{len(sample)} conversations in the run, fewer than the {least} required "
+            "(min_conversations)"
+        )
+    strict = options.strict if options.strict is not None else suite.suite.strict
+    result.strict = strict
+    if strict and result.warnings:
+        count = len(result.warnings)
+        result.failures.append(
+            f"strict mode: {count} {'warning fails' if count == 1 else 'warnings fail'} the run"
+        )
+    result.status = "succeeded" if result.passed else "gate_failed"
+    result.elapsed_s = time.monotonic() - started
+    _finish_run(con, result, timings)
+    return result
+
+
+def _close_judge(runner: JudgeRunner | None, result: RunResult) -> None:
+    if runner is None:
+        return
+    try:
+        runner.close()
+    finally:
+        result.judge = {**runner.totals.as_dict(), **runner.limit_info()}

@@ -1,0 +1,251 @@
+"""Which conversations a run scores: the window (since, until), the deterministic sample, and
+those already scored by this suite version (skipped)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from spanscore.evaluation.llm.pool import JudgeRunner
+from spanscore.evaluation.runs.options import UTC, RunOptions, judge_settings
+from spanscore.evaluation.runs.result import RunResult
+from spanscore.evaluation.runs.store import _set_details
+from spanscore.evaluation.suites.loaded import LoadedSuite
+from spanscore.lake import (
+    connect,
+)
+from spanscore.lake.schema import CONVERSATION_SUMMARIES
+
+# --- sampling ----------------------------------------------------------------------------------
+
+
+def sample_key(conversation_id: str, seed: int) -> float:
+    """A uniform number in [0, 1) fixed by seed and conversation id."""
+    digest = hashlib.blake2b(f"{seed}\0{conversation_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def choose(
+    conversations: Sequence[tuple[str, str | None]],
+    *,
+    rate: float | None,
+    limit: int | None,
+    seed: int,
+) -> list[str]:
+    """Deterministic sample of (conversation id, stratum) pairs: those whose key is below
+    `rate`, then at most `limit`, shared among strata in proportion to their sizes (largest
+    remainders), each stratum taking its lowest keys."""
+    strata: dict[str | None, list[tuple[float, str]]] = {}
+    for conversation_id, stratum in conversations:
+        key = sample_key(conversation_id, seed)
+        if rate is None or key < rate:
+            strata.setdefault(stratum, []).append((key, conversation_id))
+    for members in strata.values():
+        members.sort()
+    total = sum(len(m) for m in strata.values())
+    if limit is None or limit >= total:
+        return sorted(cid for members in strata.values() for _, cid in members)
+    shares = {s: limit * len(m) / total for s, m in strata.items()}
+    taken = {s: math.floor(share) for s, share in shares.items()}
+    by_remainder = sorted(strata, key=lambda s: (taken[s] - shares[s], str(s)))
+    for s in by_remainder[: limit - sum(taken.values())]:
+        taken[s] += 1
+    return sorted(cid for s, members in strata.items() for _, cid in members[: taken[s]])
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def _now(options: RunOptions) -> dt.datetime:
+    return options.now or dt.datetime.now(UTC)
+
+
+def _select(
+    con: duckdb.DuckDBPyConnection,
+    lake: str,
+    snapshot: int,
+    suite: LoadedSuite,
+    options: RunOptions,
+    result: RunResult,
+    until_from: str,
+) -> tuple[list[str], list[str], int, JudgeRunner | None]:
+    """The run's sample and what of it is still to score, read at the pinned snapshot, and
+    its judge, started (one that cannot work is refused before anything is scored); the
+    counts go into `result` and the run's row."""
+    since, until = result.window_start, result.window_end
+    reader = connect(lake, snapshot=snapshot)
+    try:
+        candidates, single_traces = _candidates(reader, options, since, until)
+        if not candidates:
+            result.empty_because = _why_empty(
+                reader, options, since, until, result.window_from, until_from
+            )
+    finally:
+        reader.close()
+    sample = choose(
+        candidates, rate=options.sample, limit=options.max_conversations, seed=options.seed
+    )
+    done = set() if options.rescore else _already_scored(con, suite, sample)
+    todo = [c for c in sample if c not in done]
+    result.candidates, result.sampled = len(candidates), len(sample)
+    result.skipped = len(sample) - len(todo)
+    judge_config = judge_settings(suite, options) if suite.uses_judge and todo else None
+    runner = (
+        JudgeRunner(judge_config, lake=con, run_id=result.run_id, environ=options.judge_environ)
+        if judge_config is not None
+        else None
+    )
+    if runner is not None:
+        runner.start()  # refuses a judge that cannot work before anything is scored
+    _set_details(
+        con,
+        result.run_id,
+        "record the run's sample",
+        candidates=result.candidates,
+        sampled=result.sampled,
+        skipped=result.skipped,
+    )
+    return sample, todo, single_traces, runner
+
+
+def _candidates(
+    con: duckdb.DuckDBPyConnection,
+    options: RunOptions,
+    since: dt.datetime | None,
+    until: dt.datetime,
+) -> tuple[list[tuple[str, str | None]], int]:
+    """(conversation id, stratum) of every conversation whose last span ended in the window,
+    and how many of them are a trace with no conversation id (`conversation_source`)."""
+    where = ["end_time < ?"]
+    params: list[Any] = [until]
+    if since is not None:
+        where.append("end_time >= ?")
+        params.append(since)
+    if options.services:
+        where.append("service_name IN (SELECT unnest(?::VARCHAR[]))")
+        params.append(list(options.services))
+    if options.agents:
+        where.append("agent_name IN (SELECT unnest(?::VARCHAR[]))")
+        params.append(list(options.agents))
+    if options.scenarios:
+        where.append(
+            "conversation_id IN (SELECT conversation_id FROM spans WHERE "
+            """json_extract_string(attributes, '$."scenario.id"')"""
+            " IN (SELECT unnest(?::VARCHAR[])))"
+        )
+        params.append(list(options.scenarios))
+    stratum = "NULL"
+    if options.stratify_by in ("agent_name", "service_name"):
+        stratum = options.stratify_by
+    elif options.stratify_by:
+        stratum = (
+            "(SELECT max(json_extract_string(s.attributes, ?)) FROM spans s "
+            "WHERE s.conversation_id = c.conversation_id)"
+        )
+        params.insert(0, '$."' + options.stratify_by.replace('"', '\\"') + '"')
+    sql = (
+        f"SELECT conversation_id, {stratum}, conversation_source = 'trace' "
+        f"FROM {CONVERSATION_SUMMARIES} c WHERE {' AND '.join(where)} ORDER BY conversation_id"
+    )
+    rows = con.execute(sql, params).fetchall()
+    chosen = [(str(cid), None if s is None else str(s)) for cid, s, _ in rows]
+    return chosen, sum(1 for *_, single in rows if single)
+
+
+def _default_since(
+    con: duckdb.DuckDBPyConnection, suite: LoadedSuite
+) -> tuple[dt.datetime | None, str]:
+    """The default window start, and where it comes from.
+
+    The end of the previous finished run of this suite version; for a version that never ran
+    (the suite was edited), the start of the window the suite's previous version last scored,
+    so the edited suite scores that window again (and `compare` can pair the two runs)
+    rather than finding nothing new; for a suite that never ran, the beginning."""
+    rows = con.execute(
+        "SELECT run_id, suite_hash, window_start, window_end FROM eval_runs "
+        "WHERE suite_name = ? AND status IN ('succeeded', 'gate_failed') "
+        "ORDER BY window_end DESC, started_at DESC",
+        [suite.name],
+    ).fetchall()
+    for run_id, suite_hash, _, window_end in rows:
+        if suite_hash == suite.content_hash:
+            return window_end, f"the end of run {run_id}, the previous one of this suite version"
+    if rows:
+        run_id, _, window_start, _ = rows[0]
+        if window_start is None:
+            return None, (
+                f"this suite version never ran: from the beginning, as the previous "
+                f"version's last run {run_id}"
+            )
+        return window_start, (
+            f"this suite version never ran: the start of the previous version's last run {run_id}"
+        )
+    return None, "the beginning: the first run of this suite"
+
+
+def _why_empty(
+    con: duckdb.DuckDBPyConnection,
+    options: RunOptions,
+    since: dt.datetime | None,
+    until: dt.datetime,
+    since_from: str,
+    until_from: str,
+) -> str:
+    """Why no conversation is in the window: what the lake holds, and how many conversations
+    each bound and the filters left out."""
+    row = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE end_time >= ?), "
+        "count(*) FILTER (WHERE end_time < ?) FROM conversations",
+        [until, since if since is not None else dt.datetime(1, 1, 1, tzinfo=UTC)],
+    ).fetchone()
+    total, after, before = row if row else (0, 0, 0)
+    if not total:
+        return (
+            "the lake holds no conversation yet (are spans arriving? `spanscore status` shows "
+            "what the collector received)"
+        )
+    parts = []
+    if before:
+        parts.append(f"{before} ended before the window start ({since_from})")
+    if after:
+        parts.append(f"{after} ended at or after the window end ({until_from})")
+    filtered = total - before - after
+    if filtered:
+        parts.append(f"{filtered} did not match --service / --agent / --scenario")
+    return f"the lake holds {total} conversations: " + "; ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _shown(moment: dt.datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _already_scored(
+    con: duckdb.DuckDBPyConnection, suite: LoadedSuite, sample: Sequence[str]
+) -> set[str]:
+    if not sample:
+        return set()
+    con.register("spanscore_sample", pa.table({"conversation_id": list(sample)}))
+    try:
+        rows = con.execute(
+            "SELECT DISTINCT s.conversation_id FROM scores s "
+            "JOIN eval_runs r USING (run_id) "
+            "WHERE r.suite_name = ? AND r.suite_hash = ? "
+            "AND s.conversation_id IN (SELECT conversation_id FROM spanscore_sample)",
+            [suite.name, suite.content_hash],
+        ).fetchall()
+    finally:
+        con.unregister("spanscore_sample")
+    return {r[0] for r in rows}

@@ -1,0 +1,303 @@
+"""Suites: the YAML or JSON file a team writes to say what a good conversation is.
+
+A suite holds scenarios (assertions for the conversations a scenario selects), policies
+(assertions for every conversation, or every conversation a policy selects), suite-wide
+metrics, an optional tools catalog (JSON Schemas; otherwise the tool definitions the agent
+recorded are used), custom metric files and gates. `spanscore schema suite` prints the JSON
+Schema of the file for editor completion.
+
+Loading never half-works: every problem is reported with the file, the line and the path into
+the document, and what was expected, before anything is scored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from spanscore.evaluation.assertions.goals import GoalsAssertion
+from spanscore.evaluation.assertions.ordering import ForbiddenCallsAssertion, OrderAssertion
+from spanscore.evaluation.assertions.response import ResponseAssertion
+from spanscore.evaluation.assertions.tool_calls import ToolCallsAssertion
+from spanscore.evaluation.judged.agentevals import TrajectoryJudge
+from spanscore.evaluation.judged.arksim import (
+    AgentBehaviorFailure,
+    Helpfulness,
+    ToolCallBehaviorFailure,
+)
+from spanscore.evaluation.judged.dokimos import (
+    TaskCompletion,
+    ToolArgumentHallucination,
+    ToolDescriptionSemantics,
+    ToolNameSemantics,
+)
+from spanscore.evaluation.judged.rubrics import JudgedRubric
+from spanscore.evaluation.judged.tool_selection import ToolSelection
+from spanscore.evaluation.llm.types import JudgeConfig
+from spanscore.evaluation.matching.patterns import check_pattern
+from spanscore.evaluation.metrics.correctness import Correctness
+from spanscore.evaluation.metrics.counts import Latency, TokenUsage, TurnCount
+from spanscore.evaluation.metrics.custom import MetricAssertion
+from spanscore.evaluation.metrics.efficiency import Efficiency
+from spanscore.evaluation.metrics.rubric import ToolCallRubric
+from spanscore.evaluation.metrics.tool_errors import ToolErrors
+from spanscore.evaluation.metrics.tool_reliability import (
+    ToolDescriptionReliability,
+    ToolNameReliability,
+)
+from spanscore.evaluation.metrics.validity import ToolCallValidity
+from spanscore.evaluation.scoring.assertion import AssertionBase
+from spanscore.evaluation.scoring.registry import ToolSpec
+from spanscore.evaluation.trajectory.model import Trajectory
+
+# Every assertion type a suite may list, told apart by its `type` field.
+Assertion = Annotated[
+    ToolCallsAssertion
+    | ForbiddenCallsAssertion
+    | OrderAssertion
+    | GoalsAssertion
+    | ResponseAssertion
+    | MetricAssertion
+    | ToolCallValidity
+    | ToolErrors
+    | Efficiency
+    | Correctness
+    | ToolNameReliability
+    | ToolDescriptionReliability
+    | TurnCount
+    | Latency
+    | TokenUsage
+    | ToolCallRubric
+    | JudgedRubric
+    | Helpfulness
+    | AgentBehaviorFailure
+    | ToolCallBehaviorFailure
+    | TaskCompletion
+    | ToolArgumentHallucination
+    | ToolSelection
+    | TrajectoryJudge
+    | ToolNameSemantics
+    | ToolDescriptionSemantics,
+    Field(discriminator="type"),
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Selector(_Model):
+    """Which conversations a scenario or policy applies to. Every given condition must hold;
+    an empty selector selects every conversation."""
+
+    attributes: dict[str, str | int | float | bool | list[str | int | float | bool]] = Field(
+        default_factory=dict,
+        description="span attribute -> value (or any of a list of values), e.g. "
+        "{'scenario.id': 'refund'}; compared as text",
+    )
+    agent: str | list[str] | None = Field(None, description="agent name (or any of several)")
+    service: str | list[str] | None = Field(None, description="service.name (or any of several)")
+    first_user_message: str | None = Field(
+        None, description="regular expression searched in the conversation's first user message"
+    )
+
+    @field_validator("first_user_message")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            _compile(pattern)
+        return pattern
+
+    def selects(self, trajectory: Trajectory) -> bool:
+        for key, wanted in self.attributes.items():
+            if not _text_in(trajectory.attributes.get(key), wanted):
+                return False
+        if self.agent is not None and not _text_in(trajectory.agent_name, self.agent):
+            return False
+        if self.service is not None and not _text_in(trajectory.service_name, self.service):
+            return False
+        if self.first_user_message is not None:
+            first = trajectory.first_user_message
+            if first is None or not _compile(self.first_user_message).search(first):
+                return False
+        return True
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _text_in(actual: Any, wanted: Any) -> bool:
+    if actual is None:
+        return False
+    options = wanted if isinstance(wanted, list) else [wanted]
+    return _text(actual) in {_text(o) for o in options}
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    return check_pattern(pattern)
+
+
+class Scenario(_Model):
+    id: str = Field(description="scenario id; the `scenario_id` of its scores")
+    description: str | None = None
+    select: Selector | None = Field(
+        None,
+        description="conversations it applies to; default: attribute scenario.id equal to id",
+    )
+    assertions: list[Assertion] = Field(default_factory=list)
+
+    @property
+    def selector(self) -> Selector:
+        return self.select or Selector(attributes={"scenario.id": self.id})
+
+
+class Policy(_Model):
+    id: str = Field(description="policy id; the `scenario_id` of its scores")
+    description: str | None = None
+    select: Selector = Field(
+        default_factory=Selector, description="conversations it applies to; default: all"
+    )
+    assertions: list[Assertion] = Field(default_factory=list)
+
+    @property
+    def selector(self) -> Selector:
+        return self.select
+
+
+class Gate(_Model):
+    """A threshold the run must meet; a missed gate makes `spanscore evaluate` exit 1."""
+
+    metric: str | None = Field(None, description="metric name; default: every metric")
+    scenario: str | None = Field(None, description="scenario or policy id; default: all")
+    min_pass_rate: float | None = Field(None, ge=0, le=1)
+    min_mean: float | None = Field(None, description="minimum mean value")
+    allow_empty: bool = Field(
+        False,
+        description="pass when the run has no score to measure (default: an empty gate fails)",
+    )
+
+    @model_validator(mode="after")
+    def _has_threshold(self) -> Gate:
+        if self.min_pass_rate is None and self.min_mean is None:
+            raise ValueError("a gate needs min_pass_rate or min_mean")
+        return self
+
+
+class Suite(_Model):
+    """A suite file. `spanscore schema suite` prints this model's JSON Schema."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"title": "spanscore suite"})
+
+    name: str
+    description: str | None = None
+    tools: list[ToolSpec] = Field(
+        default_factory=list,
+        description="tools catalog with JSON Schemas; tools not listed use the definitions "
+        "the agent recorded (gen_ai.tool.definitions)",
+    )
+    custom_metrics: list[str] = Field(
+        default_factory=list,
+        description="Python files of @metric functions, relative to the suite file and inside "
+        "its folder (a file elsewhere is run only with `evaluate --allow-outside-metrics`)",
+    )
+    time_limit_s: float = Field(
+        30.0,
+        ge=0,
+        description="longest one assertion or metric may take on one conversation; past it, "
+        "its score is an error and the run goes on (0: no limit)",
+    )
+    judge: JudgeConfig | None = Field(
+        None,
+        description="the LLM judge: endpoint, model, concurrency, budget, cache, batch mode "
+        "(default: OPENAI_BASE_URL / OPENAI_API_KEY and gpt-4.1-mini)",
+    )
+    metrics: list[Assertion] = Field(
+        default_factory=list, description="assertions and metrics scored on every conversation"
+    )
+    policies: list[Policy] = Field(default_factory=list)
+    scenarios: list[Scenario] = Field(default_factory=list)
+    gates: list[Gate] = Field(default_factory=list)
+    min_conversations: int = Field(
+        0,
+        ge=0,
+        description="a run with fewer conversations fails (exit 1), as a missed gate does",
+    )
+    strict: bool = Field(
+        False,
+        description="warnings fail the run: a scenario or policy that selected no "
+        "conversation, a metric that gave an error on every conversation, what an imported "
+        "native file could not carry over",
+    )
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Suite:
+        seen: set[str] = set()
+        for item in self.groups():
+            if item.id in seen:
+                raise ValueError(f"scenario or policy id {item.id!r} is used twice")
+            seen.add(item.id)
+        return self
+
+    def groups(self) -> list[Policy | Scenario]:
+        """Policies, then scenarios: everything that selects conversations."""
+        return [*self.policies, *self.scenarios]
+
+    def gate_problem(self, gate: Gate) -> tuple[str, str] | None:
+        """(field, message) when the gate names a scenario or metric this suite does not have
+        (a typo would otherwise measure nothing and pass), else None."""
+        groups = {g.id: g for g in self.groups()}
+        if gate.scenario is not None and gate.scenario not in groups:
+            return "scenario", _unknown("scenario or policy", gate.scenario, list(groups))
+        if gate.metric is not None:
+            what = "metric"
+            if gate.scenario is not None:
+                names = [a.metric_name for a in groups[gate.scenario].assertions]
+                what = f"metric in {gate.scenario!r}"
+            else:
+                names = [a.metric_name for a in self.metrics]
+                names += [a.metric_name for g in groups.values() for a in g.assertions]
+            if gate.metric not in names:
+                return "metric", _unknown(what, gate.metric, names)
+        return None
+
+    def attribute_keys(self) -> list[str]:
+        """The span attributes scenario selection reads (to load with the trajectories)."""
+        keys: dict[str, None] = {}
+        for item in self.groups():
+            for key in item.selector.attributes:
+                keys[key] = None
+        return list(keys)
+
+
+def _unknown(what: str, name: str, known: Sequence[str]) -> str:
+    import difflib
+
+    message = f"no {what} named {name!r} in this suite"
+    close = difflib.get_close_matches(name, list(dict.fromkeys(known)), n=1)
+    if close:
+        return f"{message} (did you mean {close[0]!r}?)"
+    shown = ", ".join(repr(k) for k in dict.fromkeys(known))
+    return f"{message} (it has {shown})" if shown else message
+
+
+def located_assertions(suite: Suite) -> Iterator[tuple[tuple[str | int, ...], AssertionBase]]:
+    for i, assertion in enumerate(suite.metrics):
+        yield ("metrics", i), assertion
+    for i, policy in enumerate(suite.policies):
+        for j, assertion in enumerate(policy.assertions):
+            yield ("policies", i, "assertions", j), assertion
+    for i, scenario in enumerate(suite.scenarios):
+        for j, assertion in enumerate(scenario.assertions):
+            yield ("scenarios", i, "assertions", j), assertion

@@ -1,0 +1,425 @@
+"""Maintenance: what the collector's leader runs in the background. It expires old snapshots,
+deletes files no snapshot needs, merges and sorts the small files that commits leave, and
+stores settled conversations' trajectory rows (`stored`). Each step has a deadline and is
+retried on a conflict; a failed step costs readers time, never data."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import duckdb
+
+from spanscore.lake import schema
+from spanscore.lake.connection import _is_remote
+from spanscore.lake.location import _METADATA, ALIAS, _sql_string, log
+from spanscore.lake.migrate import _has_views, _view_marks
+from spanscore.lake.retry import is_interrupt, retrying
+
+# Compaction leaves alone files of this size or more: the collector's commits write small
+# files, and a merged file past this size is done (a run then rewrites at most this much of
+# older data, whatever the lake's size).
+MERGE_BELOW_BYTES = 4 << 20
+
+
+# Compaction writes files of about this size (the lake's `target_file_size`), one at a time:
+# each merge step, and so each pause of the collector's writer, rewrites at most this much.
+# Past MERGE_BELOW_BYTES, so that a merged file is not merged again. At 32 MiB a file holds one
+# row group of about 100,000 spans, where a conversation usually has several spans: DuckDB then
+# writes `conversation_id` with a dictionary, and so with a bloom filter, and a query for one
+# conversation skips the files without it (bench/query.py; at 16 MiB, half the files had none,
+# at 8 MiB none did).
+MERGED_FILE_BYTES = 32 << 20
+
+
+# Files in the data path that no snapshot knows are deleted once this old, whatever the
+# retention: a transaction in flight (another collector's commit, an evaluation writing its
+# scores) has written its files and not yet their rows, so until it commits they look
+# orphaned too. No transaction lasts this long; a crashed one's files cost a day's space.
+ORPHANS_KEPT_S = 24 * 3600.0
+
+
+def maintain(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    expire_older_than_s: float = 3600.0,
+    delete_older_than_s: float = 3600.0,
+    exclusive: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+    step_deadline_s: float = 60.0,
+    merge_below_bytes: int = MERGE_BELOW_BYTES,
+    merged_file_bytes: int = MERGED_FILE_BYTES,
+    store_settled_after_s: float | None = None,
+    store_deadline_s: float | None = None,
+    sort_spans: bool | None = None,
+    compact_only: bool = False,
+    orphans_kept_s: float = ORPHANS_KEPT_S,
+) -> dict[str, int]:
+    """Compact small data files, expire old snapshots and delete files nobody can read any more;
+    given `store_settled_after_s`, first store the trajectories of the conversations without a
+    new span for that long (`stored.store_trajectories`, for at most `store_deadline_s`).
+
+    `sort_spans` (by default, on an embedded lake) compacts `spans` and `logs` by rewriting
+    their small files in order of conversation and time (`_sort_small_files`), in row groups
+    of `SORTED_ROW_GROUP_SPANS`, so that one conversation is read from a row group or two
+    instead of every row group its rows are strewn over (`span_files_sorted`,
+    `log_files_sorted`, `sort_steps`). The rewrite deletes and inserts, which conflicts with
+    any insert committed meanwhile: on an embedded lake the one collector is held off
+    (`exclusive`), on a shared lake other collectors could not be, and DuckLake's merge (which
+    conflicts with no insert, and keeps rows as they are) compacts them like the other tables.
+
+    `compact_only`: compaction alone, which a busy collector runs between two whole runs
+    (its `compact_after_commits`), so that queries never open more small files than that.
+
+    Compaction merges only files smaller than `merge_below_bytes`: without that bound, the
+    file the last run made was merged again with the new ones every time, so each run
+    rewrote everything written so far and held the writer longer and longer (the soak: 2 s
+    after 2 minutes, 10 s after 9). And it writes one file of about `merged_file_bytes` per
+    step: merging a run's worth of small files in one step held the writer for seconds (the
+    soak: 1.5 to 4 s each minute at 2,000 spans/s, 470 files into one), a step per merged
+    file holds it a fraction of that each time, and lets it commit in between.
+
+    Safe while others write: each step is its own DuckLake transaction and is retried on
+    conflict. Each step conflicts with commits made while it runs, though, and a writer that
+    commits every few milliseconds made them fail again and again (compaction included: run
+    beside such a writer, files and snapshots still grew): `exclusive`, when given, is entered
+    around each step to hold such a writer off (the collector passes its writer's `paused`),
+    so that the step completes and the writer resumes between steps. A step still
+    failing after `step_deadline_s` (another process holds the catalog) raises: the caller
+    tries again later rather than hold its writer any longer.
+
+    Snapshots a running evaluation pinned (and newer ones) are not expired, however old: the
+    run reads its window at that snapshot, in every worker, for as long as it runs; and no
+    file is deleted while it runs (`deletion_deferred`: its queries may be reading files
+    compaction just replaced).
+
+    Returns what each step did: `spans_resolved` (spans given the conversation of their
+    trace, `schema.RESOLVE_CONVERSATIONS`), `records_resolved` (log records given their
+    span's, `schema.RESOLVE_RECORDS`), `rows_flushed` (inlined rows written to files),
+    `files_merged` and `files_created` (compaction), `snapshots_expired`, `files_deleted`
+    (of expired snapshots) and `orphans_deleted` (files of transactions that never committed,
+    once older than `orphans_kept_s`: younger ones may be a commit in flight's);
+    what storing trajectories did (`conversations_stored`, ..., `store_failed`);
+    and how long each kind of step took in all, in milliseconds (`merge_files_ms`, ...), with
+    `merge_steps` and `longest_step_ms`: the longest the writer was held off at once; and
+    `look_for_unresolved_ms`, what looking for spans and records to resolve took, without
+    holding the writer.
+    """
+    done: dict[str, int] = {"longest_step_ms": 0}
+
+    def step(sql: str | Callable[[], list[tuple[Any, ...]]], what: str) -> list[tuple[Any, ...]]:
+        started = time.monotonic()
+        run = sql if callable(sql) else lambda: con.execute(sql).fetchall()
+        with exclusive() if exclusive is not None else contextlib.nullcontext():
+            rows: list[tuple[Any, ...]] = retrying(
+                run, con=con, deadline_s=step_deadline_s, what=what
+            )
+        # How long the step held the writer off: the pause it adds to ingest.
+        took = round((time.monotonic() - started) * 1000)
+        key = what.replace(" ", "_") + "_ms"
+        done[key] = done.get(key, 0) + took
+        done["longest_step_ms"] = max(done["longest_step_ms"], took)
+        return rows
+
+    def total(rows: list[tuple[Any, ...]], column: int) -> int:
+        return sum(int(r[column] or 0) for r in rows)
+
+    # Spans whose conversation no collector knew when it stored them (a trace split between
+    # collectors, a root exported long after its children): looked for without holding the
+    # writer, resolved with it held.
+    spans = f"{ALIAS}.spans"  # a cursor does not inherit the connection's USE
+    looking = time.monotonic()
+    unresolved = (
+        None
+        if compact_only
+        else con.execute(schema.UNRESOLVED_SPANS.format(spans=spans)).fetchone()
+    )
+    done["look_for_unresolved_ms"] = round((time.monotonic() - looking) * 1000)
+    done["spans_resolved"] = 0
+    if unresolved and unresolved[0]:
+        resolve = schema.RESOLVE_ALL_CONVERSATIONS.format(spans=spans)
+        done["spans_resolved"] = total(step(resolve, "resolve conversations"), 0)
+    # Then log records stored before their span, or before their trace's conversation was
+    # known, by a collector that did not see both: only in a lake whose views read records.
+    done["records_resolved"] = 0
+    if not compact_only and _has_views(_view_marks(con), schema.VIEWS):
+        tables = {"logs": f"{ALIAS}.logs", "spans": spans}
+        looking = time.monotonic()
+        unresolved = con.execute(schema.UNRESOLVED_RECORDS.format(**tables)).fetchone()
+        done["look_for_unresolved_ms"] += round((time.monotonic() - looking) * 1000)
+        if unresolved and unresolved[0]:
+            resolve = schema.RESOLVE_RECORDS.format(**tables)
+            done["records_resolved"] = total(step(resolve, "resolve records"), 0)
+    # Before compaction, which then merges the files this writes. Not under `exclusive`: it
+    # writes only `trajectory_steps`, so it does not conflict with the writer's commits. Its
+    # failure costs readers time, never correctness, so compaction goes on without it.
+    if store_settled_after_s is not None and not compact_only:
+        from spanscore.lake.stored import store_trajectories
+
+        try:
+            done |= store_trajectories(
+                con,
+                settled_after_s=store_settled_after_s,
+                step_deadline_s=step_deadline_s,
+                deadline_s=store_deadline_s,
+            )
+        except duckdb.Error as exc:
+            if is_interrupt(exc):
+                raise
+            done["store_failed"] = 1
+            log.warning("storing trajectories failed (maintenance goes on): %s", exc)
+    # flush: (schema, table, rows_flushed); merge: (schema, table, files_processed,
+    # files_created); expire: one row per snapshot; cleanup and orphans: one row per file.
+    flushed = step(f"CALL ducklake_flush_inlined_data('{ALIAS}')", "flush inlined data")
+    done["rows_flushed"] = total(flushed, 2)
+    sorting = sort_spans if sort_spans is not None else _lake_settings(con)[0] == "sqlite"
+
+    def set_options() -> list[tuple[Any, ...]]:
+        # what one compaction step writes
+        _set_option(con, "target_file_size", merged_file_bytes, unit="B")
+        if sorting:
+            for table in SORTED_TABLES:
+                _set_option(con, "parquet_row_group_size", SORTED_ROW_GROUP_SPANS, table=table)
+        return []
+
+    # A step like the others: setting an option is a commit, which a writer committing every
+    # few milliseconds keeps from the SQLite catalog ("database is locked").
+    step(set_options, "set options")
+    done["span_files_sorted"] = done["log_files_sorted"] = done["sort_steps"] = 0
+    for table in SORTED_TABLES if sorting else ():
+        while True:  # one step per merged file, until fewer than two small files are left
+            [(files,)] = step(
+                partial(_sort_small_files, con, table, merge_below_bytes, merged_file_bytes),
+                f"sort {table}",
+            )
+            done["sort_steps"] += 1
+            done[{"spans": "span_files_sorted", "logs": "log_files_sorted"}[table]] += files
+            if not files:
+                break
+    done["files_merged"] = done["files_created"] = done["merge_steps"] = 0
+    while True:  # one merged file per table and step; ends when a step finds nothing to merge
+        merged = step(
+            f"CALL ducklake_merge_adjacent_files('{ALIAS}', "
+            f"max_file_size => {int(merge_below_bytes)}, max_compacted_files => 1)",
+            "merge files",
+        )
+        done["merge_steps"] += 1
+        done["files_merged"] += total(merged, 2)
+        done["files_created"] += total(merged, 3)
+        if total(merged, 2) == 0:
+            break
+    if compact_only:
+        return done
+    expirable = _expirable_snapshots(con, expire_older_than_s)
+    done["snapshots_expired"] = (
+        len(
+            step(
+                f"CALL ducklake_expire_snapshots('{ALIAS}', versions => {expirable})",
+                "expire snapshots",
+            )
+        )
+        if expirable
+        else 0
+    )
+    # While an evaluation runs, no file is deleted: compaction points every snapshot at the
+    # merged file at once, but a query that listed the old files before goes on reading them,
+    # and a run's query may last longer than any retention (the soak: 72 s against a minute).
+    done["deletion_deferred"] = int(_evaluation_running(con))
+    done["files_deleted"] = (
+        0
+        if done["deletion_deferred"]
+        else len(
+            _delete_old_files(con, delete_older_than_s, lambda sql: step(sql, "delete old files"))
+        )
+    )
+    done["orphans_deleted"] = len(
+        step(
+            f"CALL ducklake_delete_orphaned_files('{ALIAS}', "
+            f"older_than => now() - INTERVAL {int(orphans_kept_s)} SECOND)",
+            "delete orphaned files",
+        )
+    )
+    return done
+
+
+def _delete_old_files(
+    con: duckdb.DuckDBPyConnection,
+    older_than_s: float,
+    run: Callable[[str], list[tuple[Any, ...]]],
+) -> list[str]:
+    """Delete the data files compaction and expiry replaced more than `older_than_s` ago (a
+    reader that listed them before may still be reading them); returns their paths.
+
+    DuckLake's `ducklake_cleanup_old_files` does this right on a PostgreSQL catalog. On the
+    embedded lake's SQLite catalog it compares `older_than` with each file's `schedule_start`
+    as text (`2026-11-24 10:15...` against `2026-11-24T09:15...`), so every file scheduled on
+    the same day as `older_than`, even hours after it, is deleted at once. There, the times
+    are compared here, and the files deleted here: DuckLake's table of files scheduled for
+    deletion is part of its specification, and deleting a file and then its row, as DuckLake
+    does, is safe to repeat after a crash. Data files on object storage (a SQLite catalog with
+    an S3 data path), which only DuckLake can delete, are given to it with a cutoff its text
+    comparison cannot get wrong: the end of the day two days before `older_than`, so they
+    are deleted up to two days later than the retention asks."""
+    catalog_type, data_path = _lake_settings(con)
+    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=older_than_s)
+    if catalog_type != "sqlite":
+        return [
+            str(r[0])
+            for r in run(
+                f"CALL ducklake_cleanup_old_files('{ALIAS}', "
+                f"older_than => now() - INTERVAL {int(older_than_s)} SECOND)"
+            )
+        ]
+    if _is_remote(data_path):
+        # Two days back: `schedule_start` may be written in a local time zone.
+        day = cutoff.replace(hour=0, minute=0, second=0, microsecond=0) - dt.timedelta(days=1)
+        return [
+            str(r[0])
+            for r in run(
+                f"CALL ducklake_cleanup_old_files('{ALIAS}', "
+                f"older_than => '{(day - dt.timedelta(microseconds=1)).isoformat()}'::TIMESTAMPTZ)"
+            )
+        ]
+    scheduled = f"{_METADATA}.ducklake_files_scheduled_for_deletion"
+    # Read whole and compared here: a filter on `schedule_start` reaches SQLite as text.
+    due = [
+        (int(file_id), str(path) if not relative else data_path + str(path))
+        for file_id, path, relative, scheduled_at in con.execute(
+            f"SELECT data_file_id, path, path_is_relative, schedule_start FROM {scheduled}"
+        ).fetchall()
+        if _catalog_time(scheduled_at) < cutoff
+    ]
+    if not due:
+        return []
+    for _, path in due:
+        with contextlib.suppress(FileNotFoundError):  # deleted before a crash, not its row
+            os.remove(path)
+    ids = ", ".join(str(file_id) for file_id, _ in due)
+    run(f"DELETE FROM {scheduled} WHERE data_file_id IN ({ids})")
+    return [path for _, path in due]
+
+
+def _lake_settings(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
+    """The lake's catalog type (`sqlite`, `postgres`, ...) and data path."""
+    row = con.execute(
+        f"SELECT catalog_type, data_path FROM ducklake_settings({_sql_string(ALIAS)})"
+    ).fetchone()
+    assert row is not None
+    return str(row[0]), str(row[1])
+
+
+def _catalog_time(value: object) -> dt.datetime:
+    """A time as the SQLite catalog holds it (`2026-11-24 10:15:00.123+00`), in UTC."""
+    moment = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    if moment.tzinfo is None:  # DuckDB writes an offset; without one, take it for UTC
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment
+
+
+# Spans per row group of the files compaction sorts: one conversation then reads about this
+# many spans of each wide column (bench/query.py). Log records too.
+SORTED_ROW_GROUP_SPANS = 16_384
+
+
+# The tables compaction sorts on an embedded lake, and their order: by conversation first, so
+# that a filter on one prunes row groups (log records carry their span's, `RESOLVE_RECORDS`).
+SORTED_TABLES = {
+    "spans": "conversation_id, start_time_unix_nano, span_id",
+    "logs": "conversation_id, time_unix_nano, span_id",
+}
+
+
+def _sort_small_files(
+    con: duckdb.DuckDBPyConnection, table: str, below_bytes: int, up_to_bytes: int
+) -> list[tuple[Any, ...]]:
+    """One transaction: the oldest small files of `table` (under `below_bytes`, at least two,
+    together about `up_to_bytes`) rewritten as one, their rows in `SORTED_TABLES` order.
+    Returns [(files rewritten,)], 0 when fewer than two were small.
+
+    A rewrite, not DuckLake's sorted merge: that renumbered the rows it moved (row ids are
+    what DuckLake's deletes name rows by), and readers missed conversations while it ran. Here
+    the rows are deleted from the old files and inserted into the new one in one snapshot:
+    a reader sees either, and a new row gets a new row id."""
+    con.execute("BEGIN")
+    # Oldest first: DuckLake names files by UUIDv7, which begins with the time it was made.
+    small = con.execute(
+        f"SELECT data_file, data_file_size_bytes FROM ducklake_list_files({_sql_string(ALIAS)}, "
+        f"{_sql_string(table)}) WHERE data_file_size_bytes < ? ORDER BY data_file",
+        [below_bytes],
+    ).fetchall()
+    chosen: list[str] = []
+    size = 0
+    for path, file_bytes in small:
+        chosen.append(str(path))
+        size += int(file_bytes)
+        if size >= up_to_bytes:
+            break
+    if len(chosen) < 2:
+        con.execute("COMMIT")
+        return [(0,)]
+    files = ", ".join(_sql_string(path) for path in chosen)
+    rows = f"{ALIAS}.{table}"
+    con.execute(
+        f"INSERT INTO {rows} BY NAME SELECT * FROM {rows} WHERE filename IN ({files}) "
+        f"ORDER BY {SORTED_TABLES[table]}"
+    )
+    con.execute(f"DELETE FROM {rows} WHERE filename IN ({files})")
+    con.execute("COMMIT")
+    return [(len(chosen),)]
+
+
+def _set_option(
+    con: duckdb.DuckDBPyConnection, option: str, value: int, *, table: str = "", unit: str = ""
+) -> None:
+    """A DuckLake option of the lake, or of one `table`, given in `unit` and read back as a
+    plain number (set only when it differs: options are kept in the catalog, and setting one
+    is a commit)."""
+    scope = f"scope_entry = 'main.{table}'" if table else "scope = 'GLOBAL'"
+    row = con.execute(
+        f"SELECT value FROM ducklake_options({_sql_string(ALIAS)}) "
+        f"WHERE option_name = ? AND {scope}",
+        [option],
+    ).fetchone()
+    if row is None or str(row[0]) != str(value):
+        on_table = f", table_name => {_sql_string(table)}" if table else ""
+        con.execute(
+            f"CALL {ALIAS}.set_option({_sql_string(option)}, '{int(value)}{unit}'{on_table})"
+        )
+
+
+# A run still `running` after this long is taken for dead (killed before it could say so)
+# and no longer holds snapshots back.
+PINNED_SNAPSHOT_HOURS = 24
+
+
+# The evaluations running now, as maintenance sees them.
+_RUNNING_EVALUATIONS = f"""{ALIAS}.eval_runs
+    WHERE status = 'running' AND started_at > now() - INTERVAL {PINNED_SNAPSHOT_HOURS} HOUR"""
+
+
+def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) -> list[int]:
+    """The snapshots to expire: older than `older_than_s`, never the latest, and older than
+    any a running evaluation pinned (`details.snapshot` of its `eval_runs` row), which it reads
+    in every worker for as long as it runs. (Ids, not `older_than =>`: DuckLake 1.5 expired
+    snapshots newer than the time it was given.)"""
+    snapshots = f"ducklake_snapshots({_sql_string(ALIAS)})"
+    row = con.execute(
+        f"""WITH pinned AS (
+            SELECT min(TRY_CAST(json_extract_string(details, '$.snapshot') AS BIGINT)) AS id
+            FROM {_RUNNING_EVALUATIONS}
+        )
+        SELECT list(snapshot_id ORDER BY snapshot_id) FROM {snapshots}
+        WHERE snapshot_time < now() - INTERVAL {int(older_than_s)} SECOND
+            AND snapshot_id < (SELECT max(snapshot_id) FROM {snapshots})
+            AND snapshot_id < coalesce((SELECT id FROM pinned), 9223372036854775807)"""
+    ).fetchone()
+    return list(row[0]) if row and row[0] else []
+
+
+def _evaluation_running(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute(f"SELECT count(*) FROM {_RUNNING_EVALUATIONS}").fetchone()
+    return bool(row and row[0])
