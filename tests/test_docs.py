@@ -1,4 +1,5 @@
-"""The README cannot drift from the code, and keeps its promises (two commands, same CI)."""
+"""The README and the docs pages cannot drift from the code, and keep their promises (two
+commands, same CI)."""
 
 from __future__ import annotations
 
@@ -40,18 +41,18 @@ def test_every_command_has_help_with_an_example(name: str) -> None:
     assert f"#### `spanscore {name}`" in (ROOT / "docs" / "reference.md").read_text()
 
 
-def _blocks(language: str, section: str | None = None) -> list[str]:
-    text = README
+def _blocks(language: str, section: str | None = None, page: str = "README.md") -> list[str]:
+    text = (ROOT / page).read_text()
     if section is not None:
         text = text.split(section + "\n", 1)[1].split("\n#", 1)[0]
     parts = text.split(f"```{language}\n")[1:]
     return [p.split("```", 1)[0] for p in parts]
 
 
-def test_the_readme_suite_example_loads() -> None:
+def test_the_suite_example_loads() -> None:
     from spanscore.evaluation import load_suite
 
-    (example,) = _blocks("yaml", "## Suites and nightly evaluation")
+    (example,) = _blocks("yaml", "## A suite", "docs/suites.md")
     import yaml
 
     suite = load_suite(yaml.safe_load(example), base_dir=ROOT / "examples" / "customer_service")
@@ -59,7 +60,7 @@ def test_the_readme_suite_example_loads() -> None:
 
 
 @pytest.mark.slow
-def test_the_readme_queries_run_on_an_evaluated_lake(tmp_path: Path) -> None:
+def test_the_queries_over_the_scores_run_on_an_evaluated_lake(tmp_path: Path) -> None:
     from spanscore.evaluation import load_suite
     from spanscore.evaluation.run import RunOptions, evaluate
     from spanscore.examples.demo import SUITE, run_demo
@@ -68,7 +69,7 @@ def test_the_readme_queries_run_on_an_evaluated_lake(tmp_path: Path) -> None:
     lake = tmp_path / "demo"
     run_demo(lake, echo=lambda line: None)
     evaluate(lake, load_suite(SUITE), RunOptions(settle_s=0, rescore=True))
-    queries = _blocks("sql", "### Queries over the scores")
+    queries = _blocks("sql", "## Queries over the scores", "docs/suites.md")
     assert len(queries) == 3
     con = connect(lake)
     try:
