@@ -1,8 +1,9 @@
 """The README and the docs pages cannot drift from the code, and keep their promises (two
-commands, same CI)."""
+commands, same CI, a README read to the end, links that lead somewhere)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from spanscore.cli.reference import render
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def test_the_reference_page_is_up_to_date() -> None:
@@ -105,3 +107,38 @@ def test_the_deploy_files_call_evaluate_with_valid_options() -> None:
         )
         assert context.params["sample"] == 0.1
     assert "OnCalendar=" in (ROOT / "deploy" / "systemd" / "spanscore-evaluate.timer").read_text()
+
+
+def test_the_readme_is_short_enough_to_read_to_the_end() -> None:
+    # The rest is in docs/, one page per part of the product, which the README links to.
+    assert len(README.splitlines()) <= 300
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings (`## A b: `c`` is `#a-b-c`)."""
+    anchors: set[str] = set()
+    text = re.sub(r"^```.*?^```$", "", page.read_text(), flags=re.S | re.M)
+    for heading in re.findall(r"^#+ (.+)$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        anchor, n = slug, 0
+        while anchor in anchors:
+            n += 1
+            anchor = f"{slug}-{n}"
+        anchors.add(anchor)
+    return anchors
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_leads_to_a_file_and_heading_that_exist(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # a web address
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists() or (anchor and anchor not in _anchors(file)):
+            broken.append(target)
+    assert not broken, f"{page.relative_to(ROOT)}: links to nothing: {broken}"
