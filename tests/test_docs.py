@@ -1,7 +1,9 @@
-"""The README cannot drift from the code, and keeps its promises (two commands, same CI)."""
+"""The README and the docs pages cannot drift from the code, and keep their promises (two
+commands, same CI, a README read to the end, links that lead somewhere)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from spanscore.cli.reference import render
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def test_the_reference_page_is_up_to_date() -> None:
@@ -40,18 +43,18 @@ def test_every_command_has_help_with_an_example(name: str) -> None:
     assert f"#### `spanscore {name}`" in (ROOT / "docs" / "reference.md").read_text()
 
 
-def _blocks(language: str, section: str | None = None) -> list[str]:
-    text = README
+def _blocks(language: str, section: str | None = None, page: str = "README.md") -> list[str]:
+    text = (ROOT / page).read_text()
     if section is not None:
         text = text.split(section + "\n", 1)[1].split("\n#", 1)[0]
     parts = text.split(f"```{language}\n")[1:]
     return [p.split("```", 1)[0] for p in parts]
 
 
-def test_the_readme_suite_example_loads() -> None:
+def test_the_suite_example_loads() -> None:
     from spanscore.evaluation import load_suite
 
-    (example,) = _blocks("yaml", "## Suites and nightly evaluation")
+    (example,) = _blocks("yaml", "## A suite", "docs/suites.md")
     import yaml
 
     suite = load_suite(yaml.safe_load(example), base_dir=ROOT / "examples" / "customer_service")
@@ -59,7 +62,7 @@ def test_the_readme_suite_example_loads() -> None:
 
 
 @pytest.mark.slow
-def test_the_readme_queries_run_on_an_evaluated_lake(tmp_path: Path) -> None:
+def test_the_queries_over_the_scores_run_on_an_evaluated_lake(tmp_path: Path) -> None:
     from spanscore.evaluation import load_suite
     from spanscore.evaluation.runs.options import RunOptions
     from spanscore.evaluation.runs.run import evaluate
@@ -69,7 +72,7 @@ def test_the_readme_queries_run_on_an_evaluated_lake(tmp_path: Path) -> None:
     lake = tmp_path / "demo"
     run_demo(lake, echo=lambda line: None)
     evaluate(lake, load_suite(SUITE), RunOptions(settle_s=0, rescore=True))
-    queries = _blocks("sql", "### Queries over the scores")
+    queries = _blocks("sql", "## Queries over the scores", "docs/suites.md")
     assert len(queries) == 3
     con = connect(lake)
     try:
@@ -105,3 +108,38 @@ def test_the_deploy_files_call_evaluate_with_valid_options() -> None:
         )
         assert context.params["sample"] == 0.1
     assert "OnCalendar=" in (ROOT / "deploy" / "systemd" / "spanscore-evaluate.timer").read_text()
+
+
+def test_the_readme_is_short_enough_to_read_to_the_end() -> None:
+    # The rest is in docs/, one page per part of the product, which the README links to.
+    assert len(README.splitlines()) <= 300
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings (`## A b: `c`` is `#a-b-c`)."""
+    anchors: set[str] = set()
+    text = re.sub(r"^```.*?^```$", "", page.read_text(), flags=re.S | re.M)
+    for heading in re.findall(r"^#+ (.+)$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        anchor, n = slug, 0
+        while anchor in anchors:
+            n += 1
+            anchor = f"{slug}-{n}"
+        anchors.add(anchor)
+    return anchors
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_leads_to_a_file_and_heading_that_exist(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # a web address
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists() or (anchor and anchor not in _anchors(file)):
+            broken.append(target)
+    assert not broken, f"{page.relative_to(ROOT)}: links to nothing: {broken}"

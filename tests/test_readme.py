@@ -1,12 +1,15 @@
-"""The README's commands run as shown.
+"""The commands of the README and of the docs pages run as shown.
 
-Every block of shell commands in the README is a ```console block; each runs, in the order of
-the README, as one bash script (`set -euo pipefail`) in one working folder, unless an
-`<!-- illustrative: why -->` line right above it says why it cannot (the set-up commands
-themselves, `sudo`, a collector in the foreground). Code blocks whose first line is
-`# file: NAME` are written to NAME in that folder when the README reaches them, so a later
-command runs the file as a reader would. Commands ending in `&` run in the background until the
-end of their block.
+Every block of shell commands in README.md and in docs/ is a ```console block. The blocks of
+each page run, in the order of the page, as one bash script (`set -euo pipefail`) in a working
+folder of the page's own, unless an `<!-- illustrative: why -->` line right above a block says
+why it cannot (the set-up commands themselves, `sudo`, a collector in the foreground). Code
+blocks whose first line is `# file: NAME` are written to NAME in that folder when the page
+reaches them, so a later command runs the file as a reader would. Commands ending in `&` run in
+the background until the end of their block.
+
+Each page starts where `./run demo` leaves a reader: beside `examples/` and the demo's lake
+`spanscore-demo/`, which the pages only read. The demo runs once, for every page.
 
 The only changes to what a reader types: the collector's default ports and the local model's
 port 8000 become free ports (through the environment variables spanscore and OpenTelemetry
@@ -27,17 +30,22 @@ import pytest
 from .conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```$", re.S | re.M)
 ILLUSTRATIVE = re.compile(r"<!-- illustrative: (.+?) -->\n$")
 
 
 @dataclass
 class Block:
+    page: str
     line: int
     language: str
     body: str
     illustrative: str | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
 
     @property
     def commands(self) -> list[str]:
@@ -59,14 +67,20 @@ class Block:
         first = self.body.split("\n", 1)[0]
         return first.removeprefix("# file: ").strip() if first.startswith("# file: ") else None
 
+    @property
+    def runs(self) -> bool:
+        return self.language == "console" and self.illustrative is None
 
-def blocks() -> list[Block]:
+
+def blocks(page: Path) -> list[Block]:
+    text = page.read_text(encoding="utf-8")
     found = []
-    for match in FENCE.finditer(README):
-        before = README[: match.start()]
+    for match in FENCE.finditer(text):
+        before = text[: match.start()]
         marker = ILLUSTRATIVE.search(before)
         found.append(
             Block(
+                page=str(page.relative_to(ROOT)),
                 line=before.count("\n") + 1,
                 language=match.group(1),
                 body=match.group(2),
@@ -76,21 +90,33 @@ def blocks() -> list[Block]:
     return found
 
 
-def test_every_shell_block_is_a_console_block_and_says_why_when_it_does_not_run():
-    for block in blocks():
+RUNNABLE_PAGES = [page for page in PAGES if any(b.runs for b in blocks(page))]
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_shell_block_is_a_console_block_and_says_why_when_it_does_not_run(page: Path):
+    for block in blocks(page):
         if block.language != "console":
             prompts = [line for line in block.body.splitlines() if line.startswith("$ ")]
-            assert not prompts, f"README.md:{block.line}: shell commands belong in ```console"
+            assert not prompts, f"{block.where}: shell commands belong in ```console"
         elif block.illustrative is None:
-            assert block.commands, f"README.md:{block.line}: a console block without commands"
-    runnable = [b for b in blocks() if b.language == "console" and b.illustrative is None]
-    assert len(runnable) >= 5  # the next steps, the first agent, the first suite, SQL, show
+            assert block.commands, f"{block.where}: a console block without commands"
 
 
-@pytest.mark.slow
-def test_the_readme_runs_as_shown(tmp_path: Path):
+def test_the_readme_and_the_pages_it_sends_readers_to_have_commands_that_run():
+    readme = [b for b in blocks(ROOT / "README.md") if b.runs]
+    assert len(readme) >= 3  # the next steps, the first agent, the first suite
+    ran = {page_id(page) for page in RUNNABLE_PAGES}
+    assert {"README.md", "docs/lake-and-sql.md", "docs/suites.md"} <= ran  # SQL, show, import
+
+
+def _environment() -> dict[str, str]:
     venv_bin = Path(sys.executable).parent
-    grpc, http, model = free_port(), free_port(), free_port()
+    grpc, http = free_port(), free_port()
     env = {
         **os.environ,
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -102,19 +128,34 @@ def test_the_readme_runs_as_shown(tmp_path: Path):
     }
     for name in ("SPANSCORE_LAKE", "SPANSCORE_SUITE", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
         env.pop(name, None)
-    (tmp_path / "examples").symlink_to(ROOT / "examples")  # paths as from a checkout
-    # What `./run demo` leaves behind, which the next steps use.
+    return env
+
+
+@pytest.fixture(scope="module")
+def demo_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What `./run demo` leaves behind, which the pages use."""
+    folder = tmp_path_factory.mktemp("demo")
     demo = subprocess.run(
-        [str(venv_bin / "spanscore"), "demo"], cwd=tmp_path, env=env, capture_output=True,
-        text=True, timeout=600,
+        [str(Path(sys.executable).parent / "spanscore"), "demo"], cwd=folder, env=_environment(),
+        capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stdout + demo.stderr
+    return folder / "spanscore-demo"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", RUNNABLE_PAGES, ids=page_id)
+def test_the_page_runs_as_shown(page: Path, demo_lake: Path, tmp_path: Path):
+    env = _environment()
+    model = free_port()
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # paths as from a checkout
+    (tmp_path / "spanscore-demo").symlink_to(demo_lake)
     ran = 0
-    for block in blocks():
+    for block in blocks(page):
         if block.file_name is not None:
             (tmp_path / block.file_name).write_text(block.body.split("\n", 1)[1])
             continue
-        if block.language != "console" or block.illustrative is not None:
+        if not block.runs:
             continue
         script = "\n".join(
             [
@@ -129,17 +170,17 @@ def test_the_readme_runs_as_shown(tmp_path: Path):
             timeout=600,
         )  # fmt: skip
         assert done.returncode == 0, (
-            f"README.md:{block.line}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+            f"{block.where}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
         )
         shown = [line for line in block.body.splitlines() if line and not line.startswith("$ ")]
         if shown:  # the output shown begins with a line the real output has
-            assert shown[0] in done.stdout.splitlines(), f"README.md:{block.line}\n{done.stdout}"
+            assert shown[0] in done.stdout.splitlines(), f"{block.where}\n{done.stdout}"
         ran += 1
-    assert ran >= 5
+    assert ran >= 1
 
 
 def test_the_next_steps_the_demo_prints_are_the_readmes():
     from spanscore.examples.demo import next_commands
 
     printed = [command for command, _ in next_commands(Path("spanscore-demo"))]
-    assert any(b.commands == printed for b in blocks() if b.illustrative is None)
+    assert any(b.commands == printed for b in blocks(ROOT / "README.md") if b.runs)

@@ -9,7 +9,7 @@ import click
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The exit codes of every command (README "Exit codes"; `spanscore --help`).
+# The exit codes of every command (docs/reference.md, "Commands"; `spanscore --help`).
 EXIT_OK = 0
 EXIT_FAILED = 1  # a gate, a run rule or a comparison failed: the only reason for 1
 EXIT_USAGE = 2  # a usage, suite or input error (click's usage errors are 2 too)

@@ -15,7 +15,7 @@ Retry-After) instead of queueing without bound.
 
 Configuration: every setting of `CollectorConfig` is a command-line option, an environment
 variable `SPANSCORE_<NAME>` and a key of the `--config` file, in that order of precedence; see
-the README's collector section for the full list.
+docs/collector.md, and docs/reference.md for the full list.
 """
 
 from .config import CollectorConfig, ConfigError, load_config

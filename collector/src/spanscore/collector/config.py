@@ -38,7 +38,7 @@ class ConfigError(Exception):
 
 
 class CollectorConfig(BaseModel):
-    """Everything `spanscore serve` can be told. Field docs are the reference (see README)."""
+    """Everything `spanscore serve` can be told. Field docs become docs/reference.md."""
 
     model_config = ConfigDict(extra="forbid")
 

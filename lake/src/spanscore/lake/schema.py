@@ -2,7 +2,7 @@
 
 Table and column names are the user-facing SQL interface: renaming one is a breaking change and
 needs a migration. Each table is a tuple of `Column`s so that the DDL, the Arrow schema the
-collector appends with, and the README's table reference come from the same definition.
+collector appends with, and the table reference (docs/reference.md) come from the same definition.
 
 Schema versions: `SCHEMA_VERSION` is the version this code writes. `MIGRATIONS[n]` holds the
 statements that take a lake from version n - 1 to n (`MIGRATIONS[1]` creates everything). Views
