@@ -279,6 +279,12 @@ def test_sql_reads_its_format_under_both_names_and_the_command_line_wins(
     query_file.write_text("SELECT 2 AS two")
     from_file = _invoke(["sql"], {**both, "SPANSCORE_FILE": str(query_file)})
     assert json.loads(from_file.output) == [{"two": 2}]
+    # The variable's file and a QUERY typed on the command line: the command line's.
+    typed = _invoke(sql, {**both, "SPANSCORE_FILE": str(query_file)})
+    assert json.loads(typed.output) == [{"one": 1}]
+    given_twice = _invoke([*sql, "--file", str(query_file)], both)
+    assert given_twice.exit_code == 2
+    assert "not both" in given_twice.output
 
 
 def test_judge_check_reads_its_inputs_from_the_environment(

@@ -1,7 +1,8 @@
 """The `spanscore` command: thin click commands, each over one library call.
 
 Every option also reads an environment variable, shown in its `--help` (`[env var: ...]`); the
-command line wins over the variable. The variables are named by one rule:
+command line wins over the variable, also over the variable of an alternative (`--since` typed
+wins over SPANSCORE_LAST, a QUERY over SPANSCORE_FILE). The variables are named by one rule:
 
 - `SPANSCORE_<OPTION>` (`--max-judge-cost`: `SPANSCORE_MAX_JUDGE_COST`) for an option that
   means the same in every command that has it (`--lake`, `--suite`, `--token`, the judge's

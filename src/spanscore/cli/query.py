@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .options import lake_option, open_lake_or_fail, option
+from .options import from_environment, lake_option, open_lake_or_fail, option
 
 
 def _plain(value: Any) -> Any:
@@ -131,7 +131,9 @@ def sql_command(lake: str, fmt: str, query_file: Any, write: bool, query: str | 
     from spanscore.lake import query as run_query
 
     if query_file is not None and query is not None:
-        raise click.UsageError("give the SQL as QUERY or with --file, not both")
+        if not from_environment("query_file"):
+            raise click.UsageError("give the SQL as QUERY or with --file, not both")
+        query_file = None  # SPANSCORE_FILE set, QUERY typed: the command line's
     if query == "-":
         query = sys.stdin.read()
     elif query_file is not None:
