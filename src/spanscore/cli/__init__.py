@@ -1,8 +1,28 @@
 """The `spanscore` command: thin click commands, each over one library call.
 
-Every option also reads an environment variable (`SPANSCORE_<OPTION>`); errors exit non-zero
-with a one-line message. Exit codes, for every command: 0 ok, 1 a gate or a comparison
-failed, 2 a usage, suite or input error, 3 the lake cannot be opened, 130 interrupted.
+Every option also reads an environment variable, shown in its `--help` (`[env var: ...]`); the
+command line wins over the variable, also over the variable of an alternative (`--since` typed
+wins over SPANSCORE_LAST, a QUERY over SPANSCORE_FILE). The variables are named by one rule:
+
+- `SPANSCORE_<OPTION>` (`--max-judge-cost`: `SPANSCORE_MAX_JUDGE_COST`) for an option that
+  means the same in every command that has it (`--lake`, `--suite`, `--token`, the judge's
+  options) and for an option no other command has. The collector's settings (`serve`) are
+  named so too: they are also the keys of its config file.
+- `SPANSCORE_<COMMAND>_<OPTION>` where commands use one option name for different things:
+  `--format` (`SPANSCORE_SQL_FORMAT`, `SPANSCORE_RUNS_FORMAT`, ...), `--json`, `--limit`,
+  `--output`; and, beside a collector setting or shared option of that name, `evaluate
+  --workers` (`SPANSCORE_EVALUATE_WORKERS`), `runs --suite` (a suite's name, not its file) and
+  `demo --lake` (a lake the demo recreates).
+
+A flag reads its variable as a boolean (1/0, true/false, yes/no, on/off); a repeatable option
+reads several values separated by spaces (`serve --redact`: by commas). Only `--help` and
+`--version` have no variable: they print and exit. The standard variables keep their meaning:
+OPENAI_API_KEY and OPENAI_BASE_URL for the judge, RAY_ADDRESS for `--engine ray`.
+`sql` also reads SPANSCORE_FORMAT, its variable before the rule.
+
+Errors exit non-zero with a one-line message. Exit codes, for every command: 0 ok, 1 a gate or
+a comparison failed, 2 a usage, suite or input error, 3 the lake cannot be opened, 130
+interrupted.
 """
 
 from __future__ import annotations

@@ -6,15 +6,17 @@ from pathlib import Path
 
 import click
 
+from .options import option
+
 
 @click.command("demo")
-@click.option(
+@option(
     "--lake",
+    envvar="SPANSCORE_DEMO_LAKE",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("spanscore-demo"),
     show_default=True,
-    envvar="SPANSCORE_DEMO_LAKE",
-    help="Where the demo's lake goes (recreated on each run).  [env: SPANSCORE_DEMO_LAKE]",
+    help="Where the demo's lake goes (recreated on each run).",
 )
 def demo_command(lake: Path) -> None:
     """Start a collector, run the example customer-service agent, query what it stored.

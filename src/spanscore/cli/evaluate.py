@@ -12,7 +12,15 @@ from typing import Any
 
 import click
 
-from .options import LakeUnavailable, allow_outside_metrics_option, lake_option
+from .options import (
+    LakeUnavailable,
+    format_option,
+    from_environment,
+    judge_options,
+    lake_option,
+    option,
+    suite_options,
+)
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -165,165 +173,155 @@ class _Echo:
 
 @click.command("evaluate")
 @lake_option()
-@click.option(
-    "--suite",
-    "suite_path",
-    required=True,
-    envvar="SPANSCORE_SUITE",
-    type=click.Path(),
-    help="Suite file (YAML or JSON), another tool's native test file, or a directory of "
-    "watsonx datasets.",
-)
-@allow_outside_metrics_option()
-@click.option(
+@suite_options
+@option(
     "--since",
+    envvar="SPANSCORE_SINCE",
     help="Window start: ISO time or a duration ago (24h). "
     "Default: the end of the previous successful run of this suite.",
 )
-@click.option("--until", help="Window end: ISO time or a duration ago. Default: now - settle.")
-@click.option("--last", help="Shorthand for --since DURATION (e.g. --last 24h).")
-@click.option(
+@option(
+    "--until",
+    envvar="SPANSCORE_UNTIL",
+    help="Window end: ISO time or a duration ago. Default: now - settle.",
+)
+@option("--last", envvar="SPANSCORE_LAST", help="Shorthand for --since DURATION (e.g. --last 24h).")
+@option(
     "--sample",
+    envvar="SPANSCORE_SAMPLE",
     type=click.FloatRange(0, 1, min_open=True),
     help="Fraction of the conversations to score (deterministic by id and seed).",
 )
-@click.option(
+@option(
     "--max-conversations",
+    envvar="SPANSCORE_MAX_CONVERSATIONS",
     type=click.IntRange(min=1),
     help="At most this many conversations (the lowest hashes).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
-@click.option(
+@option(
+    "--seed",
+    envvar="SPANSCORE_SEED",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Sampling seed.",
+)
+@option(
     "--stratify-by",
+    envvar="SPANSCORE_STRATIFY_BY",
     metavar="FIELD",
     help="Sample each agent_name / service_name / span attribute value alike.",
 )
-@click.option("--service", "services", multiple=True, help="Only this service (repeatable).")
-@click.option("--agent", "agents", multiple=True, help="Only this agent (repeatable).")
-@click.option(
+@option(
+    "--service",
+    "services",
+    envvar="SPANSCORE_SERVICE",
+    multiple=True,
+    help="Only this service (repeatable).",
+)
+@option(
+    "--agent",
+    "agents",
+    envvar="SPANSCORE_AGENT",
+    multiple=True,
+    help="Only this agent (repeatable).",
+)
+@option(
     "--scenario",
     "scenarios",
+    envvar="SPANSCORE_SCENARIO",
     multiple=True,
     help="Only conversations with this scenario.id (repeatable).",
 )
-@click.option(
+@option(
     "--rescore",
+    envvar="SPANSCORE_RESCORE",
     is_flag=True,
     help="Score conversations already scored by this suite version again.",
 )
-@click.option(
+@option(
     "--settle",
+    envvar="SPANSCORE_SETTLE",
     default="10m",
     show_default=True,
     help="Leave conversations whose last span is younger than this for the next run.",
 )
-@click.option(
+@option(
     "--workers",
+    envvar="SPANSCORE_EVALUATE_WORKERS",
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="Scoring processes (0: one per CPU).",
 )
-@click.option(
+@option(
     "--engine",
+    envvar="SPANSCORE_ENGINE",
     type=click.Choice(["local", "ray"]),
     default="local",
     show_default=True,
-    envvar="SPANSCORE_ENGINE",
     help="Where conversations are scored: local processes, or tasks on a Ray cluster "
     "(needs spanscore-evaluation[ray]).",
 )
-@click.option(
+@option(
     "--ray-address",
+    envvar="SPANSCORE_RAY_ADDRESS",
     metavar="ADDR",
     help="The Ray cluster to join (host:port of its head); without it, RAY_ADDRESS, else a "
     "local Ray cluster started for the run.",
 )
-@click.option(
+@option(
     "--batch-size",
+    envvar="SPANSCORE_BATCH_SIZE",
     type=click.IntRange(min=1),
     default=500,
     show_default=True,
     help="Conversations per committed batch.",
 )
-@click.option(
+@option(
     "--fail-under",
     "fail_under",
+    envvar="SPANSCORE_FAIL_UNDER",
     multiple=True,
     metavar="[SCENARIO/][METRIC.]KEY=X",
     help="Gate, e.g. pass_rate=0.9 or tool_calls.mean=0.8 (repeatable).",
 )
-@click.option(
+@option(
     "--min-conversations",
-    type=click.IntRange(min=0),
     envvar="SPANSCORE_MIN_CONVERSATIONS",
+    type=click.IntRange(min=0),
     help="Fail (exit 1) when the run has fewer conversations (over the suite's min_conversations).",
 )
-@click.option(
+@option(
     "--strict",
+    envvar="SPANSCORE_STRICT",
     is_flag=True,
     default=None,
-    envvar="SPANSCORE_STRICT",
     help="Warnings fail the run (exit 1): a scenario that selected no conversation, a metric "
     "that errored on every conversation, what an imported native file lost.",
 )
-@click.option("--junit", type=click.Path(dir_okay=False), help="Write JUnit XML here.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="json: one document on stdout (run id, window, counts, summary, gates, warnings).",
+@option(
+    "--junit",
+    envvar="SPANSCORE_JUNIT",
+    type=click.Path(dir_okay=False),
+    help="Write JUnit XML here.",
 )
-@click.option(
-    "--judge-model", envvar="SPANSCORE_JUDGE_MODEL", help="Judge model (over the suite's judge)."
+@format_option(
+    "evaluate",
+    ["text", "json"],
+    "json: one document on stdout (run id, window, counts, summary, gates, warnings).",
 )
-@click.option(
-    "--judge-base-url",
-    envvar="SPANSCORE_JUDGE_BASE_URL",
-    help="OpenAI-compatible endpoint of the judge (default: the suite's, else OPENAI_BASE_URL).",
-)
-@click.option(
-    "--judge-concurrency",
-    type=click.IntRange(min=1),
-    envvar="SPANSCORE_JUDGE_CONCURRENCY",
-    help="Most judge calls in flight; below it the judge finds the provider's limit by itself.",
-)
-@click.option(
-    "--judge-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    envvar="SPANSCORE_JUDGE_TIMEOUT",
-    help="Seconds per judge call (retried, with backoff, up to the suite's max_attempts).",
-)
-@click.option(
-    "--max-judge-calls",
-    type=click.IntRange(min=0),
-    envvar="SPANSCORE_MAX_JUDGE_CALLS",
-    help="Stop judging after this many calls: the rest are recorded as skipped.",
-)
-@click.option(
-    "--max-judge-cost",
-    type=click.FloatRange(min=0),
-    envvar="SPANSCORE_MAX_JUDGE_COST",
-    metavar="USD",
-    help="Stop judging once this much is spent: the rest are recorded as skipped.",
-)
-@click.option(
-    "--no-judge-cache",
-    is_flag=True,
-    envvar="SPANSCORE_NO_JUDGE_CACHE",
-    help="Ask the judge again even when the lake's judge_cache has the answer.",
-)
-@click.option(
+@judge_options
+@option(
     "--judge-batch",
-    is_flag=True,
     envvar="SPANSCORE_JUDGE_BATCH",
+    is_flag=True,
     help="Send the judge's questions through the Batch API (half price; waits for the batch).",
 )
-@click.option(
+@option(
     "--report",
     "report_path",
+    envvar="SPANSCORE_REPORT",
     type=click.Path(dir_okay=False),
     help="Write the run's HTML report here (see `spanscore report`).",
 )
@@ -352,13 +350,7 @@ def evaluate_command(
     strict: bool | None,
     junit: str | None,
     fmt: str,
-    judge_model: str | None,
-    judge_base_url: str | None,
-    judge_concurrency: int | None,
-    judge_timeout: float | None,
-    max_judge_calls: int | None,
-    max_judge_cost: float | None,
-    no_judge_cache: bool,
+    judge: dict[str, Any],
     judge_batch: bool,
     report_path: str | None = None,
 ) -> None:
@@ -402,7 +394,13 @@ def evaluate_command(
         click.echo(f"Error: the suite cannot be used:\n{exc}", err=True)
         sys.exit(2)
     if last and since:
-        raise click.UsageError("give --last or --since, not both")
+        # One set in the environment, the other given on the command line: the command line's.
+        if from_environment("last") and not from_environment("since"):
+            last = None
+        elif from_environment("since") and not from_environment("last"):
+            since = None
+        else:
+            raise click.UsageError("give --last or --since, not both")
     try:
         gates = [parse_gate(g) for g in fail_under]
     except ValueError as exc:
@@ -412,20 +410,8 @@ def evaluate_command(
         if problem is not None:
             raise click.BadParameter(f"{text!r}: {problem[1]}", param_hint="--fail-under")
     start = last or since
-    judge: dict[str, Any] = {
-        key: value
-        for key, value in {
-            "model": judge_model,
-            "base_url": judge_base_url,
-            "concurrency": judge_concurrency,
-            "timeout_s": judge_timeout,
-            "max_calls": max_judge_calls,
-            "max_cost_usd": max_judge_cost,
-            "cache": False if no_judge_cache else None,
-            "batch": True if judge_batch else None,
-        }.items()
-        if value is not None
-    }
+    if judge_batch:
+        judge["batch"] = True
     options = RunOptions(
         since=parse_when(start, now) if start else None,
         until=parse_when(until, now) if until else None,
@@ -489,28 +475,29 @@ def evaluate_command(
 @lake_option()
 @click.argument("run_a")
 @click.argument("run_b")
-@click.option(
+@option(
     "--limit",
+    envvar="SPANSCORE_COMPARE_LIMIT",
     type=click.IntRange(min=0),
     default=20,
     show_default=True,
     help="Conversations to list.",
 )
-@click.option("--all-metrics", is_flag=True, help="List unchanged metrics too.")
-@click.option(
-    "--fail-on-regression",
+@option(
+    "--all-metrics",
+    envvar="SPANSCORE_ALL_METRICS",
     is_flag=True,
+    help="List unchanged metrics too.",
+)
+@option(
+    "--fail-on-regression",
     envvar="SPANSCORE_FAIL_ON_REGRESSION",
+    is_flag=True,
     help="Exit 1 when a conversation went from pass to fail, or a metric's mean dropped "
     "significantly.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="json: one document with every metric and changed conversation.",
+@format_option(
+    "compare", ["text", "json"], "json: one document with every metric and changed conversation."
 )
 def compare_command(
     lake: str,

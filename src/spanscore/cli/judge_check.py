@@ -9,39 +9,43 @@ from typing import Any
 import click
 
 from .evaluate import judge_line
-from .options import allow_outside_metrics_option, lake_option
+from .options import format_option, judge_options, lake_option, option, suite_options
 
 
 @click.command("judge-check")
 @lake_option()
-@click.option("--suite", "suite_path", required=True, type=click.Path(dir_okay=False))
-@allow_outside_metrics_option()
-@click.option("--metric", required=True, help="Judged metric of the suite to check.")
-@click.option(
+@suite_options
+@option(
+    "--metric",
+    envvar="SPANSCORE_METRIC",
+    required=True,
+    help="Judged metric of the suite to check.",
+)
+@option(
     "--labels",
     "labels_path",
+    envvar="SPANSCORE_LABELS",
     required=True,
     type=click.Path(dir_okay=False),
     help="Human labels: JSON, JSONL or CSV with conversation_id and label (or value).",
 )
-@click.option("--judge-model", envvar="SPANSCORE_JUDGE_MODEL", help="Judge model.")
-@click.option("--judge-base-url", envvar="SPANSCORE_JUDGE_BASE_URL", help="Judge endpoint.")
-@click.option("--no-judge-cache", is_flag=True, help="Ask again even when the cache knows.")
-@click.option(
+@judge_options
+@option(
     "--min-kappa",
+    envvar="SPANSCORE_MIN_KAPPA",
     type=click.FloatRange(-1, 1),
     help="Exit 1 when Cohen's kappa (weighted for a scale) is below this.",
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@format_option(
+    "judge-check", ["text", "json"], "json: one document with the agreement and every verdict."
+)
 def judge_check_command(
     lake: str,
     suite_path: str,
     allow_outside_metrics: bool,
     metric: str,
     labels_path: str,
-    judge_model: str | None,
-    judge_base_url: str | None,
-    no_judge_cache: bool,
+    judge: dict[str, Any],
     min_kappa: float | None,
     fmt: str,
 ) -> None:
@@ -64,13 +68,6 @@ def judge_check_command(
     try:
         suite = load_suite(suite_path, allow_outside_metrics=allow_outside_metrics)
         labels = load_labels(labels_path)
-        judge: dict[str, Any] = {}
-        if judge_model:
-            judge["model"] = judge_model
-        if judge_base_url:
-            judge["base_url"] = judge_base_url
-        if no_judge_cache:
-            judge["cache"] = False
         result = check_judge(lake, suite, metric, labels, judge=judge)
     except (SuiteError, LabelsError, JudgeCheckError, JudgeUnavailable) as exc:
         click.echo(f"Error: {exc}", err=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .options import lake_option, open_lake_or_fail
+from .options import from_environment, lake_option, open_lake_or_fail, option
 
 
 def _plain(value: Any) -> Any:
@@ -92,24 +92,27 @@ def _print_table(names: list[str], table: Iterable[list[str]], out: Any, width: 
 
 @click.command("sql")
 @lake_option()
-@click.option(
+@option(
     "--format",
     "fmt",
+    # SPANSCORE_FORMAT: the name from before each command's --format had its own variable.
+    envvar=["SPANSCORE_SQL_FORMAT", "SPANSCORE_FORMAT"],
     type=click.Choice(["table", "csv", "json"]),
     default="table",
-    envvar="SPANSCORE_FORMAT",
     show_default=True,
     help="Output format; json is one array of row objects.",
 )
-@click.option(
+@option(
     "-f",
     "--file",
     "query_file",
+    envvar="SPANSCORE_FILE",
     type=click.File("r", encoding="utf-8"),
     help="Read the SQL from this file (- for stdin).",
 )
-@click.option(
+@option(
     "--write",
+    envvar="SPANSCORE_WRITE",
     is_flag=True,
     help="Open the lake read-write (default: read-only, so a query cannot change the lake).",
 )
@@ -128,7 +131,9 @@ def sql_command(lake: str, fmt: str, query_file: Any, write: bool, query: str | 
     from spanscore.lake import query as run_query
 
     if query_file is not None and query is not None:
-        raise click.UsageError("give the SQL as QUERY or with --file, not both")
+        if not from_environment("query_file"):
+            raise click.UsageError("give the SQL as QUERY or with --file, not both")
+        query_file = None  # SPANSCORE_FILE set, QUERY typed: the command line's
     if query == "-":
         query = sys.stdin.read()
     elif query_file is not None:
@@ -168,17 +173,24 @@ def _sql_error(exc: Exception, write: bool) -> str:
 
 
 @click.command("status")
-@click.option(
+@option(
     "--endpoint",
     envvar="SPANSCORE_ENDPOINT",
     default="http://127.0.0.1:4318",
     show_default=True,
-    help="The collector's OTLP/HTTP address.  [env: SPANSCORE_ENDPOINT]",
+    help="The collector's OTLP/HTTP address.",
 )
-@click.option("--token", envvar="SPANSCORE_TOKEN", help="Bearer token.  [env: SPANSCORE_TOKEN]")
-@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON document.")
-@click.option(
+@option("--token", envvar="SPANSCORE_TOKEN", help="Bearer token.")
+@option(
+    "--json",
+    "as_json",
+    envvar="SPANSCORE_STATUS_JSON",
+    is_flag=True,
+    help="Print the raw JSON document.",
+)
+@option(
     "--wait",
+    envvar="SPANSCORE_WAIT",
     type=click.FloatRange(min=0),
     default=0,
     metavar="SECONDS",

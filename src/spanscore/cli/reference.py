@@ -84,9 +84,33 @@ def commands() -> str:
     return "\n".join(parts).rstrip()
 
 
+def variables() -> str:
+    """Every command's variables: the option each sets, in which commands."""
+    import click
+
+    from spanscore.cli import main
+
+    read: dict[str, list[str]] = {}
+    with main.make_context("spanscore", [], resilient_parsing=True) as group:
+        for name in sorted(main.commands):
+            command = main.commands[name]
+            with command.make_context(name, [], parent=group, resilient_parsing=True) as ctx:
+                for param in command.get_params(ctx):
+                    if not isinstance(param, click.Option) or not param.envvar:
+                        continue
+                    envvars = [param.envvar] if isinstance(param.envvar, str) else param.envvar
+                    option = max(param.opts, key=len)
+                    for variable in envvars:
+                        read.setdefault(variable, []).append(f"`{name} {option}`")
+    rows = ["| variable | option |", "|---|---|"]
+    rows.extend(f"| `{v}` | {', '.join(read[v])} |" for v in sorted(read))
+    return "\n".join(rows)
+
+
 SECTIONS: dict[str, Callable[[], str]] = {
     "settings": settings,
     "tables": tables,
+    "variables": variables,
     "commands": commands,
 }
 

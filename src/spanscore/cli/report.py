@@ -8,19 +8,18 @@ from typing import Any, TypeVar
 
 import click
 
-from .options import lake_option
+from .options import format_option, lake_option, option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def trace_url_option() -> Callable[[F], F]:
-    return click.option(
+    return option(
         "--trace-url",
         envvar="SPANSCORE_TRACE_URL",
         metavar="TEMPLATE",
         help="Link to each trace in your tracing UI, e.g. "
-        "https://tracing.example/trace/{trace_id} ({span_id} and {conversation_id} work too).  "
-        "[env: SPANSCORE_TRACE_URL]",
+        "https://tracing.example/trace/{trace_id} ({span_id} and {conversation_id} work too).",
     )
 
 
@@ -58,28 +57,28 @@ def write_report_file(
 @click.command("report")
 @lake_option()
 @click.argument("run", default="latest")
-@click.option(
+@option(
     "-o",
     "--output",
+    envvar="SPANSCORE_REPORT_OUTPUT",
     type=click.Path(dir_okay=False),
-    help="Where to write it.  [default: report.html, or report.json with --format json]",
+    help="Where to write it (default: report.html, or report.json with --format json).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["html", "json"]),
-    default="html",
-    show_default=True,
-    help="A self-contained page, or the same content as JSON (schema: docs/report.schema.json).",
+@format_option(
+    "report",
+    ["html", "json"],
+    "A self-contained page, or the same content as JSON (schema: docs/report.schema.json).",
 )
-@click.option(
+@option(
     "--baseline",
+    envvar="SPANSCORE_BASELINE",
     metavar="RUN|none",
-    help="Run to compare with (id or prefix).  [default: the suite's previous run]",
+    help="Run to compare with (id or prefix; default: the suite's previous run).",
 )
 @trace_url_option()
-@click.option(
+@option(
     "--max-trajectories",
+    envvar="SPANSCORE_MAX_TRAJECTORIES",
     type=click.IntRange(min=0),
     default=20_000,
     show_default=True,

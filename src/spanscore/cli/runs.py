@@ -6,23 +6,26 @@ import sys
 
 import click
 
-from .options import lake_option, open_lake_or_fail
+from .options import format_option, lake_option, open_lake_or_fail, option
 
 
 @click.command("runs")
 @lake_option()
-@click.option("--suite", "suite_name", help="Only the runs of this suite (its name).")
-@click.option(
-    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Runs to list."
+@option(
+    "--suite",
+    "suite_name",
+    envvar="SPANSCORE_RUNS_SUITE",
+    help="Only the runs of this suite (its name).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "csv", "json"]),
-    default="table",
+@option(
+    "--limit",
+    envvar="SPANSCORE_RUNS_LIMIT",
+    type=click.IntRange(min=1),
+    default=20,
     show_default=True,
-    help="Output format; json is one array of run objects.",
+    help="Runs to list.",
 )
+@format_option("runs", ["table", "csv", "json"], "Output format; json is one array of run objects.")
 def runs_command(lake: str, suite_name: str | None, limit: int, fmt: str) -> None:
     """List evaluation runs, newest first: id, suite, status, window, counts, and why a run
     scored nothing. Any command taking a run accepts its id, a unique prefix, `latest` or

@@ -21,21 +21,36 @@ from spanscore.collector.logsetup import configure_logging
 from .options import MISSING_LAKE, InputError, LakeUnavailable
 
 
+class _SettingOption(click.Option):
+    """An option for a collector setting. Its variable is named for `--help`, but read by
+    `load_config`, which ranks it under the command line and over the config file, parses a
+    list as comma-separated, and names the variable when its value is wrong."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        return None
+
+
 def _option_for(name: str, info: FieldInfo) -> Any:
     """One click option per config field, so the command line and the config never drift."""
     flag = "--" + name.replace("_", "-")
     annotation = info.annotation
     args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
     kind = args[0]
-    help_text = f"{info.description or ''}  [env: {env_name(name)}]".strip()
+    help_text = info.description or ""
+    common: dict[str, Any] = {"cls": _SettingOption, "envvar": env_name(name), "show_envvar": True}
     if kind is bool:
-        return click.option(flag, name, is_flag=True, default=None, help=help_text)
+        return click.option(flag, name, is_flag=True, default=None, help=help_text, **common)
     if name == "redact":
         return click.option(
-            flag, name, multiple=True, default=None, help=help_text + " (repeatable)"
+            flag,
+            name,
+            multiple=True,
+            default=None,
+            help=help_text + " (repeatable; in the variable, comma-separated)",
+            **common,
         )
     if name == "lake":
-        return click.option(flag, name, metavar="DIR|POSTGRES_URL", help=help_text)
+        return click.option(flag, name, metavar="DIR|POSTGRES_URL", help=help_text, **common)
     choices = get_args(kind)
     click_type: Any
     if choices and all(isinstance(c, str) for c in choices):
@@ -46,7 +61,7 @@ def _option_for(name: str, info: FieldInfo) -> Any:
         click_type = click.Path(path_type=Path)
     else:
         click_type = str
-    return click.option(flag, name, type=click_type, default=None, help=help_text)
+    return click.option(flag, name, type=click_type, default=None, help=help_text, **common)
 
 
 def _with_config_options(fn: Any) -> Any:
@@ -59,9 +74,10 @@ def _with_config_options(fn: Any) -> Any:
 @click.option(
     "--config",
     "config_file",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
     envvar="SPANSCORE_CONFIG",
-    help="Settings file (.toml, .json or .yaml).  [env: SPANSCORE_CONFIG]",
+    show_envvar=True,
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="Settings file (.toml, .json or .yaml).",
 )
 @_with_config_options
 def serve_command(config_file: Path | None, **settings: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .options import lake_option, open_lake_or_fail
+from .options import lake_option, open_lake_or_fail, option
 
 
 def _short(value: Any, width: int = 100) -> str:
@@ -75,8 +75,12 @@ def render_trajectory(trajectory: Any, width: int = 100) -> list[str]:
 
 @click.command("show")
 @lake_option()
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print the trajectory as JSON (the pydantic model)."
+@option(
+    "--json",
+    "as_json",
+    envvar="SPANSCORE_SHOW_JSON",
+    is_flag=True,
+    help="Print the trajectory as JSON (the pydantic model).",
 )
 @click.argument("conversation_id")
 def show_command(lake: str, as_json: bool, conversation_id: str) -> None:

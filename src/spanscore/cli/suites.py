@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from .options import option
+
 FORMAT_NAMES = ("arksim", "watsonx", "tool_selection", "adk", "agentevals", "auto")
 
 
@@ -19,9 +21,10 @@ class BadInput(click.ClickException):
 @click.command("import")
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMAT_NAMES))
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option(
+@option(
     "-o",
     "--output",
+    envvar="SPANSCORE_IMPORT_OUTPUT",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the suite to this file (default: print it).",
 )
