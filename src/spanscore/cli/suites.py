@@ -41,7 +41,7 @@ def import_command(fmt: str, file: Path, output: Path | None) -> None:
     $ spanscore import arksim examples/customer_service/arksim_scenarios.json -o suite.yaml
     $ spanscore import watsonx examples/hr/timeoff_schedule.json
     """
-    from spanscore.evaluation.suites.importers._common import ImporterError
+    from spanscore.evaluation.suites.importers import ImporterError
     from spanscore.evaluation.suites.load import import_to_yaml
 
     try:
