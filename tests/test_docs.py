@@ -31,7 +31,7 @@ def test_the_two_setup_commands_and_ci_agree() -> None:
     assert "./run test" in ci
     assert "./run lint" in ci
     lint = (ROOT / "run").read_text()
-    for tool in ("ruff check", "ruff format --check", "mypy"):
+    for tool in ("ruff check", "ruff format --check", "mypy", "lint-imports"):
         assert tool in lint
 
 
