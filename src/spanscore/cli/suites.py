@@ -72,7 +72,13 @@ def schema_suite_command() -> None:
     $ spanscore schema suite > spanscore-suite.schema.json
     # in suite.yaml, for editors with the YAML language server:
     # yaml-language-server: $schema=spanscore-suite.schema.json
+
+    The assertion types of every installed plugin are in it; a plugin that fails to load is
+    named on stderr and left out.
     """
+    from spanscore.evaluation.scoring.plugins import load_installed_plugins
     from spanscore.evaluation.suites.load import suite_json_schema
 
+    for problem in load_installed_plugins():
+        click.echo(f"warning: {problem}", err=True)
     click.echo(json.dumps(suite_json_schema(), indent=2))

@@ -12,6 +12,10 @@ Usage::
     for row in suite.score(trajectory):  # one ScoreRow per (scenario, metric)
         print(row.scenario_id, row.metric, row.score.value, row.score.passed)
 
+Extending it (docs/plugins.md): `@assertion` registers an assertion type (an `AssertionBase`
+model with its `evaluate`), `@metric` a metric function; an installed package registers its
+own through the entry-point group `spanscore`, and suites name them `package/name`.
+
 Environment:
     SPANSCORE_LAKE   the default lake of the `spanscore` commands
 """
@@ -22,10 +26,13 @@ import os
 
 import duckdb
 
+from spanscore.evaluation.scoring.assertion import AssertionBase
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import (
     REGISTRY,
     EvalContext,
     MetricRegistry,
+    PluginError,
     ToolSpec,
     metric,
 )
@@ -48,11 +55,13 @@ def open_lake(
 
 __all__ = [
     "REGISTRY",
+    "AssertionBase",
     "EvalContext",
     "Handoff",
     "LoadedSuite",
     "MetricRegistry",
     "ModelCall",
+    "PluginError",
     "Score",
     "ScoreRow",
     "Suite",
@@ -61,6 +70,7 @@ __all__ = [
     "ToolSpec",
     "Trajectory",
     "Turn",
+    "assertion",
     "load_suite",
     "load_trajectories",
     "load_trajectory",

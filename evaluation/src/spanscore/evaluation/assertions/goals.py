@@ -23,6 +23,7 @@ from spanscore.evaluation.matching.arguments import (
     text_similarity,
 )
 from spanscore.evaluation.scoring.assertion import AssertionBase
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, MetricRegistry
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
@@ -74,6 +75,7 @@ class Goal(BaseModel):
 _SEARCH_LIMIT = 100_000
 
 
+@assertion
 class GoalsAssertion(AssertionBase):
     """A goal dependency graph: `goals` maps a goal to the goals that depend on it. Passes
     (Journey Success) when every goal is met and each after the goals it depends on. Score: the

@@ -16,6 +16,7 @@ from spanscore.evaluation.assertions.expected import (
 )
 from spanscore.evaluation.assertions.tool_calls import _has_judged_rules
 from spanscore.evaluation.scoring.assertion import AssertionBase
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, MetricRegistry
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
@@ -23,6 +24,7 @@ from spanscore.evaluation.trajectory.model import Trajectory
 # --- forbidden calls and ordering constraints --------------------------------------------------
 
 
+@assertion
 class ForbiddenCallsAssertion(AssertionBase):
     """Calls that must never be made (by name, optionally with arguments: `match` defaults to
     partial here, so `{name: cancel_order, arguments: {order_id: X}}` forbids cancelling X).
@@ -50,6 +52,7 @@ class ForbiddenCallsAssertion(AssertionBase):
         )
 
 
+@assertion
 class OrderAssertion(AssertionBase):
     """Every call to `after` comes after a call to `before` (with `require_success`: a call
     that did not fail). Score: the fraction of `after` calls that respect it (1 when none)."""

@@ -15,6 +15,7 @@ from spanscore.evaluation.matching.arguments import (
 )
 from spanscore.evaluation.matching.patterns import check_pattern
 from spanscore.evaluation.scoring.assertion import AssertionBase
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
@@ -22,6 +23,7 @@ from spanscore.evaluation.trajectory.model import Trajectory
 # --- the final answer --------------------------------------------------------------------------
 
 
+@assertion
 class ResponseAssertion(AssertionBase):
     """Checks of the final answer (the last turn's). Score: the fraction of checks that pass;
     passes when all do."""

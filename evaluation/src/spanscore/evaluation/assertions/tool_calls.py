@@ -23,11 +23,13 @@ from spanscore.evaluation.matching.arguments import (
     ArgMode,
 )
 from spanscore.evaluation.scoring.assertion import AssertionBase
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, MetricRegistry
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
 
 
+@assertion
 class ToolCallsAssertion(AssertionBase):
     """The calls made against the calls expected. Modes (pass rule; score):
 

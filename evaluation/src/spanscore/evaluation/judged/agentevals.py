@@ -10,6 +10,7 @@ from spanscore.evaluation.judged.common import _REASONING, _Judged, _schema
 from spanscore.evaluation.judged.render import render_tools
 from spanscore.evaluation.judged.rubrics import conversation_message, prompt
 from spanscore.evaluation.judged.tool_selection import CallSpec
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
@@ -17,6 +18,7 @@ from spanscore.evaluation.trajectory.model import Trajectory
 # --- agentevals-like trajectory judge ----------------------------------------------------------
 
 
+@assertion
 class TrajectoryJudge(_Judged):
     """The judge rates the whole trajectory's tool use for the user's goal, 1-5, against a
     reference trajectory when one is given."""

@@ -22,6 +22,7 @@ from spanscore.evaluation.judged.common import (
 from spanscore.evaluation.judged.render import _clip
 from spanscore.evaluation.judged.rubrics import conversation_message, prompt
 from spanscore.evaluation.metrics.common import _plural
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import ToolCall, Trajectory, Turn
@@ -33,6 +34,7 @@ def _focus(turn: Turn) -> str:
     return f"\n\n# Turn to judge\nTurn {turn.index + 1}: the last ASSISTANT answer above."
 
 
+@assertion
 class Helpfulness(_Judged):
     """ArkSim's helpfulness: each turn's assistant answer scored 1-5 by the judge given the
     chat history up to it; the value is the mean over the turns with an answer (1-5 scale)."""
@@ -195,6 +197,7 @@ class _BehaviorFailure(_Judged):
         )
 
 
+@assertion
 class AgentBehaviorFailure(_BehaviorFailure):
     """ArkSim's agent behaviour failure: each turn's assistant answer labelled (no failure,
     failure to ask for clarification, repetition, disobey user request, lack of specific
@@ -243,6 +246,7 @@ def _calls_json(calls: Sequence[ToolCall], limit: int) -> str:
     )
 
 
+@assertion
 class ToolCallBehaviorFailure(_BehaviorFailure):
     """ArkSim's tool-call behaviour failure: each turn with tool calls labelled over six
     dimensions (selection, parameters, necessity, result usage, safety, response integrity);

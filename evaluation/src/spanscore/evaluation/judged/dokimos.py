@@ -26,6 +26,7 @@ from spanscore.evaluation.metrics.tool_reliability import (
     ToolDescriptionReliability,
     ToolNameReliability,
 )
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, ToolSpec
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
@@ -33,6 +34,7 @@ from spanscore.evaluation.trajectory.model import Trajectory
 # --- Dokimos: task completion, tool argument hallucination -----------------------------------
 
 
+@assertion
 class TaskCompletion(_Judged):
     """Dokimos TaskCompletionEvaluator: the judge reads the dialog and the numbered task list
     (and the constraints) and says which tasks were completed; value = completed / tasks."""
@@ -87,6 +89,7 @@ class TaskCompletion(_Judged):
         )
 
 
+@assertion
 class ToolArgumentHallucination(_Judged):
     """Dokimos ToolArgumentHallucinationEvaluator: each tool call's argument values must be
     derivable from the user's input or the results of the calls before it; value = grounded
@@ -290,6 +293,7 @@ class _ToolSemantics(_Judged):
         )
 
 
+@assertion
 class ToolNameSemantics(_ToolSemantics):
     """Dokimos ToolNameReliability with a judge: the three rule-based checks of
     `tool_name_reliability` plus the LLM's clarity, name_order and intent_over_implementation
@@ -310,6 +314,7 @@ class ToolNameSemantics(_ToolSemantics):
         return ToolNameReliability(type="tool_name_reliability", **options)
 
 
+@assertion
 class ToolDescriptionSemantics(_ToolSemantics):
     """Dokimos ToolDescriptionReliability with a judge: the four rule-based checks of
     `tool_description_reliability` plus nine LLM checks: thirteen checks a tool."""

@@ -26,6 +26,7 @@ from spanscore.evaluation.judged.render import render_trajectory
 from spanscore.evaluation.llm.types import JudgeRequest
 from spanscore.evaluation.scoring.assertion import AssertionBase
 from spanscore.evaluation.scoring.deferral import JudgePending, current_session
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, MetricRegistry
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
@@ -106,6 +107,7 @@ class JudgedAssertion(AssertionBase):
         return value
 
 
+@assertion
 class JudgedRubric(JudgedAssertion):
     """An LLM-judged metric written in the suite (ArkSim custom metrics): `criteria` says what
     to judge; `scale` + `levels` make it quantitative, `labels` qualitative."""

@@ -9,6 +9,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from spanscore.evaluation.judged.common import _EQUIVALENT, _failed, _json, _Judged, _verdict
 from spanscore.evaluation.judged.rubrics import prompt
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
@@ -47,6 +48,7 @@ TOOL_SELECTION_PROMPTS = {
 }
 
 
+@assertion
 class ToolSelection(_Judged):
     """The tool-selection tester: the model's function call (category `tool_selection`) or
     text answer (the other categories) against the expected one, exact check first, then the

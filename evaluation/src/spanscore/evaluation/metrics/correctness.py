@@ -14,6 +14,7 @@ from spanscore.evaluation.assertions.expected import ExpectedCall, normalize_nam
 from spanscore.evaluation.matching.arguments import ArgMode, match_arguments
 from spanscore.evaluation.matching.pairing import fits_exactly, max_weight_matching
 from spanscore.evaluation.metrics.common import _Graded
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import ToolCall, Trajectory
@@ -42,6 +43,7 @@ def lcs_length(a: list[str], b: list[str]) -> int:
     return previous[-1]
 
 
+@assertion
 class Correctness(_Graded):
     """Did the agent use the expected tools? (Dokimos ToolCorrectnessEvaluator.)
 

@@ -9,6 +9,7 @@ from pydantic import (
 )
 
 from spanscore.evaluation.metrics.common import _Counted, _plural
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
@@ -22,6 +23,7 @@ def _limits(value: float, low: float | None, high: float | None) -> bool | None:
     return (low is None or value >= low) and (high is None or value <= high)
 
 
+@assertion
 class TurnCount(_Counted):
     """The number of turns (user message -> steps -> answer, as the trajectory was rebuilt).
     Value: the count. Passes when within `min_turns`..`max_turns`; without limits it only
@@ -54,6 +56,7 @@ def _bounds_text(low: float | None, high: float | None, unit: str) -> str:
     return ""
 
 
+@assertion
 class Latency(_Counted):
     """Time taken, in milliseconds. Value: the total, either `wall` (the conversation's first
     span start to last span end) or `steps` (the sum of model and tool call latencies, which
@@ -113,6 +116,7 @@ class Latency(_Counted):
         )
 
 
+@assertion
 class TokenUsage(_Counted):
     """Tokens used by the conversation's model calls (gen_ai.usage.* or OpenInference counts).
     Value: the `value` total (default `total` = input + output). Passes when the input, output

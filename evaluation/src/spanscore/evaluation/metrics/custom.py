@@ -27,18 +27,23 @@ from pydantic import (
 )
 
 from spanscore.evaluation.scoring.assertion import AssertionBase
-from spanscore.evaluation.scoring.registry import EvalContext, MetricRegistry
+from spanscore.evaluation.scoring.plugins import assertion
+from spanscore.evaluation.scoring.registry import EvalContext, MetricRegistry, PluginError
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
 
 METRIC_ASSERTIONS_DOC = "A spanscore evaluation suite (scenarios, policies, metrics, gates)."
 
 
+@assertion
 class MetricAssertion(AssertionBase):
     """A registered metric by name: a custom `@metric` function, with parameters."""
 
     type: Literal["metric"]
-    metric: str = Field(description="registered metric name (custom metrics by function name)")
+    metric: str = Field(
+        description="registered metric name: a custom metric file's function name, an "
+        "installed plugin's `package/name`, or any importable function as `module:function`"
+    )
     params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
 
     @property
@@ -46,7 +51,10 @@ class MetricAssertion(AssertionBase):
         return self.name or self.metric
 
     def check(self, registry: MetricRegistry) -> list[str]:
-        spec = registry.get(self.metric)
+        try:
+            spec = registry.find(self.metric)
+        except PluginError as exc:
+            return [str(exc)]
         if spec is None:
             known = ", ".join(registry.names()) or "none registered"
             return [f"unknown metric {self.metric!r} (known: {known})"]

@@ -11,6 +11,7 @@ from pydantic import (
 
 from spanscore.evaluation.matching.arguments import values_equal
 from spanscore.evaluation.metrics.common import _arguments, _Graded, _plural, _ratio
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import ToolCall, Trajectory
@@ -18,6 +19,7 @@ from spanscore.evaluation.trajectory.model import ToolCall, Trajectory
 # --- efficiency --------------------------------------------------------------------------------
 
 
+@assertion
 class Efficiency(_Graded):
     """Distinct calls / calls (Dokimos ToolEfficiencyEvaluator): a call is redundant when an
     earlier call has the same name and equal arguments (tolerant equality: 1 == 1.0, any key

@@ -19,6 +19,7 @@ from spanscore.evaluation.matching.critics import Critic, argument, critic_weigh
 from spanscore.evaluation.matching.pairing import max_weight_matching
 from spanscore.evaluation.metrics.common import _plural
 from spanscore.evaluation.scoring.assertion import AssertionBase
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
@@ -59,6 +60,7 @@ class RubricCall(BaseModel):
 CriticEntry = Annotated[Critic, Field(discriminator="type")]
 
 
+@assertion
 class ToolCallRubric(AssertionBase):
     """Arcade's EvalCase scoring: the calls against the expected ones, judged by weighted
     critics, graded by a rubric.

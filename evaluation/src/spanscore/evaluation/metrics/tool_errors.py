@@ -16,6 +16,7 @@ from pydantic import (
 
 from spanscore.evaluation.matching.patterns import check_pattern
 from spanscore.evaluation.metrics.common import _Graded, _plural, _ratio
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, MetricRegistry
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import ToolCall, Trajectory
@@ -44,6 +45,7 @@ def _result_text(result: Any) -> str | None:
         return str(result)
 
 
+@assertion
 class ToolErrors(_Graded):
     """Fraction of tool calls that succeeded (Dokimos ToolErrorEvaluator).
 

@@ -20,6 +20,7 @@ from spanscore.evaluation.metrics.common import (
     _plural,
     _ratio,
 )
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, ToolSpec
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import Trajectory
@@ -99,6 +100,7 @@ class _ToolsReliability(_Graded):
         return self.scored(value, explanation, {"tools": per_tool})
 
 
+@assertion
 class ToolNameReliability(_ToolsReliability):
     """Dokimos ToolNameReliability's rule-based checks of each offered tool's name:
     `snakecase_format` (`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`), `conciseness` (at most
@@ -142,6 +144,7 @@ def _typed(schema: Any) -> bool:
     return False
 
 
+@assertion
 class ToolDescriptionReliability(_ToolsReliability):
     """Dokimos ToolDescriptionReliability's rule-based checks of each offered tool's
     parameters: `input_arguments_clarity` (every parameter has a description),

@@ -19,6 +19,7 @@ from spanscore.evaluation.metrics.common import (
     _plural,
     _ratio,
 )
+from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, ToolSpec
 from spanscore.evaluation.scoring.score import Score
 from spanscore.evaluation.trajectory.model import ToolCall, Trajectory
@@ -26,6 +27,7 @@ from spanscore.evaluation.trajectory.model import ToolCall, Trajectory
 # --- tool-call validity ------------------------------------------------------------------------
 
 
+@assertion
 class ToolCallValidity(_Graded):
     """Each tool call checked against its tool's JSON Schema (Dokimos ToolCallValidity).
 

@@ -1,18 +1,21 @@
-"""Custom metrics by name, and what a metric may use besides the trajectory.
+"""Metrics by name, and what a metric may use besides the trajectory.
 
-`@metric` registers a plain function in `REGISTRY` (or, while a suite's metric file loads, in
-that suite's registry). `EvalContext` carries the suite's tools catalog, its registry and the
-judge (`judge()`)."""
+`@metric` registers a plain function in `REGISTRY` (while a suite's metric file loads, in that
+suite's registry; while a plugin loads, under its namespace: `package/name`). A suite may also
+name any importable function, `module:function`. `EvalContext` carries the suite's tools
+catalog, its registry and the judge (`judge()`). Assertion types and plugins: `plugins`."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import importlib.util
 import inspect
 import math
 import sys
-from collections.abc import Callable, Mapping
+import traceback
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -108,9 +111,21 @@ class MetricRegistry:
         return spec
 
     def get(self, name: str) -> MetricSpec | None:
+        try:
+            return self.find(name)
+        except PluginError:
+            return None
+
+    def find(self, name: str) -> MetricSpec | None:
+        """The metric named `name`, `package/name` or `module:function` (None: not
+        registered); PluginError when a `module:function` cannot be imported."""
         found = self._metrics.get(name)
         if found is None and self._parent is not None:
-            return self._parent.get(name)
+            return self._parent.find(name)
+        if found is None and ":" in name:
+            found = _FUNCTIONS.get(name)
+            if found is None:
+                found = _FUNCTIONS[name] = function_metric(name)
         return found
 
     def names(self) -> list[str]:
@@ -146,6 +161,71 @@ class MetricRegistry:
 
 
 REGISTRY = MetricRegistry()
+_FUNCTIONS: dict[str, MetricSpec] = {}  # `module:function` metrics, by that reference
+
+
+class PluginError(Exception):
+    """A plugin, or a `module:function` metric, that cannot be used: the message says why."""
+
+
+# The namespace of the plugin being loaded: the metrics it registers are named `namespace/name`.
+_NAMESPACE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "spanscore_plugin_namespace", default=None
+)
+
+
+def loading_namespace() -> str | None:
+    """The namespace of the plugin whose module is being imported, if any."""
+    return _NAMESPACE.get()
+
+
+@contextlib.contextmanager
+def registering_as(namespace: str) -> Iterator[None]:
+    """Within the block, what registers belongs to the plugin `namespace`."""
+    token = _NAMESPACE.set(namespace)
+    try:
+        yield
+    finally:
+        _NAMESPACE.reset(token)
+
+
+def function_metric(reference: str) -> MetricSpec:
+    """The metric `module:function` (decorated with `@metric` or not, registered nowhere);
+    PluginError when it cannot be imported or is no metric."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise PluginError(f"{reference!r}: expected 'module:function'")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise PluginError(
+            f"cannot import {module_name!r} for {reference!r}: {brief(exc)}"
+        ) from None
+    for part in attribute.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise PluginError(f"module {module_name!r} has no {attribute!r}")
+    spec = getattr(target, "spanscore_metric", None)
+    if isinstance(spec, MetricSpec):
+        return replace(spec, name=reference)
+    if not callable(target):
+        raise PluginError(f"{reference!r} is not a function")
+    token = _LOADING_FILE.set(True)  # a reference names it: it needs no registration
+    try:
+        metric(reference)(target)
+    except TypeError as exc:
+        raise PluginError(f"{reference!r}: {exc}") from None
+    finally:
+        _LOADING_FILE.reset(token)
+    built: MetricSpec = target.spanscore_metric
+    return built
+
+
+def brief(exc: BaseException) -> str:
+    """The exception and the line of the plugin's code that raised it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 # True while `MetricRegistry.load_file` imports a file: its metrics go to that registry only.
@@ -199,8 +279,12 @@ def metric(
         resolved_kind: ScoreKind = kind or (
             "label" if labels else "pass_fail" if threshold is None else "numeric"
         )
+        metric_name = name if isinstance(name, str) else fn.__name__
+        namespace = _NAMESPACE.get()
+        if namespace is not None and "/" not in metric_name and ":" not in metric_name:
+            metric_name = f"{namespace}/{metric_name}"
         spec = MetricSpec(
-            name=name if isinstance(name, str) else fn.__name__,
+            name=metric_name,
             fn=fn,
             kind=resolved_kind,
             threshold=threshold,

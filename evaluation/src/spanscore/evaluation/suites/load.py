@@ -20,10 +20,11 @@ from pydantic import (
 )
 
 from spanscore.evaluation.metrics.custom import METRIC_ASSERTIONS_DOC
-from spanscore.evaluation.scoring.registry import REGISTRY, MetricRegistry
+from spanscore.evaluation.scoring.plugins import load_plugin
+from spanscore.evaluation.scoring.registry import REGISTRY, MetricRegistry, PluginError
 from spanscore.evaluation.suites import importers
 from spanscore.evaluation.suites.loaded import LoadedSuite
-from spanscore.evaluation.suites.model import Suite, located_assertions
+from spanscore.evaluation.suites.model import Suite, located_assertions, suite_model
 
 # --- loading ---------------------------------------------------------------------------------
 
@@ -94,8 +95,11 @@ def load_suite(
     data, root, label, dropped = _import_native(data, root, label, path, format)
     if not isinstance(data, dict):
         raise SuiteError([Problem(label, 1, "", "expected a mapping (name, scenarios, ...)")])
+    unloaded = _load_named_plugins(label, root, data)
+    if unloaded:
+        raise SuiteError(unloaded)
     try:
-        suite = Suite.model_validate(data)
+        suite = suite_model().model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
         # A value that fits no member of a union gets one error per member: keep those of the
@@ -150,6 +154,44 @@ def load_suite(
         dropped=dropped,
         allow_outside_metrics=allow_outside_metrics,
     )
+
+
+def _load_named_plugins(label: str, root: yaml.Node | None, data: Any) -> list[Problem]:
+    """Load the plugins the suite names (`type: package/name`, `metric: package/name`) before
+    it is validated, so that their types are among the ones an entry may be. A plugin that is
+    not installed or fails to load is a problem at the name."""
+    problems: list[Problem] = []
+    for where, entry in _entries(data):
+        kind = entry.get("type")
+        named = [("type", kind)]
+        if kind == "metric":
+            named.append(("metric", entry.get("metric")))
+        for key, name in named:
+            if not isinstance(name, str) or "/" not in name or ":" in name:
+                continue
+            try:
+                load_plugin(name.split("/", 1)[0])
+            except PluginError as exc:
+                problems.append(_at(label, root, data, (*where, key), str(exc)))
+    return problems
+
+
+def _entries(data: Mapping[str, Any]) -> Iterator[tuple[tuple[str | int, ...], dict[str, Any]]]:
+    """The suite's entries (assertions and metrics) as written, before validation."""
+
+    def listed(value: Any) -> list[Any]:
+        return value if isinstance(value, list) else []
+
+    for i, entry in enumerate(listed(data.get("metrics"))):
+        if isinstance(entry, dict):
+            yield ("metrics", i), entry
+    for group in ("policies", "scenarios"):
+        for j, item in enumerate(listed(data.get(group))):
+            if not isinstance(item, dict):
+                continue
+            for k, entry in enumerate(listed(item.get("assertions"))):
+                if isinstance(entry, dict):
+                    yield (group, j, "assertions", k), entry
 
 
 def _outside(base: Path, metric_file: str) -> str | None:
@@ -356,11 +398,13 @@ def suite_json_schema() -> dict[str, Any]:
     pydantic's schema shows only each model's canonical shape; the loader also takes a
     model's `string_shorthand` (a bare tool name for a call, a strategy name for a rule) and
     every spelling of a key that has several (`name` or `tool`). Both are added here, read
-    from the models themselves so the schema cannot drift from the loader."""
-    schema = Suite.model_json_schema()
+    from the models themselves so the schema cannot drift from the loader. The assertion
+    types of the plugins loaded so far are in it (`load_installed_plugins` loads them all)."""
+    suite = suite_model()
+    schema = suite.model_json_schema()
     defs: dict[str, Any] = schema.get("$defs", {})
-    for model in _models(Suite):
-        if model is Suite:
+    for model in _models(suite):
+        if model is suite:
             _accept_spellings(schema, model)
             continue
         entry = defs.get(model.__name__)

@@ -14,81 +14,61 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    create_model,
     field_validator,
     model_validator,
 )
 
-from spanscore.evaluation.assertions.goals import GoalsAssertion
-from spanscore.evaluation.assertions.ordering import ForbiddenCallsAssertion, OrderAssertion
-from spanscore.evaluation.assertions.response import ResponseAssertion
-from spanscore.evaluation.assertions.tool_calls import ToolCallsAssertion
-from spanscore.evaluation.judged.agentevals import TrajectoryJudge
-from spanscore.evaluation.judged.arksim import (
-    AgentBehaviorFailure,
-    Helpfulness,
-    ToolCallBehaviorFailure,
-)
-from spanscore.evaluation.judged.dokimos import (
-    TaskCompletion,
-    ToolArgumentHallucination,
-    ToolDescriptionSemantics,
-    ToolNameSemantics,
-)
-from spanscore.evaluation.judged.rubrics import JudgedRubric
-from spanscore.evaluation.judged.tool_selection import ToolSelection
+from spanscore.evaluation.assertions import goals, ordering, response, tool_calls
+from spanscore.evaluation.judged import agentevals, arksim, dokimos, rubrics, tool_selection
 from spanscore.evaluation.llm.types import JudgeConfig
 from spanscore.evaluation.matching.patterns import check_pattern
-from spanscore.evaluation.metrics.correctness import Correctness
-from spanscore.evaluation.metrics.counts import Latency, TokenUsage, TurnCount
-from spanscore.evaluation.metrics.custom import MetricAssertion
-from spanscore.evaluation.metrics.efficiency import Efficiency
-from spanscore.evaluation.metrics.rubric import ToolCallRubric
-from spanscore.evaluation.metrics.tool_errors import ToolErrors
-from spanscore.evaluation.metrics.tool_reliability import (
-    ToolDescriptionReliability,
-    ToolNameReliability,
+from spanscore.evaluation.metrics import (
+    correctness,
+    counts,
+    custom,
+    efficiency,
+    rubric,
+    tool_errors,
+    tool_reliability,
+    validity,
 )
-from spanscore.evaluation.metrics.validity import ToolCallValidity
 from spanscore.evaluation.scoring.assertion import AssertionBase
+from spanscore.evaluation.scoring.plugins import ASSERTION_TYPES
 from spanscore.evaluation.scoring.registry import ToolSpec
 from spanscore.evaluation.trajectory.model import Trajectory
 
-# Every assertion type a suite may list, told apart by its `type` field.
-Assertion = Annotated[
-    ToolCallsAssertion
-    | ForbiddenCallsAssertion
-    | OrderAssertion
-    | GoalsAssertion
-    | ResponseAssertion
-    | MetricAssertion
-    | ToolCallValidity
-    | ToolErrors
-    | Efficiency
-    | Correctness
-    | ToolNameReliability
-    | ToolDescriptionReliability
-    | TurnCount
-    | Latency
-    | TokenUsage
-    | ToolCallRubric
-    | JudgedRubric
-    | Helpfulness
-    | AgentBehaviorFailure
-    | ToolCallBehaviorFailure
-    | TaskCompletion
-    | ToolArgumentHallucination
-    | ToolSelection
-    | TrajectoryJudge
-    | ToolNameSemantics
-    | ToolDescriptionSemantics,
-    Field(discriminator="type"),
-]
+# The modules whose built-in assertion types register themselves (`@assertion`) when imported:
+# a suite's entries are one of the registered types, told apart by their `type` field.
+BUILTIN_MODULES = (
+    tool_calls,
+    ordering,
+    goals,
+    response,
+    custom,
+    validity,
+    tool_errors,
+    efficiency,
+    correctness,
+    tool_reliability,
+    counts,
+    rubric,
+    rubrics,
+    arksim,
+    dokimos,
+    tool_selection,
+    agentevals,
+)
+if TYPE_CHECKING:
+    Assertion = AssertionBase
+else:
+    Assertion = ASSERTION_TYPES.union()
 
 
 class _Model(BaseModel):
@@ -301,3 +281,44 @@ def located_assertions(suite: Suite) -> Iterator[tuple[tuple[str | int, ...], As
     for i, scenario in enumerate(suite.scenarios):
         for j, assertion in enumerate(scenario.assertions):
             yield ("scenarios", i, "assertions", j), assertion
+
+
+_BUILTIN_VERSION = ASSERTION_TYPES.version
+_WITH_PLUGINS: dict[int, type[Suite]] = {}
+
+
+def suite_model() -> type[Suite]:
+    """The suite model for the assertion types registered now: `Suite` itself, or, once a
+    plugin has registered types, a subclass whose entries may be those types too (the models
+    are made once per set of types)."""
+    version = ASSERTION_TYPES.version
+    if version == _BUILTIN_VERSION:
+        return Suite
+    model = _WITH_PLUGINS.get(version)
+    if model is None:
+        entries: Any = list[ASSERTION_TYPES.union()]  # type: ignore[misc]
+        fields = Scenario.model_fields
+        scenario = create_model(
+            "Scenario",
+            __base__=Scenario,
+            __module__=__name__,
+            assertions=(entries, fields["assertions"]),
+        )
+        policy = create_model(
+            "Policy",
+            __base__=Policy,
+            __module__=__name__,
+            assertions=(entries, Policy.model_fields["assertions"]),
+        )
+        fields = Suite.model_fields
+        model = create_model(
+            "Suite",
+            __base__=Suite,
+            __module__=__name__,
+            metrics=(entries, fields["metrics"]),
+            policies=(list[policy], fields["policies"]),
+            scenarios=(list[scenario], fields["scenarios"]),
+        )
+        _WITH_PLUGINS.clear()
+        _WITH_PLUGINS[version] = model
+    return model

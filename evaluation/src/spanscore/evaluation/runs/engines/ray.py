@@ -144,7 +144,11 @@ def _join(ray: Any, address: str | None) -> bool:
         "log_to_driver": False,
     }
     if address is None and not os.environ.get("RAY_ADDRESS"):
-        kwargs["include_dashboard"] = False  # a cluster of this run only
+        # A cluster of this run only: "local" starts one, where no address would join the
+        # latest cluster started on this machine (Ray's /tmp/ray/ray_current_cluster),
+        # whose workers may not have this run's packages.
+        address = "local"
+        kwargs["include_dashboard"] = False
     try:
         ray.init(address=address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
