@@ -121,7 +121,8 @@ def _evaluate(python: Path, lake: Path, suite: Path, *args: str) -> dict[str, An
         timeout=600,
         cwd=suite.parent,
     )
-    assert result.returncode in (0, 1) and result.stdout.strip(), result.stderr
+    assert result.returncode in (0, 1), result.stderr
+    assert result.stdout.strip(), result.stderr
     document: dict[str, Any] = json.loads(result.stdout)
     return document
 
