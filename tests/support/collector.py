@@ -136,10 +136,10 @@ class ServeProcess:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        """SIGKILL, as a crash would."""
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
+        """SIGKILL, as a crash would (nothing when it is not running)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
 
     def stop(self, timeout: float = 60.0) -> int | None:
         """Stop the process however it goes: SIGTERM, then SIGKILL after `timeout` seconds.
