@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
+
+from .support.collector import ServeProcess
+from .support.polling import wait_for
 
 
 def test_children_stop_on_sigint_whatever_started_the_run() -> None:
@@ -115,3 +119,21 @@ def test_no_test_module_imports_another_test_module_or_a_conftest() -> None:
         if (found := imports_of_test_modules(path.read_text(), path))
     }
     assert offences == {}
+
+
+@pytest.mark.slow
+def test_stopping_a_serve_process_leaves_none_of_its_processes(tmp_path: Path) -> None:
+    """`ServeProcess.stop` is the clean-up tests and benchmarks rely on: the collector exits
+    cleanly and its decode workers and resource tracker are gone when it returns."""
+    server = ServeProcess(tmp_path / "lake", tmp_path / "collector.log", "--workers", "2")
+    try:
+        server.start(timeout=120)
+        pid = server.pid
+        started = wait_for(
+            lambda: len(c := psutil.Process(pid).children(recursive=True)) >= 3 and c, timeout=60
+        )
+        assert server.stop() == 0
+        assert [p.pid for p in started if p.is_running()] == []
+        assert server.stop() == 0  # again: nothing to do, the same status
+    finally:
+        server.kill()
