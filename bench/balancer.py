@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,61 +30,23 @@ import uuid
 from pathlib import Path
 
 import psycopg
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from opentelemetry.proto.common.v1 import common_pb2
+
+# The collector process, moto's server, free ports and the spans are the tests' helpers
+# (tests/support); a script run as `python bench/balancer.py` has bench/ on sys.path, not the
+# repository.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support import otlp_factory
+from tests.support.collector import ServeProcess
+from tests.support.ports import free_port
+from tests.support.s3 import S3Server
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait(predicate: object, timeout: float = 120, log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
-            raise SystemExit(f"bench: a process did not come up in time\n{tail}")
-        time.sleep(0.1)
-
-
-def ok(url: str, method: str = "GET") -> bool:
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
 def export_body(n: int, spans: int) -> bytes:
-    req = trace_service_pb2.ExportTraceServiceRequest()
-    rs = req.resource_spans.add()
-    rs.resource.attributes.append(
-        common_pb2.KeyValue(key="service.name", value=common_pb2.AnyValue(string_value="bench"))
-    )
-    ss = rs.scope_spans.add()
-    now = time.time_ns()
-    for i in range(spans):
-        span = ss.spans.add()
-        span.trace_id = os.urandom(16)
-        span.span_id = os.urandom(8)
-        span.name = "execute_tool get_order"
-        span.start_time_unix_nano = now
-        span.end_time_unix_nano = now + 1000
-        for key, value in (
-            ("gen_ai.operation.name", "execute_tool"),
-            ("gen_ai.tool.name", "get_order"),
-            ("gen_ai.conversation.id", f"bench-{n}"),
-            ("gen_ai.tool.call.arguments", f'{{"order_id": "ORD-{i}"}}'),
-        ):
-            span.attributes.append(
-                common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=value))
-            )
-    return bytes(req.SerializeToString())
+    """`spans` tool-call spans of conversation `bench-{n}` in one export."""
+    return otlp_factory.request(otlp_factory.tool_spans(spans, f"bench-{n}"), service="bench")
 
 
 def load(port: int, exports: int, spans: int, senders: int) -> float:
@@ -123,38 +84,20 @@ def load(port: int, exports: int, spans: int, senders: int) -> float:
     return exports * spans / (time.monotonic() - started)
 
 
-def run_setup(collectors: int, args: argparse.Namespace, s3_port: int, work: Path) -> float:
+def run_setup(collectors: int, args: argparse.Namespace, s3: S3Server, work: Path) -> float:
     name = "spanscore_bench_" + uuid.uuid4().hex[:10]
     with psycopg.connect(f"{args.postgres}/postgres", autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
-    env = {
-        **os.environ,
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "SPANSCORE_S3_ENDPOINT": f"http://127.0.0.1:{s3_port}",
-        "SPANSCORE_S3_URL_STYLE": "path",
-        "SPANSCORE_S3_REGION": "us-east-1",
-    }
-    lake = f"{args.postgres}/{name}?data_path=s3://bench/{name}/"
-    procs: list[subprocess.Popen[bytes]] = []
-    ports = []
+    lake = f"{args.postgres}/{name}?data_path=s3://{s3.bucket}/{name}/"
+    servers: list[ServeProcess] = []
+    balancer: subprocess.Popen[bytes] | None = None
     try:
         for i in range(collectors):
-            grpc_port, http_port = free_port(), free_port()
-            ports.append((grpc_port, http_port))
-            log = (work / f"{name}-collector-{i}.log").open("ab")
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "spanscore.cli", "serve", "--lake", lake,
-                     "--grpc-port", str(grpc_port), "--http-port", str(http_port),
-                     "--workers", "1", "--maintenance-interval-s", "0"],
-                    env=env, stdout=log, stderr=log,
-                )
-            )  # fmt: skip
-        for i, (_, http_port) in enumerate(ports):
             log_path = work / f"{name}-collector-{i}.log"
-            wait(lambda p=http_port: ok(f"http://127.0.0.1:{p}/health"), log=log_path)
-        port = ports[0][1]
+            extra = ("--workers", "1", "--maintenance-interval-s", "0")
+            servers.append(ServeProcess(lake, log_path, *extra, env=s3.env))
+            servers[-1].start(timeout=120)
+        port = servers[0].http_port
         if collectors > 1:
             haproxy = shutil.which("haproxy")
             if haproxy is None:
@@ -166,20 +109,21 @@ def run_setup(collectors: int, args: argparse.Namespace, s3_port: int, work: Pat
                 "GRPC_PORT": str(free_port()),
                 "HTTP_PORT": str(port),
             }
-            for i, (grpc_port, http_port) in enumerate(ports, start=1):
+            for i, server in enumerate(servers, start=1):
                 lb_env[f"COLLECTOR_{i}_HOST"] = "127.0.0.1"
-                lb_env[f"COLLECTOR_{i}_GRPC"] = str(grpc_port)
-                lb_env[f"COLLECTOR_{i}_HTTP"] = str(http_port)
-            log = (work / f"{name}-haproxy.log").open("ab")
-            command = [haproxy, "-db", "-f", str(CFG)]
-            procs.append(subprocess.Popen(command, env=lb_env, stdout=log, stderr=log))
+                lb_env[f"COLLECTOR_{i}_GRPC"] = str(server.grpc_port)
+                lb_env[f"COLLECTOR_{i}_HTTP"] = str(server.http_port)
+            with (work / f"{name}-haproxy.log").open("ab") as log:
+                command = [haproxy, "-db", "-f", str(CFG)]
+                balancer = subprocess.Popen(command, env=lb_env, stdout=log, stderr=log)
             time.sleep(3)  # two health checks (inter 1s, rise 2) put both collectors in
         return load(port, args.exports, args.spans, args.senders)
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            proc.wait(60)
+        if balancer is not None:
+            balancer.terminate()
+            balancer.wait(60)
+        for server in reversed(servers):
+            server.stop(60)
         with psycopg.connect(f"{args.postgres}/postgres", autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
@@ -191,21 +135,16 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=50)
     parser.add_argument("--senders", type=int, default=8)
     args = parser.parse_args()
-    s3_port = free_port()
     with tempfile.TemporaryDirectory(prefix="spanscore-bench-") as tmp:
         work = Path(tmp)
-        s3 = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        s3 = S3Server(work / "moto.log")
+        s3.bucket = "bench"
+        s3.start()
         try:
-            wait(lambda: ok(f"http://127.0.0.1:{s3_port}/bench", "PUT"))
-            one = run_setup(1, args, s3_port, work)
-            two = run_setup(2, args, s3_port, work)
+            one = run_setup(1, args, s3, work)
+            two = run_setup(2, args, s3, work)
         finally:
-            s3.terminate()
-            s3.wait(30)
+            s3.stop()
     print(f"{args.exports} exports x {args.spans} spans, {args.senders} senders, OTLP/HTTP")
     print(f"one collector, direct:           {one:10.0f} spans/s")
     print(f"two collectors behind HAProxy:   {two:10.0f} spans/s")

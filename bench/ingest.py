@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import abc
 import argparse
-import contextlib
 import http.client
 import json
 import math
@@ -68,8 +67,6 @@ import tempfile
 import threading
 import time
 import types
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +85,11 @@ from spanscore.collector.pool import FlattenPool
 from spanscore.collector.stats import Stats
 from spanscore.collector.writer import CONVERSATION_TRACES, GroupCommitWriter, Pending, QueueFull
 from spanscore.lake import connect
+
+# The helpers tests and benchmarks share (the collector process) are in tests/support; a script
+# run as `python bench/ingest.py` has bench/ on sys.path, not the repository.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.collector import ServeProcess
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 TARGET_SPANS_PER_S = 30_000
@@ -463,78 +465,21 @@ def pool_bytes(pool: Sequence[bytes | None]) -> int:
 # --- the collector process --------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class CollectorProcess:
-    """`spanscore serve` in a child process on free loopback ports, logging JSON to a file."""
+class CollectorProcess(ServeProcess):
+    """`spanscore serve` in a child process on free loopback ports, logging JSON to a file;
+    `sources`: another revision's sources, first on PYTHONPATH ("": today's)."""
 
     def __init__(
         self, lake: Path, log_path: Path, extra: Sequence[str] = (), sources: str = ""
     ) -> None:
+        super().__init__(lake, log_path, *extra)
         self.lake = lake
-        self.log_path = log_path
-        self.sources = sources  # another revision's sources, first on PYTHONPATH ("": today's)
-        self.grpc_port = free_port()
-        self.http_port = free_port()
-        self.args = [
-            sys.executable,
-            "-m",
-            "spanscore.cli",
-            "serve",
-            "--lake",
-            str(lake),
-            "--grpc-port",
-            str(self.grpc_port),
-            "--http-port",
-            str(self.http_port),
-            "--log-format",
-            "json",
-            *extra,
-        ]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        self.sources = sources
+        self.env = _python_env(sources)
 
     def start(self, timeout: float = 60.0) -> CollectorProcess:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                self.args, stdout=log, stderr=log, env=_python_env(self.sources)
-            )
-        deadline = time.monotonic() + timeout
-        while not self._get("/health"):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"collector exited: {self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"collector not healthy within {timeout}s: {self.log_tail()}")
-            time.sleep(0.05)
+        super().start(timeout)
         return self
-
-    def _get(self, path: str) -> dict[str, Any] | None:
-        url = f"http://127.0.0.1:{self.http_port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status != 200:
-                    return None
-                doc = json.loads(response.read())
-                return doc if isinstance(doc, dict) else None
-        except (OSError, ValueError, urllib.error.URLError):
-            return None
-
-    def status(self) -> dict[str, Any]:
-        return self._get("/status") or {}
-
-    def log_tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return "(no log)"
 
     def peak_rss(self) -> int | None:
         """The kernel's high-water marks of resident memory, summed over the collector and its
@@ -556,23 +501,6 @@ class CollectorProcess:
                 if pid == self.pid:
                     return None
         return total
-
-    def stop(self, timeout: float = 60.0) -> int | None:
-        """SIGTERM (the collector drains and commits), then SIGKILL if it does not exit."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.terminate()
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return None
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(10)
 
 
 class RssSampler:

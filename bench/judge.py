@@ -35,7 +35,6 @@ import argparse
 import datetime as dt
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,11 @@ from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.runs.result import RunResult
 from spanscore.evaluation.runs.run import evaluate
 from spanscore.examples.synthetic import build_lake
+
+# Free ports come from the tests' helpers (tests/support); a script run as
+# `python bench/judge.py` has bench/ on sys.path, not the repository.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.ports import free_port
 
 START = dt.datetime.fromtimestamp(1_700_000_000, dt.UTC)
 DETERMINISTIC: list[dict[str, Any]] = [
@@ -69,12 +73,6 @@ JUDGED: list[dict[str, Any]] = [
         "labels": {"safe": "no risky action", "unsafe": "a risky action"},
     },
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_server(capacity: int, latency_ms: int) -> tuple[subprocess.Popen[bytes], str]:

@@ -16,7 +16,7 @@ from spanscore.cli import main
 from spanscore.collector import Collector
 from spanscore.examples.synthetic import build_lake
 
-from .conftest import free_port
+from .support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

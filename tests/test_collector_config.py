@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -23,8 +22,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from spanscore.cli import main
 from spanscore.collector import Collector, ConfigError, load_config
 
-from . import otlp_factory as f
-from .conftest import query, wait_for
+from .support import otlp_factory as f
+from .support.catalog_lock import LOCK_CATALOG
+from .support.lake import query
+from .support.polling import wait_for
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -173,23 +174,6 @@ def test_token_file(make_collector: Callable[..., Collector], tmp_path: Path) ->
     assert conn.getresponse().status == 200
 
 
-@pytest.fixture
-def tls_files(tmp_path: Path) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed: cannot make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-keyout", str(key), "-out", str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 def test_tls_on_both_protocols(
     make_collector: Callable[..., Collector],
     tls_files: tuple[Path, Path],
@@ -214,16 +198,6 @@ def test_tls_on_both_protocols(
     # Plain text to the TLS port is refused.
     plain = GrpcExporter(endpoint=f"127.0.0.1:{collector.grpc_port}", insecure=True, timeout=2)
     assert _send(plain) is SpanExportResult.FAILURE
-
-
-LOCK_CATALOG = """
-import sqlite3, sys
-con = sqlite3.connect(sys.argv[1], isolation_level=None)
-con.execute("BEGIN EXCLUSIVE")
-print("locked", flush=True)
-sys.stdin.read()
-con.execute("ROLLBACK")
-"""
 
 
 def test_full_queue_is_refused_with_retryable_codes(
@@ -305,7 +279,7 @@ def test_status_command_reads_the_counters(collector: Collector) -> None:
 
 
 def test_status_command_without_a_collector() -> None:
-    from .conftest import free_port
+    from .support.ports import free_port
 
     result = CliRunner().invoke(main, ["status", "--endpoint", f"http://127.0.0.1:{free_port()}"])
     assert result.exit_code == 2

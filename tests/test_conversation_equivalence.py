@@ -24,16 +24,10 @@ from spanscore.collector import Collector
 from spanscore.evaluation import open_lake
 from spanscore.lake.schema import LOG_RECORD_CONTENT
 
-from . import otlp_factory as f
-from .test_conversation_rules import (
-    T0,
-    _as_log_record,
-    _chat,
-    _post,
-    _post_logs,
-    _tool,
-    agree_all,
-)
+from .support import otlp_factory as f
+from .support.agreement import agree_all
+from .support.conversation_spans import T0, _as_log_record, _chat, _tool
+from .support.otlp_http import _post, _post_logs
 
 _ids = itertools.count(1)
 

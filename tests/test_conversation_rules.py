@@ -7,7 +7,6 @@ import http.client
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -20,165 +19,15 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from spanscore.cli import main
 from spanscore.collector import Collector
 from spanscore.collector.conversations import _incoming
-from spanscore.evaluation import Trajectory, load_trajectories, open_lake
-from spanscore.evaluation.trajectory.assemble import parse_value
-from spanscore.evaluation.trajectory.load import stored_current
-from spanscore.evaluation.trajectory.model import Handoff, ModelCall
-from spanscore.lake.schema import CONVERSATION_SUMMARIES, KNOWN_CONVERSATIONS
-from spanscore.lake.stored import store_trajectories
+from spanscore.evaluation import open_lake
+from spanscore.evaluation.trajectory.model import ModelCall
+from spanscore.lake.schema import KNOWN_CONVERSATIONS
 
-from . import otlp_factory as f
-from .conftest import query
-
-
-def _post(collector: Collector, spans: list[trace_pb2.Span]) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
-    conn.request("POST", "/v1/traces", f.request(spans), {"Content-Type": "application/x-protobuf"})
-    response = conn.getresponse()
-    assert response.status == 200, response.read()
-
-
-def _agree(lake: Path, conversation_id: str) -> Trajectory:
-    """The builder's trajectory and the views list the same turns, tool calls and counts."""
-    return agree_all(lake, [conversation_id])[0]
-
-
-def agree_all(lake: Path, conversation_ids: list[str]) -> list[Trajectory]:
-    """`_agree` for many conversations: one load, one query per view."""
-    con = open_lake(lake)
-    built = {
-        t.conversation_id: t
-        for t in load_trajectories(con, conversation_ids=conversation_ids, stored=False)
-    }
-    missing = set(conversation_ids) - set(built)
-    assert not missing, f"the builder found no spans for conversations the views list: {missing}"
-    # What maintenance stores of them rebuilds the same trajectories, read from the store.
-    store_trajectories(con, settled_after_s=0)
-    assert stored_current(con, conversation_ids) == sorted(set(conversation_ids))
-    from_store = load_trajectories(con, conversation_ids=conversation_ids)
-    assert [t.model_dump() for t in from_store] == [
-        built[c].model_dump() for c in sorted(set(conversation_ids))
-    ]
-    con.register("wanted", pa.table({"id": conversation_ids}))
-    views: dict[str, dict[str, list[tuple[Any, ...]]]] = {}
-    for view, sql in {
-        "calls": "SELECT conversation_id, turn_index, tool_name, arguments, result, error, "
-        "tool_call_id, parallel_group FROM tool_calls ORDER BY conversation_id, step_index",
-        "turns": "SELECT conversation_id, turn_index, user_message, final_response, "
-        "model_call_count, tool_call_count, handoff_count FROM turns "
-        "ORDER BY conversation_id, turn_index",
-        "summary": "SELECT conversation_id, span_count, tool_call_count, turn_count "
-        "FROM conversations",
-        # what a run chooses its conversations by: the same as `conversations` says
-        "chosen_by": "SELECT conversation_id, conversation_source, agent_name, service_name, "
-        "start_time, end_time FROM conversations",
-        "summaries": "SELECT conversation_id, conversation_source, agent_name, service_name, "
-        f"start_time, end_time FROM {CONVERSATION_SUMMARIES}",
-    }.items():
-        rows = con.execute(
-            f"SELECT * FROM ({sql}) WHERE conversation_id IN (SELECT id FROM wanted)"
-        ).fetchall()
-        grouped: dict[str, list[tuple[Any, ...]]] = {}
-        for row in rows:
-            grouped.setdefault(row[0], []).append(row[1:])
-        views[view] = grouped
-    for cid in conversation_ids:
-        t = built[cid]
-        calls = [
-            (r[0], r[1], parse_value(r[2]), parse_value(r[3]), r[4], r[5], r[6])
-            for r in views["calls"].get(cid, [])
-        ]
-        assert calls == [
-            (turn.index, c.name, c.arguments, c.result, c.error, c.call_id, c.parallel_group)
-            for turn in t.turns
-            for c in turn.tool_calls
-        ], cid
-        assert views["turns"].get(cid, []) == [
-            (
-                turn.index,
-                turn.user_message,
-                turn.final_response,
-                sum(isinstance(s, ModelCall) for s in turn.steps),
-                len(turn.tool_calls),
-                sum(isinstance(s, Handoff) for s in turn.steps),
-            )
-            for turn in t.turns
-        ], cid
-        assert views["summary"].get(cid) == [(t.span_count, len(t.tool_calls), len(t.turns))], cid
-        assert views["summaries"].get(cid) == views["chosen_by"].get(cid), cid
-    return [built[cid] for cid in conversation_ids]
-
-
-def _chat(
-    conversation: str | None,
-    *,
-    user: str | None,
-    calls: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    results: list[tuple[str, Any]] = (),  # type: ignore[assignment]
-    answer: str | None = None,
-    at: int,
-    trace_id: bytes | None = None,
-) -> trace_pb2.Span:
-    inputs: list[dict[str, Any]] = []
-    if user is not None:
-        inputs.append({"role": "user", "parts": [{"type": "text", "content": user}]})
-    if results:
-        inputs.append(
-            {
-                "role": "tool",
-                "parts": [
-                    {"type": "tool_call_response", "id": i, "response": r} for i, r in results
-                ],
-            }
-        )
-    parts: list[dict[str, Any]] = [{"type": "tool_call", **c} for c in calls]
-    if answer is not None:
-        parts.append({"type": "text", "content": answer})
-    attributes: dict[str, object] = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.input.messages": json.dumps(inputs),
-        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": parts}]),
-    }
-    if conversation is not None:
-        attributes["gen_ai.conversation.id"] = conversation
-    span = f.span("chat gpt", trace_id=trace_id, attributes=attributes)
-    span.start_time_unix_nano = at
-    span.end_time_unix_nano = at + 100
-    return span
-
-
-def _tool(
-    conversation: str | None,
-    name: str,
-    *,
-    at: int,
-    call_id: str | None = None,
-    arguments: Any = None,
-    result: Any = None,
-    trace_id: bytes | None = None,
-    parent: bytes | None = None,
-) -> trace_pb2.Span:
-    attributes: dict[str, object] = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": name,
-    }
-    if conversation is not None:
-        attributes["gen_ai.conversation.id"] = conversation
-    if call_id is not None:
-        attributes["gen_ai.tool.call.id"] = call_id
-    if arguments is not None:
-        attributes["gen_ai.tool.call.arguments"] = json.dumps(arguments)
-    if result is not None:
-        attributes["gen_ai.tool.call.result"] = json.dumps(result)
-    span = f.span(f"execute_tool {name}", trace_id=trace_id, attributes=attributes)
-    if parent is not None:
-        span.parent_span_id = parent
-    span.start_time_unix_nano = at
-    span.end_time_unix_nano = at + 100
-    return span
-
-
-T0 = 1_700_000_000_000_000_000
+from .support import otlp_factory as f
+from .support.agreement import _agree
+from .support.conversation_spans import T0, _as_log_record, _chat, _tool
+from .support.lake import query
+from .support.otlp_http import _post, _post_logs
 
 
 def test_a_requested_call_that_never_ran_is_listed_by_both(
@@ -639,41 +488,6 @@ def test_the_writer_knows_each_traces_conversation_as_the_sql_rule_does(
     lacking = {t for t, c in spans if c is None}
     expected = sorted((t, known.get(t), t in lacking) for t in {t for t, _ in spans})
     assert sorted(_incoming(table)) == expected
-
-
-def _post_logs(collector: Collector, records: list[Any]) -> None:
-    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
-
-    request = logs_service_pb2.ExportLogsServiceRequest()
-    request.resource_logs.add().scope_logs.add().log_records.extend(records)
-    conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
-    conn.request(
-        "POST", "/v1/logs", request.SerializeToString(), {"Content-Type": "application/x-protobuf"}
-    )
-    response = conn.getresponse()
-    assert response.status == 200, response.read()
-
-
-# Where a model call's messages are on its span (moved to a log record by `_as_log_record`).
-MESSAGES = ("gen_ai.input.messages", "gen_ai.output.messages")
-
-
-def _as_log_record(span: trace_pb2.Span) -> Any:
-    """Move a model call's messages from its span to a log record of it (the
-    `gen_ai.client.inference.operation.details` event)."""
-    from opentelemetry.proto.logs.v1 import logs_pb2
-
-    moved = [a for a in span.attributes if a.key in MESSAGES]
-    kept = [a for a in span.attributes if a.key not in MESSAGES]
-    del span.attributes[:]
-    span.attributes.extend(kept)
-    return logs_pb2.LogRecord(
-        time_unix_nano=span.end_time_unix_nano,
-        event_name="gen_ai.client.inference.operation.details",
-        trace_id=span.trace_id,
-        span_id=span.span_id,
-        attributes=moved,
-    )
 
 
 @pytest.mark.parametrize(

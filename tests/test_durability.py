@@ -13,8 +13,10 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from . import otlp_factory as f
-from .conftest import ServeProcess, query, wait_for
+from .support import otlp_factory as f
+from .support.collector import ServeProcess
+from .support.lake import query
+from .support.polling import wait_for
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 

@@ -33,50 +33,18 @@ from spanscore.evaluation.runs.window import choose, sample_key
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
 
-from . import otlp_factory as otlp
-from .conftest import query, wait_for
-
-UTC = dt.UTC
-SYNTHETIC_START = dt.datetime.fromtimestamp(1_700_000_000, UTC)  # where build_lake starts
-LATER = SYNTHETIC_START + dt.timedelta(days=30)
-
-SUITE = {
-    "name": "synthetic",
-    "metrics": [
-        {"type": "tool_calls", "mode": "contains", "expected": ["get_order", "search_products"]},
-        {
-            "type": "tool_calls",
-            "name": "strict_calls",
-            "mode": "strict",
-            "expected": [
-                ["get_order", "lookup_customer"],
-                ["search_products", "verify_customer"],
-                "cancel_order",
-            ],
-        },
-        {"type": "response", "keywords": ["shipped"]},
-        {"type": "efficiency"},
-        {"type": "tool_errors", "missing_result_is_error": False},
-    ],
-}
-
-
-def write_suite(tmp_path: Path, suite: dict[str, Any] | str, name: str = "suite.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(suite if isinstance(suite, str) else json.dumps(suite))
-    return path
-
-
-def score_rows(lake: Path, run_id: str) -> list[tuple[Any, ...]]:
-    return sorted(
-        query(
-            lake,
-            "SELECT conversation_id, scenario_id, metric, value, label, passed, threshold, "
-            "explanation, details::VARCHAR, error FROM scores WHERE run_id = ?",
-            [run_id],
-        ),
-        key=repr,
-    )
+from .support import otlp_factory as otlp
+from .support.evaluation_runs import (
+    LATER,
+    SUITE,
+    SYNTHETIC_START,
+    UTC,
+    run,
+    score_rows,
+    write_suite,
+)
+from .support.lake import query
+from .support.polling import wait_for
 
 
 @pytest.fixture
@@ -84,11 +52,6 @@ def synthetic_lake(tmp_path: Path) -> Path:
     lake = tmp_path / "lake"
     build_lake(lake, 300)
     return lake
-
-
-def run(lake: Path, suite: Any, **options: Any) -> Any:
-    defaults: dict[str, Any] = {"settle_s": 0, "workers": 1, "now": LATER}
-    return evaluate(lake, suite, RunOptions(**{**defaults, **options}))
 
 
 # --- determinism, sampling, windows ------------------------------------------------------------

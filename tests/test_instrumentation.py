@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 import spanscore.instrumentation as instrumentation
 from spanscore.collector import Collector
 
-from .conftest import query
+from .support.lake import query
 
 
 def _requirements(dist: str, seen: set[str]) -> set[str]:
@@ -164,7 +164,7 @@ def test_conversation_crosses_services_in_w3c_baggage() -> None:
 def test_a_dead_collector_never_blocks_the_agent(
     monkeypatch: pytest.MonkeyPatch, clean_instrumentation: None
 ) -> None:
-    from .conftest import free_port
+    from .support.ports import free_port
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # the exporter gives up after 1 s
     provider = TracerProvider()

@@ -30,7 +30,8 @@ from spanscore.examples.judge_policy import ScriptedJudge
 from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
 from spanscore.examples.synthetic import build_lake
 
-from .conftest import query, wait_for
+from .support.lake import query
+from .support.polling import wait_for
 
 UTC = dt.UTC
 LATER = dt.datetime.fromtimestamp(1_700_000_000, UTC) + dt.timedelta(days=30)

@@ -21,7 +21,7 @@ from spanscore.examples.judge_policy import ScriptedJudge
 from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
 from spanscore.examples.synthetic import build_lake
 
-from .conftest import query
+from .support.lake import query
 
 
 def trajectory(query_text: str) -> Trajectory:

@@ -15,6 +15,8 @@ from spanscore.evaluation import load_trajectories
 from spanscore.evaluation.trajectory.load import stored_current
 from spanscore.lake import LakeError, LakeLocation, LakeVersionError, connect, schema
 
+from .support.postgres import _postgres_available
+
 
 def test_embedded_lake_layout_and_tables(lake_dir: Path) -> None:
     con = connect(lake_dir, create=True)
@@ -391,17 +393,6 @@ def test_commits_since_lists_the_others_commits_and_notices_expired_ones(lake_di
     assert lake.commits_since(con, start, not_by="me") is None  # start + 1 .. were expired
     assert lake.commits_since(con, current - 1, not_by="me") == [current]  # not by "me"
     assert lake.commits_since(con, current, not_by="me") == []
-
-
-def _postgres_available() -> str | None:
-    try:
-        con = duckdb.connect()
-        lake.load_extension(con, "postgres_scanner")
-        con.execute("ATTACH 'postgresql://postgres@127.0.0.1:5432/test' AS pg (TYPE postgres)")
-        con.close()
-        return None
-    except Exception as exc:
-        return f"no PostgreSQL server on 127.0.0.1:5432 with database 'test' ({exc})"
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from spanscore.evaluation.runs.run import evaluate
 from spanscore.evaluation.trajectory.model import ToolCall, Trajectory, Turn
 from spanscore.examples.synthetic import build_lake
 
-from .conftest import query
+from .support.lake import query
 
 LATER = dt.datetime.fromtimestamp(1_700_000_000, dt.UTC) + dt.timedelta(days=30)
 

@@ -25,7 +25,7 @@ from openai.types import Batch
 
 from spanscore.examples.llm_server import LLMRequest, Reply, ScriptedLLM, ScriptedPolicy
 
-from .conftest import wait_for
+from .support.polling import wait_for
 
 MODEL = "gpt-4.1-mini"
 EMBEDDING_MODEL = "text-embedding-3-small"

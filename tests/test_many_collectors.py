@@ -23,8 +23,11 @@ import pytest
 from spanscore.collector import Collector
 from spanscore.lake import connect, maintain
 
-from . import otlp_factory
-from .conftest import S3Server, ServeProcess, free_port, wait_for
+from .support import otlp_factory
+from .support.collector import ServeProcess
+from .support.polling import wait_for
+from .support.ports import free_port
+from .support.s3 import S3Server
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 CLI = [sys.executable, "-m", "spanscore.cli"]

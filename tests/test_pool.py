@@ -12,8 +12,8 @@ import pytest
 
 from spanscore.collector import Collector
 
-from . import otlp_factory as f
-from .conftest import query
+from .support import otlp_factory as f
+from .support.lake import query
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 

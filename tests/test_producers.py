@@ -1178,7 +1178,7 @@ def test_openinference_agents_hand_off(
     """OpenInference's Agents SDK instrumentation, a hand-off: triage transfers the turn to
     billing, which refunds and answers. One turn, with the hand-off as a step between the
     transfer and billing's tool call, in the builder and the views alike."""
-    from .test_conversation_rules import agree_all
+    from .support.agreement import agree_all
 
     venv = producer_venvs["openinference-agents"]
     if venv.unreachable:

@@ -28,8 +28,9 @@ from spanscore.evaluation.runs.store import score_table, write_scores_once
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
 
-from .conftest import query, wait_for
-from .test_evaluate import LATER, SUITE, SYNTHETIC_START, score_rows, write_suite
+from .support.evaluation_runs import LATER, SUITE, SYNTHETIC_START, score_rows, write_suite
+from .support.lake import query
+from .support.polling import wait_for
 
 TASK_TITLE = "ray::score_shard"  # what Ray names a worker process while it runs our task
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import free_port
+from .support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

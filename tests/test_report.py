@@ -33,10 +33,8 @@ from spanscore.evaluation.runs.run import evaluate
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
 
-from .conftest import query
-from .report_lake import PLANTED, PLANTED_MESSAGE, EvaluatedLake, evaluated_lake
-
-__all__ = ["evaluated_lake"]  # the session fixture, imported for pytest
+from .support.lake import query
+from .support.report_lake import PLANTED, PLANTED_MESSAGE, EvaluatedLake
 
 ROOT = Path(__file__).resolve().parent.parent
 

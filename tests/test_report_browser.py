@@ -1,7 +1,7 @@
 """The report page in a real browser: Debian's Chromium, headless, driven by Playwright (no
 browser download: its `executable_path` is the system's Chromium).
 
-On a report of a real evaluated lake (tests/report_lake.py): the plots are drawn, the table
+On a report of a real evaluated lake (tests/support/report_lake.py): the plots are drawn, the table
 filters, sorts and pages, a failing conversation opens with the failing assertion next to its
 tool call, markup planted in a tool result and a user message stays text and never runs, and
 no request leaves the page. Screenshots are kept as artifacts (in pytest's temporary directory,
@@ -31,10 +31,8 @@ from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.runs.run import evaluate
 from spanscore.examples.synthetic import build_lake
 
-from .conftest import query
-from .report_lake import PLANTED, PLANTED_MESSAGE, EvaluatedLake, evaluated_lake
-
-__all__ = ["evaluated_lake"]  # the session fixture, imported for pytest
+from .support.lake import query
+from .support.report_lake import PLANTED, PLANTED_MESSAGE, EvaluatedLake
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from spanscore.collector import Collector
 
-from .conftest import query
+from .support.lake import query
 
 ExporterFactory = Callable[[Collector], SpanExporter]
 

@@ -15,8 +15,8 @@ from opentelemetry.proto.common.v1 import common_pb2
 
 from spanscore.collector import Collector
 
-from . import otlp_factory as f
-from .conftest import query
+from .support import otlp_factory as f
+from .support.lake import query
 
 keys = st.text(min_size=1, max_size=30)
 scalars = st.one_of(

@@ -19,7 +19,9 @@ import pytest
 from spanscore.collector import Collector
 from spanscore.lake import LakeError, LakeLocation, S3Settings, connect, elected
 
-from .conftest import S3Server, ServeProcess, wait_for
+from .support.collector import ServeProcess
+from .support.polling import wait_for
+from .support.s3 import S3Server
 
 CLI = [sys.executable, "-m", "spanscore.cli"]
 

@@ -34,7 +34,8 @@ from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy
 from spanscore.instrumentation import langchain as shim
 from spanscore.instrumentation.langchain import LangChainInstrumentor
 
-from .conftest import query, wait_for
+from .support.lake import query
+from .support.polling import wait_for
 
 with warnings.catch_warnings():  # moved to `langchain.agents` (not installed), still shipped
     warnings.simplefilter("ignore")

@@ -27,7 +27,8 @@ from spanscore.examples.customer_service.store import Store
 from spanscore.instrumentation import mcp as shim
 from spanscore.instrumentation.mcp import MCPInstrumentor
 
-from .conftest import query, wait_for
+from .support.lake import query
+from .support.polling import wait_for
 
 CONVERSATION = "mcp-conv-1"
 SERVER = "customer-service"

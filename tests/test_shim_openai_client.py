@@ -31,7 +31,8 @@ from spanscore.instrumentation import _tool, _versions, tool
 from spanscore.instrumentation import openai_client as shim
 from spanscore.instrumentation.openai_client import OpenAIInstrumentor
 
-from .conftest import query, wait_for
+from .support.lake import query
+from .support.polling import wait_for
 
 CONVERSATION = "loop-conv-1"
 TURN_1 = "Where are my orders ORD-1001 and ORD-9999?"
@@ -509,8 +510,8 @@ def test_with_the_agents_sdk_shim_model_calls_are_recorded_once(clean: None) -> 
 
     from spanscore.instrumentation import openai_agents
 
-    from .test_shim_openai_agents import PLAN as AGENTS_PLAN
-    from .test_shim_openai_agents import run_conversation as run_agents
+    from .support.agents_conversation import PLAN as AGENTS_PLAN
+    from .support.agents_conversation import run_conversation as run_agents
 
     saved = list(openai_agents.registered_processors())
     set_trace_processors([])

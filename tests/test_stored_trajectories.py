@@ -20,11 +20,11 @@ from spanscore.examples.synthetic import build_lake
 from spanscore.lake import schema, stored
 from spanscore.lake.stored import by_spans, store_trajectories
 
-from . import otlp_factory as f
-from .conftest import wait_for
-from .test_conversation_rules import T0, _chat, _post, _tool
-from .test_evaluate import SUITE, SYNTHETIC_START, run, score_rows
-from .test_trajectory import _post_logs, _record
+from .support import otlp_factory as f
+from .support.conversation_spans import T0, _chat, _record, _tool
+from .support.evaluation_runs import SUITE, SYNTHETIC_START, run, score_rows
+from .support.otlp_http import _post, _post_logs
+from .support.polling import wait_for
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ producers without tool spans or call ids, and malformed data."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import random
 import threading
@@ -27,7 +26,9 @@ from spanscore.examples.customer_service import Store
 from spanscore.examples.customer_service.scripted import ScriptedAgent, conversations
 from spanscore.examples.synthetic import build_lake
 
-from . import otlp_factory as f
+from .support import otlp_factory as f
+from .support.conversation_spans import _record
+from .support.otlp_http import _post, _post_logs
 
 
 def _view_agrees(lake: Path, trajectory: Any) -> None:
@@ -48,13 +49,6 @@ def _view_agrees(lake: Path, trajectory: Any) -> None:
         [trajectory.conversation_id],
     ).fetchone()
     assert count == (len(trajectory.tool_calls),)
-
-
-def _post(collector: Collector, spans: list[trace_pb2.Span]) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
-    conn.request("POST", "/v1/traces", f.request(spans), {"Content-Type": "application/x-protobuf"})
-    response = conn.getresponse()
-    assert response.status == 200, response.read()
 
 
 def test_every_example_plan_rebuilds_exactly(collector: Collector, lake_dir: Path) -> None:
@@ -350,37 +344,6 @@ def test_show_prints_the_tree(collector: Collector, lake_dir: Path) -> None:
     missing = CliRunner().invoke(main, ["show", "nope", "--lake", str(lake_dir)])
     assert missing.exit_code == 2
     assert "no conversation 'nope'" in missing.output
-
-
-def _post_logs(collector: Collector, records: list[Any]) -> None:
-    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
-
-    request = logs_service_pb2.ExportLogsServiceRequest()
-    scope_logs = request.resource_logs.add().scope_logs.add()
-    scope_logs.log_records.extend(records)
-    conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
-    conn.request(
-        "POST", "/v1/logs", request.SerializeToString(), {"Content-Type": "application/x-protobuf"}
-    )
-    response = conn.getresponse()
-    assert response.status == 200, response.read()
-
-
-def _record(span: trace_pb2.Span, event: str, body: dict[str, Any] | None, **attrs: Any) -> Any:
-    from opentelemetry.proto.logs.v1 import logs_pb2
-
-    record = logs_pb2.LogRecord(
-        trace_id=span.trace_id,
-        span_id=span.span_id,
-        time_unix_nano=span.start_time_unix_nano,
-        event_name=event,
-        attributes=[f.attr(k, v) for k, v in attrs.items()],
-    )
-    if body is not None:
-        for key, value in body.items():
-            kv = record.body.kvlist_value.values.add(key=key)
-            kv.value.string_value = value if isinstance(value, str) else json.dumps(value)
-    return record
 
 
 @pytest.mark.parametrize("form", ["deprecated-events", "operation-details"])

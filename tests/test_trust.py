@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from spanscore.cli import main
 from spanscore.examples.synthetic import build_lake
 
-from .conftest import query
+from .support.lake import query
 
 UTC = dt.UTC
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -599,7 +599,8 @@ def test_a_second_collector_on_one_embedded_lake_and_endpoint_mistakes(tmp_path:
     import urllib.error
     import urllib.request
 
-    from .conftest import ServeProcess, wait_for
+    from .support.collector import ServeProcess
+    from .support.polling import wait_for
 
     lake = tmp_path / "lake"
     log = tmp_path / "collector.log"
@@ -647,7 +648,7 @@ def test_a_second_collector_on_one_embedded_lake_and_endpoint_mistakes(tmp_path:
 
 
 def test_status_waits_for_a_starting_collector_then_says_it_waited(tmp_path: Path):
-    from .conftest import free_port
+    from .support.ports import free_port
 
     port = free_port()
     done = cli("status", "--endpoint", f"http://127.0.0.1:{port}", "--wait", "0.5")

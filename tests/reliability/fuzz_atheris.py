@@ -51,8 +51,8 @@ def main() -> None:
         from hypothesis import given, settings
 
         from spanscore.collector import otlp
-        from tests.reliability import test_fuzz_decoders as contract
-        from tests.reliability.otlp_strategies import logs_requests, otlp_json, trace_requests
+        from tests.support import decoder_contract as contract
+        from tests.support.otlp_strategies import logs_requests, otlp_json, trace_requests
 
     import json
 
@@ -99,7 +99,7 @@ def write_seeds(directory: Path, as_json: bool, count: int = 200) -> None:
 
     from hypothesis import HealthCheck, given, settings
 
-    from tests.reliability.otlp_strategies import logs_requests, otlp_json, trace_requests
+    from tests.support.otlp_strategies import logs_requests, otlp_json, trace_requests
 
     directory.mkdir(parents=True, exist_ok=True)
     written: list[int] = []

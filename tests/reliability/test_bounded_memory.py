@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import http.client
 import socket
-import subprocess
-import sys
 import threading
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -27,8 +25,8 @@ from google.protobuf.internal.encoder import _VarintBytes
 
 from spanscore.collector import Collector
 
-from ..conftest import wait_for
-from ..test_bad_input import (
+from ..support.catalog_lock import CatalogLock
+from ..support.otlp_wire import (
     JSON,
     PROTOBUF,
     TRANSPORTS,
@@ -46,37 +44,7 @@ from ..test_bad_input import (
     still_serving,
     trace_request,
 )
-from ..test_collector_config import LOCK_CATALOG
-
-
-class CatalogLock:
-    """Another process holds the catalog's write lock: commits retry, exports wait, the queue
-    fills. (A separate process: POSIX locks do not conflict within one process.)"""
-
-    def __init__(self, lake_dir: Path) -> None:
-        self.lake_dir = lake_dir
-        self.blocker: subprocess.Popen[str] | None = None
-
-    def hold(self) -> None:
-        self.blocker = subprocess.Popen(
-            [sys.executable, "-c", LOCK_CATALOG, str(self.lake_dir / "catalog.sqlite")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.blocker.stdout is not None
-        assert self.blocker.stdout.readline().strip() == "locked"
-
-    def release(self) -> None:
-        if self.blocker is not None and self.blocker.poll() is None:
-            self.blocker.communicate("", timeout=60)
-
-
-@pytest.fixture
-def catalog_lock(lake_dir: Path) -> Iterator[CatalogLock]:
-    lock = CatalogLock(lake_dir)
-    yield lock
-    lock.release()
+from ..support.polling import wait_for
 
 
 def test_the_write_queue_is_bounded_by_bytes_not_rows(

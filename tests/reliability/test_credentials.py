@@ -26,10 +26,12 @@ from spanscore import lake as lake_api
 from spanscore.cli.options import EXIT_LAKE
 from spanscore.collector import load_config
 
-from .. import otlp_factory as f
-from ..conftest import ServeProcess, free_port, wait_for
-from ..test_lake import _postgres_available
-from .netutil import CuttableProxy
+from ..support import otlp_factory as f
+from ..support.collector import ServeProcess
+from ..support.netutil import CuttableProxy
+from ..support.polling import wait_for
+from ..support.ports import free_port
+from ..support.postgres import _postgres_available
 
 SECRET = "pw-7c1e9d0b-do-not-print"
 TOKEN = "token-5a4f-do-not-print"

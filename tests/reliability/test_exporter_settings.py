@@ -21,8 +21,9 @@ import pytest
 
 from spanscore.collector import Collector
 
-from ..conftest import query, wait_for
-from .test_bounded_memory import CatalogLock, catalog_lock  # noqa: F401  (the fixture)
+from ..support.catalog_lock import CatalogLock
+from ..support.lake import query
+from ..support.polling import wait_for
 
 BURST = 4000  # twice the SDK's default queue, half of instrument()'s
 
@@ -53,7 +54,7 @@ print("flushed", provider.force_flush(120_000), flush=True)
 @pytest.mark.parametrize("settings", ["instrument", "sdk-defaults"])
 def test_a_burst_during_refusals_is_delivered(
     make_collector: Callable[..., Collector],
-    catalog_lock: CatalogLock,  # noqa: F811
+    catalog_lock: CatalogLock,
     lake_dir: Path,
     settings: str,
 ) -> None:

@@ -25,12 +25,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spanscore.collector import Collector, load_config, otlp
+from spanscore.collector import Collector, load_config
 from spanscore.collector.conventions import Extractor, log_record_messages
-from spanscore.collector.flatten import Flattener, Limits, summarize
 from spanscore.collector.pool import flatten_request
 
-from .otlp_strategies import (
+from ..support.decoder_contract import FLATTENER, check_contract, items_in
+from ..support.otlp_strategies import (
     JSON_TEXT,
     JSON_VALUES,
     json_junk,
@@ -46,30 +46,6 @@ FUZZ = settings(
     deadline=None,  # a loaded machine is slow, not wrong
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-FLATTENER = Flattener(Limits(max_attributes=6, max_value_length=64, max_key_length=40))
-
-
-def items_in(request: Any, signal: str) -> int:
-    if signal == "spans":
-        return sum(len(s.spans) for g in request.resource_spans for s in g.scope_spans)
-    return sum(len(s.log_records) for g in request.resource_logs for s in g.scope_logs)
-
-
-def check_contract(signal: str, body: bytes, as_json: bool, sent: int | None = None) -> None:
-    """Decode and flatten `body` as the collector does; the contract above."""
-    try:
-        flat = flatten_request(FLATTENER, signal, body, as_json)
-    except otlp.BadRequest as exc:
-        refusal = str(exc)
-        assert len(otlp.client_message(refusal)) <= otlp.MESSAGE_BYTES
-        return
-    assert not flat.unexpected, flat.unexpected  # a rejection no rule foresaw is a bug
-    if sent is not None:
-        assert flat.rows + flat.rejected == sent
-    assert len(flat.problems) >= flat.rejected
-    assert len(summarize(flat.problems).encode()) <= otlp.MESSAGE_BYTES
-
-
 SIGNALS = {"spans": trace_requests(), "logs": logs_requests()}
 
 

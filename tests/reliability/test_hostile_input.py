@@ -19,8 +19,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from spanscore.collector import Collector
 
-from ..conftest import query
-from ..test_bad_input import (
+from ..support.lake import query
+from ..support.otlp_wire import (
     TRANSPORTS,
     assert_clean_success,
     assert_mentions,

@@ -15,7 +15,7 @@ import pytest
 
 from spanscore.collector import Collector
 
-from ..test_bad_input import (
+from ..support.otlp_wire import (
     PROTOBUF,
     Reply,
     assert_clean_success,

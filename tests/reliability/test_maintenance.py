@@ -21,8 +21,9 @@ import pytest
 from spanscore.collector import Collector
 from spanscore.lake import connect
 
-from ..conftest import S3Server, wait_for
-from ..test_bad_input import export, make_span, trace_request
+from ..support.otlp_wire import export, make_span, trace_request
+from ..support.polling import wait_for
+from ..support.s3 import S3Server
 
 
 def lake_shape(lake: Path) -> tuple[int, int]:

@@ -16,8 +16,9 @@ import grpc
 import psutil
 import pytest
 
-from .. import otlp_factory as f
-from ..conftest import ServeProcess, wait_for
+from ..support import otlp_factory as f
+from ..support.collector import ServeProcess
+from ..support.polling import wait_for
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 

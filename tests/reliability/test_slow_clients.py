@@ -24,8 +24,7 @@ import pytest
 
 from spanscore.collector import Collector
 
-from ..conftest import wait_for
-from ..test_bad_input import (
+from ..support.otlp_wire import (
     PROTOBUF,
     TRANSPORTS,
     assert_clean_success,
@@ -35,7 +34,7 @@ from ..test_bad_input import (
     span_ids,
     trace_request,
 )
-from ..test_collector_config import tls_files  # noqa: F401  (the fixture)
+from ..support.polling import wait_for
 
 DECLARED = 100_000  # what each slow client says its body holds
 
@@ -115,7 +114,7 @@ def test_the_receive_budget_refuses_with_a_retryable_answer(
 
 def test_a_silent_tls_client_does_not_stop_https(
     make_collector: Callable[..., Collector],
-    tls_files: tuple[Path, Path],  # noqa: F811
+    tls_files: tuple[Path, Path],
     sockets: list[socket.socket],
 ) -> None:
     cert, key = tls_files

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 PLANTED = '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
@@ -25,7 +24,7 @@ PLANTED_MESSAGE = (
     "</script><script>window.__pwned = 3</script>"
 )
 AGENT = "customer-service"
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "customer_service"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "customer_service"
 
 
 @dataclass
@@ -148,9 +147,3 @@ def build_evaluated_lake(directory: Path) -> EvaluatedLake:
         second = evaluate(lake, load_suite(current), options)
     assert first.scored == second.scored == len(plans), (first, second)
     return EvaluatedLake(lake, first.run_id, second.run_id)
-
-
-@pytest.fixture(scope="session")
-def evaluated_lake(tmp_path_factory: pytest.TempPathFactory) -> EvaluatedLake:
-    """Built once per test session (about 10 s), read by every report test."""
-    return build_evaluated_lake(tmp_path_factory.mktemp("report-lake"))
