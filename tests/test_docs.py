@@ -143,3 +143,18 @@ def test_every_link_leads_to_a_file_and_heading_that_exist(page: Path) -> None:
         if not file.exists() or (anchor and anchor not in _anchors(file)):
             broken.append(target)
     assert not broken, f"{page.relative_to(ROOT)}: links to nothing: {broken}"
+
+
+def test_the_match_modes_tables_are_the_table_of_modes() -> None:
+    from spanscore.evaluation.assertions.modes import MODES, docstring_table, markdown_table
+    from spanscore.evaluation.assertions.tool_calls import ToolCallsAssertion
+
+    assert docstring_table() in (ToolCallsAssertion.__doc__ or "")
+    page = (ROOT / "docs" / "assertions.md").read_text()
+    assert markdown_table() in page, (
+        "docs/assertions.md's mode table differs from the table of modes; it should read:\n"
+        + markdown_table()
+    )
+    # the suite example's comment lists every mode
+    (listed,) = re.findall(r"mode: strict +# (.*)", (ROOT / "docs" / "suites.md").read_text())
+    assert listed.split() == list(MODES)

@@ -362,6 +362,66 @@ def test_marks_of_each_kind_of_details():
     assert score_marks(calls, 0, {"violations": [99, "x"]}) == ([], [])
 
 
+def _scored_details(assertion: dict[str, Any], calls: list[ToolCall]) -> dict[str, Any]:
+    from spanscore.evaluation.trajectory.model import Trajectory, Turn
+
+    suite = load_suite({"name": "s", "metrics": [assertion]})
+    (row,) = suite.score(Trajectory(conversation_id="c", turns=[Turn(index=0, steps=calls)]))
+    assert isinstance(row.score.details, dict)
+    return row.score.details
+
+
+def test_marks_land_where_the_scorer_recorded_each_call():
+    # strict sorts the parallel block: the expected search for "a" pairs with index 2, and
+    # the scorer records that; the report does not redo the sorting
+    details = _scored_details(
+        {
+            "type": "tool_calls",
+            "mode": "strict",
+            "expected": [
+                [
+                    "lookup",
+                    {"name": "search", "arguments": {"q": "a"}},
+                    {"name": "search", "arguments": {"q": "b"}},
+                ],
+                "cancel",
+            ],
+        },
+        TWO,
+    )
+    assert details["actual_index"] == [1, 2, 0, 3]
+    marks, _ = score_marks(TWO, 0, details)
+    notes = {m["call"]: m["note"] for m in marks}
+    assert notes[2] == "matches expected #2 (search)"
+    assert notes[0] == "matches expected #3 (search)"
+    # recorded positions are followed as recorded, whatever the names alone would suggest
+    swapped = {**details, "actual_index": [1, 0, 2, 3]}
+    assert {m["call"]: m["note"] for m in score_marks(TWO, 0, swapped)[0]}[0] == notes[2]
+    # positions that no longer fit the trajectory: no marks
+    for stale in ([1, 2, 3, 0], [1, 1, 0, 3], [1, 2, 0], [1, 2, 0, 9], [1, 2, 0, True]):
+        assert score_marks(TWO, 0, {**details, "actual_index": stale})[0] == [], stale
+
+
+def test_within_marks_only_the_calls_it_did_not_allow():
+    # the two searches share a name; only the one whose arguments break the rule is marked
+    details = _scored_details(
+        {
+            "type": "tool_calls",
+            "mode": "within",
+            "expected": [
+                {"name": "search", "arguments": {"q": "b"}},
+                "lookup",
+                "cancel",
+            ],
+        },
+        TWO,
+    )
+    assert details["not_allowed"] == ["search"]
+    marks, _ = score_marks(TWO, 0, details)
+    assert [(m["call"], m["kind"]) for m in marks] == [(2, "extra")]
+    assert score_marks(TWO[:3], 0, details)[0] == []  # the trajectory changed after scoring
+
+
 # --- escaping --------------------------------------------------------------------------------
 
 

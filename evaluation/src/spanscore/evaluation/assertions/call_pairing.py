@@ -11,7 +11,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from spanscore.evaluation.assertions.expected import GRADED_MODES, _CallMatcher, _Item
+from spanscore.evaluation.assertions.expected import _CallMatcher, _Item
+from spanscore.evaluation.assertions.modes import MODES, Counts, MatchMode
 from spanscore.evaluation.matching.pairing import (
     EXACT_WORK_LIMIT,
     fits_exactly,
@@ -302,22 +303,26 @@ def _canonical_key(name: str, arguments: Any, matcher: _CallMatcher) -> tuple[st
     return matcher.key(name), orjson.dumps(arguments, option=options, default=str)
 
 
-def _canonical_parallel_blocks(actual: list[ToolCall], matcher: _CallMatcher) -> list[ToolCall]:
+def _canonical_order(actual: Sequence[ToolCall], matcher: _CallMatcher) -> list[int]:
     """Calls requested by one model response have no order among themselves: ordered modes
-    see each such block sorted by (name, arguments)."""
-    ordered: list[ToolCall] = []
+    see each such block sorted by (name, arguments). The trajectory's index of each call, in
+    that order."""
+    order: list[int] = []
     i = 0
     while i < len(actual):
         group = actual[i].parallel_group
         j = i + 1
         while group is not None and j < len(actual) and actual[j].parallel_group == group:
             j += 1
-        block = actual[i:j]
+        block = range(i, j)
         if len(block) > 1:
-            block = sorted(block, key=lambda c: _canonical_key(c.name, c.arguments, matcher))
-        ordered += block
+            order += sorted(
+                block, key=lambda k: _canonical_key(actual[k].name, actual[k].arguments, matcher)
+            )
+        else:
+            order += block
         i = j
-    return ordered
+    return order
 
 
 def _parallel_problems(pairing: _Pairing, actual: Sequence[ToolCall]) -> list[str]:
@@ -349,51 +354,43 @@ class CallsAssertion(Protocol):
 def _score_calls(
     assertion: CallsAssertion,
     items: Sequence[_Item],
-    actual: Sequence[ToolCall],
+    calls: Sequence[ToolCall],
     matcher: _CallMatcher,
 ) -> Score:
-    mode = assertion.mode
+    """Score the trajectory's `calls` by the assertion's row of `MODES`. The details record
+    each verdict by position in `actual` (the calls in the order the mode saw them) and, in
+    `actual_index`, where each of those calls is in the trajectory."""
+    mode = MODES[assertion.mode]
+    order = _canonical_order(calls, matcher) if mode.ordered else list(range(len(calls)))
+    actual = [calls[k] for k in order]
     made = len(actual)
     table = _weight_table(items, actual, matcher)
-    if mode == "within":
+    if mode.allow_list:
         allowed = [any(table[i.index][j] is not None for i in items) for j in range(made)]
         outside = [c.name for c, ok in zip(actual, allowed, strict=True) if not ok]
-        value = sum(allowed) / made if made else 1.0
+        counts = Counts(required=0, made=made, matched=sum(allowed), matched_required=0)
         why = f"{len(outside)} of {made} calls not allowed: {', '.join(outside)}"
         return assertion.graded(
-            value,
-            not outside,
+            mode.value(counts),
+            mode.passes(counts),
             explanation="every call allowed" if not outside else why,
-            details={"mode": mode, "calls": made, "not_allowed": outside},
+            details={
+                "mode": mode.name,
+                "calls": made,
+                "not_allowed": outside,
+                "not_allowed_index": [order[j] for j in range(made) if not allowed[j]],
+            },
         )
-    ordered = mode in ("strict", "in_order")
-    slots = _slots(items, table, ordered=ordered)
-    pairing = (_ordered_pairing if ordered else _unordered_pairing)(slots, actual, matcher, table)
+    slots = _slots(items, table, ordered=mode.ordered)
+    pair = _ordered_pairing if mode.ordered else _unordered_pairing
+    pairing = pair(slots, actual, matcher, table)
     parallel = _parallel_problems(pairing, actual) if assertion.check_parallel else []
-    required, matched, missing, extra = (
-        pairing.required,
-        pairing.matched,
-        pairing.missing,
-        pairing.extra,
-    )
-    precision = matched / made if made else 1.0
-    recall = pairing.matched_required / required if required else 1.0
-    if mode in ("strict", "unordered"):
-        total = matched + extra + missing
-        value = matched / total if total else 1.0
-        passed = missing == 0 and extra == 0
-    elif mode in ("contains", "in_order", "recall"):
-        value, passed = recall, missing == 0
-    elif mode in ("subset", "precision"):
-        value, passed = precision, extra == 0
-    else:  # f1
-        value = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        passed = value >= 1.0
-    if mode in GRADED_MODES:
-        passed = value >= 1.0  # `threshold` (applied by `graded`) usually lowers this
-    passed = passed and not parallel
-    details = _pairing_details(mode, items, actual, pairing, matcher)
+    counts = Counts(pairing.required, made, pairing.matched, pairing.matched_required)
+    value = mode.value(counts)
+    passed = mode.passes(counts) and not parallel
+    details = _pairing_details(mode.name, items, actual, pairing, matcher)
     details["parallel_problems"] = parallel
+    details["actual_index"] = order
     return assertion.graded(
         value,
         passed,
@@ -441,7 +438,9 @@ def _pairing_details(
     }
 
 
-def _explain(mode: str, pairing: _Pairing, parallel: list[str], details: dict[str, Any]) -> str:
+def _explain(
+    mode: MatchMode, pairing: _Pairing, parallel: list[str], details: dict[str, Any]
+) -> str:
     parts = [
         f"{pairing.matched_required} of {pairing.required} expected calls made, "
         f"{pairing.matched} of {pairing.actual} calls matched"
@@ -452,7 +451,7 @@ def _explain(mode: str, pairing: _Pairing, parallel: list[str], details: dict[st
         problems = [p for m in missing for p in m.get("argument_problems", [])]
         if problems:
             parts.append("arguments: " + "; ".join(problems[:3]))
-    if pairing.extra and mode not in ("contains", "in_order", "recall"):
+    if pairing.extra and not mode.extras_allowed:
         parts.append("extra " + ", ".join(e["name"] for e in details["extra"]))
     parts += parallel
     return "; ".join(parts)

@@ -1,7 +1,8 @@
 """Scenario assertions over a trajectory's tool calls and answers.
 
-- `tool_calls`: the calls made against the calls expected, in one of nine modes, with
-  optional calls, repetitions, parallel steps, per-tool argument rules and name normalisation.
+- `tool_calls`: the calls made against the calls expected, in one of the match modes
+  (`modes.py`, one row each), with optional calls, repetitions, parallel steps, per-tool
+  argument rules and name normalisation.
 - `forbidden`: calls that must never be made.
 - `order`: "every call to B comes after a call to A" (verify before cancel).
 - `goals`: a goal dependency graph of required calls and text goals (watsonx Orchestrate's
@@ -18,7 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import (
     AliasChoices,
@@ -35,13 +36,6 @@ from spanscore.evaluation.matching.arguments import (
     match_arguments,
 )
 from spanscore.evaluation.trajectory.model import ToolCall
-
-Mode = Literal[
-    "strict", "unordered", "contains", "subset", "within", "in_order", "precision", "recall", "f1"
-]
-
-
-GRADED_MODES = ("precision", "recall", "f1")
 
 
 @lru_cache(maxsize=4096)

@@ -1,4 +1,5 @@
-"""`tool_calls`: the calls made against the calls expected, in one of nine modes."""
+"""`tool_calls`: the calls made against the calls expected, in one of the match modes
+(`assertions.modes`)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ from pydantic import (
     field_validator,
 )
 
-from spanscore.evaluation.assertions.call_pairing import _canonical_parallel_blocks, _score_calls
+from spanscore.evaluation.assertions.call_pairing import _score_calls
 from spanscore.evaluation.assertions.expected import (
     ArgumentOverride,
     ExpectedStep,
-    Mode,
     _CallMatcher,
     _Item,
 )
+from spanscore.evaluation.assertions.modes import Mode, docstring_table
 from spanscore.evaluation.matching.arguments import (
     ArgMode,
 )
@@ -31,20 +32,10 @@ from spanscore.evaluation.trajectory.model import Trajectory
 
 @assertion
 class ToolCallsAssertion(AssertionBase):
-    """The calls made against the calls expected. Modes (pass rule; score):
+    __doc__ = f"""The calls made against the calls expected. Modes (pass rule; score):
 
-    strict      same calls, same order, same count        matched / (matched+extra+missing)
-    unordered   same calls in any order (a multiset)      matched / (matched+extra+missing)
-    contains    every expected call made; extras allowed  matched expected / expected
-    subset      every call made is a distinct expected    matched / made
-                one; omissions allowed
-    within      every call made is allowed by some        allowed / made
-                expected call; repeats allowed
-    in_order    expected calls made in order, gaps ok     matched in order / expected
-    precision   graded: score >= threshold (default 1)    matched / made
-    recall      graded: score >= threshold (default 1)    matched expected / expected
-    f1          graded: score >= threshold (default 1)    harmonic mean of the two above
-    """
+{docstring_table()}
+    """  # generated from the table of modes (`assertions.modes`)
 
     type: Literal["tool_calls"]
     mode: Mode = Field("strict", description="how the calls made are compared")
@@ -89,12 +80,9 @@ class ToolCallsAssertion(AssertionBase):
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         matcher = _CallMatcher(self.arguments, self.tools, self.normalize_names)
-        actual = trajectory.tool_calls
         if self._prepared is None:  # the expectation does not change: prepare it once
             self._prepared = self._items()
-        if self.mode in ("strict", "in_order"):
-            actual = _canonical_parallel_blocks(actual, matcher)
-        return _score_calls(self, self._prepared, actual, matcher)
+        return _score_calls(self, self._prepared, trajectory.tool_calls, matcher)
 
 
 def _has_judged_rules(items: Sequence[_Item], overrides: Mapping[str, ArgumentOverride]) -> bool:

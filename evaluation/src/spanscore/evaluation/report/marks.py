@@ -2,11 +2,13 @@
 
 The assertions record their verdicts by position (`details` of the `scores` rows):
 `tool_calls` the pairs of expected item and actual call, the calls found extra and the expected
-calls missing; `forbidden` and `order` the calls that broke the rule; `within` the names of the
-calls not allowed. Ordered modes (`strict`, `in_order`) see the calls of each parallel block
-sorted by (name, arguments), and record positions in that order; the block is mapped back here
-through the names they recorded, so a verdict lands on the call it was about. A score whose
-details no longer fit the trajectory (it changed after scoring) gets no marks.
+calls missing, by position in `actual` (the calls in the order its mode saw them: an ordered
+mode sorts each parallel block), with `actual_index`, the trajectory's index of each;
+`forbidden` and `order` the calls that broke the rule; `within` the calls not allowed
+(`not_allowed_index`). The report only reads them: it knows nothing of any mode's rule.
+Details stored before `actual_index` was recorded are mapped back through the names they
+recorded (`positions`). A score whose details no longer fit the trajectory (it changed after
+scoring) gets no marks.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ from typing import Any
 
 import orjson
 
+from spanscore.evaluation.assertions.modes import MODES
 from spanscore.evaluation.report.schema import MarkDoc, MissingDoc
 from spanscore.evaluation.trajectory.model import ToolCall
-
-_ORDERED_MODES = ("strict", "in_order")
 
 
 def _argument_key(call: ToolCall) -> bytes:
@@ -43,10 +44,13 @@ def _blocks(calls: Sequence[ToolCall]) -> list[range]:
 
 def positions(calls: Sequence[ToolCall], recorded: Sequence[Any], mode: str) -> list[int] | None:
     """For each position an assertion recorded (`recorded`: the call names in its order), the
-    index of that call in `calls`; None when the names do not fit the trajectory."""
+    index of that call in `calls`; None when the names do not fit the trajectory. For details
+    stored without `actual_index`: ordered modes sorted each parallel block by (name,
+    arguments), and the block is mapped back through the names."""
     if len(recorded) != len(calls):
         return None
-    if mode not in _ORDERED_MODES:
+    known = MODES.get(mode)
+    if known is None or not known.ordered:
         if any(str(r) != c.name for r, c in zip(recorded, calls, strict=True)):
             return None
         return list(range(len(calls)))
@@ -62,6 +66,27 @@ def positions(calls: Sequence[ToolCall], recorded: Sequence[Any], mode: str) -> 
                 return None
             out.append(free.pop(0))
     return out
+
+
+def recorded_positions(calls: Sequence[ToolCall], details: dict[str, Any]) -> list[int] | None:
+    """The trajectory's index of each position of `details["actual"]`: as the assertion
+    recorded it (`actual_index`), or, for details stored before it did, from the names.
+    None when the details do not fit the trajectory."""
+    recorded = details["actual"]
+    where = details.get("actual_index")
+    if not isinstance(where, list):
+        return positions(calls, recorded, str(details.get("mode", "")))
+    fits = (
+        len(where) == len(recorded) == len(calls)
+        and all(_position(at, len(calls)) for at in where)
+        and len(set(where)) == len(where)
+        and all(str(name) == calls[at].name for name, at in zip(recorded, where, strict=True))
+    )
+    return list(where) if fits else None
+
+
+def _position(value: Any, size: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < size
 
 
 def _index(value: Any) -> int | None:
@@ -82,9 +107,8 @@ def score_marks(
     missing: list[MissingDoc] = []
     if not isinstance(details, dict):
         return marks, missing
-    mode = str(details.get("mode", ""))
     if isinstance(details.get("pairs"), list) and isinstance(details.get("actual"), list):
-        where = positions(calls, details["actual"], mode)
+        where = recorded_positions(calls, details)
         listed = details.get("expected")
         expected: list[Any] = listed if isinstance(listed, list) else []
         if where is not None:
@@ -144,7 +168,19 @@ def score_marks(
                         "note": "breaks this rule",
                     }
                 )
-    elif isinstance(details.get("not_allowed"), list):
+    elif isinstance(details.get("not_allowed_index"), list):
+        fits = details.get("calls") == len(calls)  # else the trajectory changed after scoring
+        for at in details["not_allowed_index"] if fits else []:
+            if _position(at, len(calls)):
+                marks.append(
+                    {
+                        "call": at,
+                        "score": score_index,
+                        "kind": "extra",
+                        "note": "not allowed in this scenario",
+                    }
+                )
+    elif isinstance(details.get("not_allowed"), list):  # stored before `not_allowed_index`
         names = {str(n) for n in details["not_allowed"]}
         for at, call in enumerate(calls):
             if call.name in names:
