@@ -748,12 +748,14 @@ REPO = Path(__file__).resolve().parent.parent
 def baseline_views(rev: str) -> dict[str, str]:
     """`schema.VIEWS` as it was at git revision `rev`, each reading the others under a
     `baseline_` name (a view may read another one)."""
-    shown = subprocess.run(
-        ["git", "show", f"{rev}:lake/src/spanscore/lake/schema.py"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
+    # The views live in schema/rules.py (a module that imports nothing of spanscore's), and
+    # in schema.py before the schema became a package.
+    for path in ("lake/src/spanscore/lake/schema/rules.py", "lake/src/spanscore/lake/schema.py"):
+        shown = subprocess.run(
+            ["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True, text=True
+        )
+        if shown.returncode == 0:
+            break
     if shown.returncode != 0:
         raise RuntimeError(f"--baseline-views {rev}: {shown.stderr.strip()}")
     module = types.ModuleType("baseline_schema")

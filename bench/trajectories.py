@@ -52,7 +52,8 @@ from spanscore.evaluation.trajectory.load import (
 )
 from spanscore.examples.synthetic import SPANS_PER_CONVERSATION, build_lake
 from spanscore.lake import connect
-from spanscore.lake.schema import SPAN_ORDER, stored_rows_sql
+from spanscore.lake.schema.rules import SPAN_ORDER
+from spanscore.lake.schema.trajectory import stored_rows_sql
 from spanscore.lake.stored import store_trajectories
 
 

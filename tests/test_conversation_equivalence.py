@@ -22,7 +22,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from spanscore.collector import Collector
 from spanscore.evaluation import open_lake
-from spanscore.lake.schema import LOG_RECORD_CONTENT
+from spanscore.lake.schema.rules import LOG_RECORD_CONTENT
 
 from .support import otlp_factory as f
 from .support.agreement import agree_all

@@ -21,7 +21,7 @@ from spanscore.collector import Collector
 from spanscore.collector.conversations import _incoming
 from spanscore.evaluation import open_lake
 from spanscore.evaluation.trajectory.model import ModelCall
-from spanscore.lake.schema import KNOWN_CONVERSATIONS
+from spanscore.lake.schema.rules import KNOWN_CONVERSATIONS
 
 from .support import otlp_factory as f
 from .support.agreement import _agree

@@ -128,7 +128,7 @@ from spanscore.evaluation import Handoff, load_trajectories
 from spanscore.examples.customer_service.scripted import Conversation, Turn
 from spanscore.examples.llm_server import LLMRequest, Reply, ScriptedLLM, ScriptedPolicy
 from spanscore.lake import connect
-from spanscore.lake.schema import MODEL_CALL_SQL, SPAN_ORDER, SPANS_WITH_EVENTS
+from spanscore.lake.schema.rules import MODEL_CALL_SQL, SPAN_ORDER, SPANS_WITH_EVENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -144,7 +144,7 @@ def test_rows_another_version_of_the_rules_stored_are_not_read(
     _conversation(collector, "v")
     store_trajectories(con, settled_after_s=0)
     before = _same_either_way(con, ["v"])
-    monkeypatch.setattr(schema, "STORED_RULES", "another-version")
+    monkeypatch.setattr(schema.trajectory, "STORED_RULES", "another-version")
     assert stored_current(con, ["v"]) == []
     assert store_trajectories(con, settled_after_s=0)["conversations_stored"] == 1
     assert stored_current(con, ["v"]) == ["v"]

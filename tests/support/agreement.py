@@ -14,7 +14,7 @@ from spanscore.evaluation import Trajectory, load_trajectories, open_lake
 from spanscore.evaluation.trajectory.assemble import parse_value
 from spanscore.evaluation.trajectory.load import stored_current
 from spanscore.evaluation.trajectory.model import Handoff, ModelCall
-from spanscore.lake.schema import CONVERSATION_SUMMARIES
+from spanscore.lake.schema.rules import CONVERSATION_SUMMARIES
 from spanscore.lake.stored import store_trajectories
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from spanscore.lake.schema import AGENT_OPERATIONS
+from spanscore.lake.schema.rules import AGENT_OPERATIONS
 
 # Extracted fields, in the order `extract` returns them (the collector's row layout).
 FIELDS = (

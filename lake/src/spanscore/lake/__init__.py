@@ -35,10 +35,10 @@ from spanscore.lake.locks import elected, single_writer
 from spanscore.lake.maintenance import maintain
 from spanscore.lake.migrate import ensure_schema, include_log_records_in_views, schema_version
 from spanscore.lake.retry import is_interrupt, is_transient, retrying
-from spanscore.lake.schema import (
+from spanscore.lake.schema.rules import VIEWS
+from spanscore.lake.schema.tables import (
     SCHEMA_VERSION,
     TABLES,
-    VIEWS,
     Column,
     arrow_schema,
     quote_identifier,

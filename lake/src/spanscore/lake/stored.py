@@ -4,9 +4,10 @@ Applying the conversation rules (`schema.trajectory_rows_sql`) is most of what r
 trajectory costs, and a conversation's rows change only when its spans do. So maintenance
 stores each settled conversation's rows in `trajectory_steps`, with the fingerprint of the
 spans and log records they were built from (`schema.fingerprints_sql`) and the version of the
-rules (`schema.STORED_RULES`). A reader (`spanscore.evaluation.trajectory_rows`) computes the
-fingerprints of the conversations it reads and uses stored rows only where both still match,
-applying the rules to the rest: stored rows are never staler than the spans, only absent.
+rules (`schema.trajectory.STORED_RULES`). A reader (`spanscore.evaluation.trajectory_rows`)
+computes the fingerprints of the conversations it reads and uses stored rows only where both
+still match, applying the rules to the rest: stored rows are never staler than the spans, only
+absent.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ import pyarrow as pa
 from spanscore.evaluation.llm.client import JudgeClient
 from spanscore.evaluation.llm.types import JudgeAnswer, JudgeConfig, JudgeRequest, Usage
 from spanscore.lake import ALIAS, arrow_schema, connect, retrying, side_cursor
-from spanscore.lake.schema import JUDGE_CACHE
+from spanscore.lake.schema.tables import JUDGE_CACHE
 
 log = logging.getLogger("spanscore.judge")
 

@@ -25,7 +25,7 @@ from spanscore.lake import (
     retrying,
     side_cursor,
 )
-from spanscore.lake.schema import EVAL_RUNS, SCORES, quote_identifier
+from spanscore.lake.schema.tables import EVAL_RUNS, SCORES, quote_identifier
 
 
 def _close_abandoned_runs(con: duckdb.DuckDBPyConnection, suite: LoadedSuite) -> None:

@@ -20,7 +20,7 @@ from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.lake import (
     connect,
 )
-from spanscore.lake.schema import CONVERSATION_SUMMARIES
+from spanscore.lake.schema.rules import CONVERSATION_SUMMARIES
 
 # --- sampling ----------------------------------------------------------------------------------
 

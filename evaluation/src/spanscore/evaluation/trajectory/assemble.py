@@ -24,9 +24,7 @@ from spanscore.evaluation.trajectory.model import (
     Trajectory,
     Turn,
 )
-from spanscore.lake.schema import (
-    TRAJECTORY_COLUMNS,
-)
+from spanscore.lake.schema.trajectory import TRAJECTORY_COLUMNS
 
 # --- assembling ------------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ import pyarrow as pa
 from spanscore.evaluation.trajectory.assemble import _Assembler
 from spanscore.evaluation.trajectory.model import Trajectory
 from spanscore.lake.location import ALIAS
-from spanscore.lake.schema import (
-    CONVERSATION_ATTRIBUTES,
+from spanscore.lake.schema.tables import CONVERSATION_ATTRIBUTES
+from spanscore.lake.schema.trajectory import (
     chosen_ids,
     fingerprints_sql,
     stored_fingerprints_sql,

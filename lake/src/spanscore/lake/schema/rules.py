@@ -1,248 +1,8 @@
-"""The lake's tables and views: the one place that defines them.
-
-Table and column names are the user-facing SQL interface: renaming one is a breaking change and
-needs a migration. Each table is a tuple of `Column`s so that the DDL, the Arrow schema the
-collector appends with, and the table reference (docs/reference.md) come from the same definition.
-
-Schema versions: `SCHEMA_VERSION` is the version this code writes. `MIGRATIONS[n]` holds the
-statements that take a lake from version n - 1 to n (`MIGRATIONS[1]` creates everything). Views
-carry a mark of their definition and are recreated wherever it differs (`connection.
-_ensure_views`): a view change needs no new version.
-"""
+"""The conversation rules, written once in SQL (docs/conversations.md): which span belongs to
+which conversation, turn and step, and the views (`tool_calls`, `turns`, `conversations`) made
+of them. The trajectory builder reads the same rules (`trajectory`)."""
 
 from __future__ import annotations
-
-import hashlib
-from dataclasses import dataclass
-
-import pyarrow as pa
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    sql_type: str
-    doc: str
-
-
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "VARCHAR": pa.string(),
-    "JSON": pa.string(),
-    "BIGINT": pa.int64(),
-    "INTEGER": pa.int32(),
-    "DOUBLE": pa.float64(),
-    "BOOLEAN": pa.bool_(),
-    "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
-}
-
-
-def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
-    """The Arrow schema that appends to a table defined by `columns` without casts."""
-    return pa.schema([pa.field(c.name, _ARROW_TYPES[c.sql_type]) for c in columns])
-
-
-def create_table_sql(table: str, columns: tuple[Column, ...]) -> str:
-    body = ",\n  ".join(f"{quote_identifier(c.name)} {c.sql_type}" for c in columns)
-    return f"CREATE TABLE IF NOT EXISTS {quote_identifier(table)} (\n  {body}\n)"
-
-
-def quote_identifier(name: str) -> str:
-    """Quote a SQL identifier; the one helper every module uses for names it did not write."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-SPANS: tuple[Column, ...] = (
-    Column("trace_id", "VARCHAR", "trace id, 32 lowercase hex digits"),
-    Column("span_id", "VARCHAR", "span id, 16 lowercase hex digits"),
-    Column("parent_span_id", "VARCHAR", "parent span id, NULL for a root span"),
-    Column("trace_state", "VARCHAR", "W3C trace state, NULL when empty"),
-    Column("flags", "BIGINT", "W3C trace flags and OTLP span flags"),
-    Column("name", "VARCHAR", "span name"),
-    Column("kind", "VARCHAR", "INTERNAL, SERVER, CLIENT, PRODUCER, CONSUMER or UNSPECIFIED"),
-    Column("start_time", "TIMESTAMPTZ", "start time (microseconds)"),
-    Column("end_time", "TIMESTAMPTZ", "end time (microseconds)"),
-    Column("start_time_unix_nano", "BIGINT", "start time, exact, in ns since the epoch"),
-    Column("end_time_unix_nano", "BIGINT", "end time, exact, in ns since the epoch"),
-    Column("duration_ms", "DOUBLE", "end minus start, in milliseconds"),
-    Column("status_code", "VARCHAR", "UNSET, OK or ERROR"),
-    Column("status_message", "VARCHAR", "status description, NULL when empty"),
-    Column("service_name", "VARCHAR", "resource attribute service.name"),
-    Column("resource", "JSON", "resource attributes as a JSON object"),
-    Column("scope_name", "VARCHAR", "instrumentation scope name"),
-    Column("scope_version", "VARCHAR", "instrumentation scope version"),
-    Column("scope_attributes", "JSON", "instrumentation scope attributes"),
-    Column("schema_url", "VARCHAR", "schema URL of the scope, else of the resource"),
-    Column("attributes", "JSON", "span attributes as a JSON object (keys keep their dots)"),
-    Column("events", "JSON", "list of {name, time_unix_nano, attributes}"),
-    Column("links", "JSON", "list of {trace_id, span_id, trace_state, attributes}"),
-    Column("dropped_attributes_count", "BIGINT", "attributes dropped by the producer or by limits"),
-    Column("dropped_events_count", "BIGINT", "events dropped by the producer"),
-    Column("dropped_links_count", "BIGINT", "links dropped by the producer"),
-    Column("conversation_id", "VARCHAR", "conversation this span belongs to (trace id if none)"),
-    Column("agent_name", "VARCHAR", "agent that made the span (gen_ai.agent.name, ...)"),
-    Column("operation", "VARCHAR", "chat, execute_tool, invoke_agent, ... (gen_ai.operation.name)"),
-    Column("tool_name", "VARCHAR", "tool called (execute_tool spans)"),
-    Column("tool_call_id", "VARCHAR", "the model's id for this tool call"),
-    Column("tool_arguments", "JSON", "tool call arguments (JSON; a non-JSON value as a string)"),
-    Column("tool_result", "VARCHAR", "tool call result as sent (usually JSON text)"),
-    Column("user_message", "VARCHAR", "latest user message in this span's model input"),
-    Column(
-        "tool_calls_requested",
-        "JSON",
-        "tool calls this model call asked for: [{id, name, arguments}]",
-    ),
-    Column("tool_results", "JSON", "tool results in this model call's input: [{id, result}]"),
-    Column("response_text", "VARCHAR", "text this model call answered"),
-    Column("error_type", "VARCHAR", "error.type, or the exception type of a failed span"),
-    Column("convention", "VARCHAR", "producer convention the span was read as (genai, ...)"),
-    Column("ingest_notes", "VARCHAR", "what the collector changed: limits applied, redactions"),
-    Column("ingest_time", "TIMESTAMPTZ", "when the collector committed the span"),
-)
-
-LOGS: tuple[Column, ...] = (
-    Column("time", "TIMESTAMPTZ", "event time (observed time when the producer sent none)"),
-    Column("time_unix_nano", "BIGINT", "event time, exact, in ns (0 when unset)"),
-    Column("observed_time_unix_nano", "BIGINT", "observed time, exact, in ns (0 when unset)"),
-    Column("trace_id", "VARCHAR", "trace id of the span the record belongs to, if any"),
-    Column("span_id", "VARCHAR", "span id of the span the record belongs to, if any"),
-    Column("flags", "BIGINT", "W3C trace flags"),
-    Column("severity_number", "INTEGER", "OTLP severity number"),
-    Column("severity_text", "VARCHAR", "severity text"),
-    Column("event_name", "VARCHAR", "event name (gen_ai.user.message, gen_ai.choice, ...)"),
-    Column("body", "JSON", "record body as JSON"),
-    Column("attributes", "JSON", "record attributes as a JSON object"),
-    Column("resource", "JSON", "resource attributes as a JSON object"),
-    Column("service_name", "VARCHAR", "resource attribute service.name"),
-    Column("scope_name", "VARCHAR", "instrumentation scope name"),
-    Column("scope_version", "VARCHAR", "instrumentation scope version"),
-    Column("dropped_attributes_count", "BIGINT", "attributes dropped by the producer or by limits"),
-    Column(
-        "conversation_id",
-        "VARCHAR",
-        "conversation of the record's span (`RESOLVE_RECORDS`); without a span, the id the "
-        "record carries",
-    ),
-    Column("user_message", "VARCHAR", "latest user message the record carries (GenAI events)"),
-    Column("tool_calls_requested", "JSON", "tool calls a model output in it asked for"),
-    Column("tool_results", "JSON", "tool results it carries: [{id, result}]"),
-    Column("response_text", "VARCHAR", "model answer text it carries"),
-    Column("ingest_notes", "VARCHAR", "what the collector changed: limits applied, redactions"),
-    Column("ingest_time", "TIMESTAMPTZ", "when the collector committed the record"),
-)
-
-EVAL_RUNS: tuple[Column, ...] = (
-    Column("run_id", "VARCHAR", "evaluation run id"),
-    Column("suite_name", "VARCHAR", "suite name"),
-    Column("suite_hash", "VARCHAR", "hash of the suite's content (its version)"),
-    Column("window_start", "TIMESTAMPTZ", "start of the evaluated time window"),
-    Column("window_end", "TIMESTAMPTZ", "end of the evaluated time window"),
-    Column("sample_spec", "JSON", "sampling settings (rate, limit, seed, strata, filters)"),
-    Column("spanscore_version", "VARCHAR", "spanscore version that ran"),
-    Column("host", "VARCHAR", "machine that ran it"),
-    Column("started_at", "TIMESTAMPTZ", "when the run started"),
-    Column("finished_at", "TIMESTAMPTZ", "when the run ended (NULL while running)"),
-    Column("status", "VARCHAR", "running, succeeded, gate_failed, interrupted or failed"),
-    Column("conversation_count", "INTEGER", "conversations scored"),
-    Column("score_count", "INTEGER", "score rows written"),
-    Column("error_count", "INTEGER", "scores that could not be given"),
-    Column("judge_cost_usd", "DOUBLE", "estimated LLM-judge cost"),
-    Column("details", "JSON", "timings, gates and anything else about the run"),
-    Column("judge_calls", "INTEGER", "LLM-judge calls paid for (answered by the endpoint)"),
-    Column("judge_cache_hits", "INTEGER", "judge answers reused from judge_cache"),
-    Column("judge_prompt_tokens", "BIGINT", "judge prompt tokens, cached ones included"),
-    Column("judge_cached_tokens", "BIGINT", "judge prompt tokens the provider had cached"),
-    Column("judge_completion_tokens", "BIGINT", "judge completion tokens"),
-)
-
-SCORES: tuple[Column, ...] = (
-    Column("run_id", "VARCHAR", "evaluation run that wrote the score"),
-    Column("conversation_id", "VARCHAR", "conversation scored"),
-    Column("scenario_id", "VARCHAR", "scenario (or policy) the score belongs to"),
-    Column("metric", "VARCHAR", "assertion or metric name"),
-    Column("value", "DOUBLE", "numeric score"),
-    Column("label", "VARCHAR", "categorical score"),
-    Column("passed", "BOOLEAN", "pass/fail"),
-    Column("threshold", "DOUBLE", "threshold the pass rule used"),
-    Column("explanation", "VARCHAR", "why this score"),
-    Column("details", "JSON", "structured details (pairings, failed goals, ...)"),
-    Column("error", "VARCHAR", "why no score could be given"),
-    Column("created_at", "TIMESTAMPTZ", "when the score was written"),
-)
-
-JUDGE_CACHE: tuple[Column, ...] = (
-    Column("key", "VARCHAR", "hash of what changes the answer (endpoint, model, request)"),
-    Column("kind", "VARCHAR", "chat or embedding"),
-    Column("purpose", "VARCHAR", "metric or rule that asked"),
-    Column("model", "VARCHAR", "model that answered"),
-    Column("answer", "JSON", "the parsed answer (a JSON object, or an embedding vector)"),
-    Column("prompt_tokens", "BIGINT", "prompt tokens it cost"),
-    Column("cached_tokens", "BIGINT", "of which the provider had cached"),
-    Column("completion_tokens", "BIGINT", "completion tokens it cost"),
-    Column("cost_usd", "DOUBLE", "what it cost when first asked"),
-    Column("run_id", "VARCHAR", "run that asked first"),
-    Column("created_at", "TIMESTAMPTZ", "when it was stored"),
-)
-
-# Span attributes every trajectory carries besides the columns (the first value a span of the
-# conversation has), and stored with its rows.
-CONVERSATION_ATTRIBUTES = ("scenario.id", "user.id", "gen_ai.tool.definitions")
-
-# The builder's rows (`TRAJECTORY_COLUMNS`), stored by maintenance for conversations whose spans
-# have settled (`spanscore.lake.stored`), so that a rebuild reads them instead of applying the
-# rules again. Not a contract to query: the views are; this is what they compute, kept.
-TRAJECTORY_STEPS: tuple[Column, ...] = (
-    Column("conversation_id", "VARCHAR", "conversation"),
-    Column("kind", "VARCHAR", "conversation, turn, model_call, tool_call or handoff"),
-    Column("turn_index", "BIGINT", "turn of the row (NULL on the conversation's row)"),
-    Column("span_id", "VARCHAR", "span of the step"),
-    Column("trace_id", "VARCHAR", "trace of the step"),
-    Column("name", "VARCHAR", "model call's span name, tool's name"),
-    Column("start_ns", "BIGINT", "start, ns since the epoch"),
-    Column("end_ns", "BIGINT", "the conversation's end, ns since the epoch"),
-    Column("latency_ms", "DOUBLE", "step duration in milliseconds"),
-    Column("error", "VARCHAR", "error type of a failed step"),
-    Column("error_message", "VARCHAR", "what the failure said"),
-    Column("text", "VARCHAR", "a turn's user message, a model call's answer"),
-    Column("final_response", "VARCHAR", "a turn's final answer"),
-    Column("arguments", "VARCHAR", "a tool call's arguments"),
-    Column("result", "VARCHAR", "a tool call's result"),
-    Column("call_id", "VARCHAR", "a tool call's id"),
-    Column("parallel_group", "BIGINT", "calls one model response requested share it"),
-    Column("source", "VARCHAR", "span, messages or span+messages"),
-    Column("requested", "VARCHAR[]", "tools a model call asked for"),
-    Column("input_tokens", "BIGINT", "a model call's input tokens"),
-    Column("output_tokens", "BIGINT", "a model call's output tokens"),
-    Column("agent_name", "VARCHAR", "the conversation's agent; the agent that handed off"),
-    Column("to_agent", "VARCHAR", "the agent handed off to"),
-    Column("service_name", "VARCHAR", "the conversation's service"),
-    Column("span_count", "BIGINT", "the conversation's spans"),
-    Column("rootless_traces", "BIGINT", "its traces without a root span"),
-    Column("orphan_spans", "BIGINT", "its spans whose parent is missing"),
-    *(
-        Column(f"attribute_{i}", "VARCHAR", f"the conversation's first `{key}`")
-        for i, key in enumerate(CONVERSATION_ATTRIBUTES, 1)
-    ),
-    Column("place", "BIGINT", "where the step stands in the conversation"),
-    Column("sub", "BIGINT", "where a requested call stands in its request"),
-    Column("fingerprint", "UBIGINT", "what the rows were built from (conversation's row)"),
-    Column("rules", "VARCHAR", "version of the rules that built them (conversation's row)"),
-)
-
-SCHEMA_INFO: tuple[Column, ...] = (
-    Column("version", "INTEGER", "lake schema version"),
-    Column("applied_at", "TIMESTAMPTZ", "when it was applied"),
-    Column("applied_by", "VARCHAR", "spanscore version that applied it"),
-)
-
-TABLES: dict[str, tuple[Column, ...]] = {
-    "spans": SPANS,
-    "logs": LOGS,
-    "eval_runs": EVAL_RUNS,
-    "scores": SCORES,
-    "judge_cache": JUDGE_CACHE,
-    "trajectory_steps": TRAJECTORY_STEPS,
-    "spanscore_schema": SCHEMA_INFO,
-}
 
 # The conversation rules, written once (docs/conversations.md): the views below and the rows the
 # builder in spanscore.evaluation.trajectory.assemble assembles (`trajectory_rows_sql`) are
@@ -272,14 +32,20 @@ ERROR_MESSAGE_SQL = """CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT 
         CASE WHEN json_valid(s.tool_result) THEN s.tool_result->>'$.error' END,
         s.status_message) END"""
 
+
 _CALLS_TYPE = """'[{"id": "VARCHAR", "name": "VARCHAR", "arguments": "JSON"}]'"""
+
+
 _RESULTS_TYPE = """'[{"id": "VARCHAR", "result": "JSON"}]'"""
+
 
 # Log records that say something about a span's model call: what `events` reads. While a lake
 # has none, its views are those of `views(log_records=False)`; the collector's writer replaces
 # them with the full ones in the transaction that stores the first such record.
 _SAYS_SOMETHING = """(user_message IS NOT NULL
     OR tool_calls_requested IS NOT NULL OR tool_results IS NOT NULL OR response_text IS NOT NULL)"""
+
+
 LOG_RECORD_CONTENT = f"span_id IS NOT NULL AND {_SAYS_SOMETHING}"
 
 
@@ -338,10 +104,13 @@ def _spans_and(events: str = "events") -> str:
 
 
 SPANS_WITH_EVENTS = f"(WITH {_EVENTS} SELECT * FROM {_spans_and()})"
+
+
 # The spans alone, for views of a lake whose log records say nothing about any span
 # (`LOG_RECORD_CONTENT`): joining them would change no row, and costs a point query about a
 # third of its time (planning the join twice; bench/query.py).
 _SPANS_ALONE = "(SELECT s.*, s.rowid AS span_row FROM spans s)"
+
 
 # A span without a conversation id of its own (its trace id stood in) belongs to the one
 # another span of its trace carries (the greatest, should they carry several). The collector
@@ -352,8 +121,12 @@ _SPANS_ALONE = "(SELECT s.*, s.rowid AS span_row FROM spans s)"
 # The conversation the spans of `{spans}` carry, per trace, and the aggregate that picks it
 # among several (the collector's writer applies it to an export with Arrow's of that name):
 KNOWN_CONVERSATION_AGGREGATE = "max"
+
+
 KNOWN_CONVERSATIONS = f"""SELECT trace_id, {KNOWN_CONVERSATION_AGGREGATE}(conversation_id)
     AS conversation_id FROM {{spans}} WHERE conversation_id <> trace_id GROUP BY trace_id"""
+
+
 # Spans of `{spans}` stored without one take that of `{known}` (trace_id, conversation_id);
 # `{also}` may narrow the spans looked at (`AND s.ingest_time >= ?`). The collector applies
 # it to log records too, stored with their trace id until their trace's conversation is known
@@ -362,10 +135,13 @@ RESOLVE_CONVERSATIONS = """
 UPDATE {spans} s SET conversation_id = known.conversation_id
 FROM {known} known
 WHERE s.trace_id = known.trace_id AND s.conversation_id = s.trace_id{also}"""
+
+
 # Every span of `{spans}`, from the ids the lake's spans carry.
 RESOLVE_ALL_CONVERSATIONS = RESOLVE_CONVERSATIONS.format(
     spans="{spans}", known=f"({KNOWN_CONVERSATIONS})", also=""
 )
+
 
 # How many stored spans `RESOLVE_ALL_CONVERSATIONS` would change: maintenance looks before it
 # holds the writer off.
@@ -374,6 +150,7 @@ SELECT count(*) FROM {spans} s
 SEMI JOIN (SELECT trace_id FROM {spans} WHERE conversation_id <> trace_id) known
     ON known.trace_id = s.trace_id
 WHERE s.conversation_id = s.trace_id"""
+
 
 # A log record about a span belongs to its span's conversation, and is stored with it, so that
 # a filter on the conversation reaches the records too (`events`). The collector's writer gives
@@ -387,10 +164,13 @@ UPDATE {logs} l SET conversation_id = s.conversation_id
 FROM {spans} s
 WHERE l.trace_id = s.trace_id AND l.span_id = s.span_id
     AND l.conversation_id IS DISTINCT FROM s.conversation_id"""
+
+
 # How many stored records `RESOLVE_RECORDS` would change (maintenance looks first).
 UNRESOLVED_RECORDS = """
 SELECT count(*) FROM {logs} l JOIN {spans} s ON l.trace_id = s.trace_id AND l.span_id = s.span_id
 WHERE l.conversation_id IS DISTINCT FROM s.conversation_id"""
+
 
 # Spans of an agent, a workflow or an agent loop: they repeat what their model calls said, so
 # they are never model calls themselves, whatever messages they carry (the collector stores
@@ -403,12 +183,16 @@ AGENT_OPERATIONS = (
     "workflow",
     "task",
 )
+
+
 # An agent's span that carries the user's message (an `invoke_agent` span with the turn's
 # messages): never a model call, but it starts a turn as a model call would, and gives the turn
 # its user message and, when no model call answered, its answer. Producers that capture content
 # only on agent spans have turns this way.
 _TURN_AGENT_SQL = f"""(coalesce(operation, '') IN ({", ".join(f"'{o}'" for o in AGENT_OPERATIONS)})
     AND user_message IS NOT NULL)"""
+
+
 # Which spans are model calls (`placed` below).
 MODEL_CALL_SQL = f"""(operation = 'chat' OR (
     (tool_calls_requested IS NOT NULL OR response_text IS NOT NULL)
@@ -433,6 +217,7 @@ def span_order(is_model: str = MODEL_CALL_SQL) -> str:
 
 
 SPAN_ORDER = span_order()
+
 
 # The columns of `spans` the views read (narrow rows: every window sorts what it carries).
 _PLACED_COLUMNS = (
@@ -462,6 +247,7 @@ _PLACED_COLUMNS = (
     "response_text",
     "ingest_time",
 )
+
 
 # A hand-off: a span of its own, not a model call or a tool call (the builder's `Handoff`).
 _HANDOFF_SQL = """(operation = 'handoff' OR starts_with(name, 'handoff'))
@@ -591,6 +377,7 @@ def _joining(stage: str, source: str, key: str, before: list[str]) -> str:
 # hash: the windows that rank calls carry it).
 _ARGS_KEY = "md5_number(json({})::VARCHAR)"
 
+
 # Tool calls: every call a model requested (once per call id) and every tool span, ranked on
 # narrow rows and joined to their spans at the end. Joining is ranking: the k-th request and
 # the k-th span with the same turn and call id are one call; of what is left, so are the k-th
@@ -677,6 +464,7 @@ _CALLS = f"""
         LEFT JOIN answers a ON a.conv = j.conv AND a.call_id = j.request_id
     )"""
 
+
 # A turn: the user message of the model call that started it and the last answer given in it
 # (text, no tool calls requested); in a conversation without model calls, a trace.
 _TURNS = """all_turns AS (
@@ -694,15 +482,18 @@ _TURNS = """all_turns AS (
             SELECT conv, turn_index, NULL, NULL, start_time, 0 FROM trace_turns
         )"""
 
+
 # Who and where, the same in `conversations` and the builder's `Trajectory`.
 _SUMMARY = """arg_min(agent_name, start_time_unix_nano)
                    FILTER (WHERE agent_name IS NOT NULL) AS agent_name,
                arg_min(service_name, start_time_unix_nano)
                    FILTER (WHERE service_name IS NOT NULL) AS service_name"""
 
+
 # Where the conversation id came from: an attribute of some span, or only the trace id.
 _CONVERSATION_SOURCE = """CASE WHEN bool_or(conversation_id <> trace_id) THEN 'attribute'
                     ELSE 'trace' END AS conversation_source"""
+
 
 # Each conversation's id, source, who, where and when, as `conversations` gives them: plain
 # aggregates of its spans, so what a run chooses its conversations by costs a scan, not the
@@ -712,6 +503,7 @@ CONVERSATION_SUMMARIES = f"""(
            min(start_time) AS start_time, max(end_time) AS end_time
     FROM spans WHERE conversation_id IS NOT NULL GROUP BY conversation_id
 )"""
+
 
 # Columns of `calls` that only the builder reads.
 _BUILDER_ONLY = "step_place, step_sub, start_ns"
@@ -772,302 +564,6 @@ def views(*, log_records: bool = True) -> dict[str, str]:
 
 
 VIEWS = views()
+
+
 VIEWS_WITHOUT_LOG_RECORDS = views(log_records=False)
-
-# The token counts a model call reports (OpenTelemetry's, else OpenInference's).
-TOKEN_ATTRIBUTES = (
-    "gen_ai.usage.input_tokens",
-    "gen_ai.usage.output_tokens",
-    "llm.token_count.prompt",
-    "llm.token_count.completion",
-)
-
-# The rows the Python builder (`spanscore.evaluation.trajectory.assemble`) makes trajectories
-# of, in this order. Per conversation: a `conversation` row (who, when, how many spans, how
-# many traces lack their root and spans their parent, and the first value of each attribute
-# asked for),
-# then each `turn` row followed by its steps (`model_call`, `tool_call`, `handoff`) in order.
-TRAJECTORY_COLUMNS = (
-    "conversation_id",
-    "kind",
-    "turn_index",
-    "span_id",
-    "trace_id",
-    "name",
-    "start_ns",
-    "end_ns",
-    "latency_ms",
-    "error",
-    "error_message",
-    "text",  # a turn's user message, a model call's answer
-    "final_response",
-    "arguments",
-    "result",
-    "call_id",
-    "parallel_group",
-    "source",
-    "requested",
-    "input_tokens",
-    "output_tokens",
-    "agent_name",  # the conversation's agent; the agent that handed off
-    "to_agent",
-    "service_name",
-    "span_count",
-    "rootless_traces",
-    "orphan_spans",
-)
-
-
-def _json_path(key: str) -> str:
-    return "'$.\"" + key.replace("'", "''").replace('"', '\\"') + "\"'"
-
-
-def trajectory_rows_sql(
-    chosen: str,
-    where: str,
-    attribute_keys: tuple[str, ...],
-    *,
-    placed: bool = False,
-    stored: str = "",
-) -> str:
-    """The builder's rows (`TRAJECTORY_COLUMNS`, then `attribute_1`...), from the same `placed`
-    and `calls` as the views: the rules are applied here, once, and the builder only assembles.
-    `chosen` is a CTE (with its trailing comma) that `where` may read to narrow the spans.
-    `placed` adds the columns the rows are ordered by (`place`, `sub`); `stored` adds the
-    stored rows (`stored_rows_sql`) of the conversations it chooses."""
-    paths = [_json_path(k) for k in (*TOKEN_ATTRIBUTES, *attribute_keys)]
-    extra = f", json_extract_string(s.attributes, [{', '.join(paths)}]) AS attribute_list"
-    n = len(TOKEN_ATTRIBUTES)
-    attributes = "".join(
-        f""",
-               arg_min(attribute_list[{n + i}], span_order)
-                   FILTER (WHERE attribute_list[{n + i}] IS NOT NULL) AS attribute_{i}"""
-        for i in range(1, len(attribute_keys) + 1)
-    )
-
-    def tokens(first: int) -> str:
-        value = f"coalesce(attribute_list[{first}], attribute_list[{first + 2}])"
-        return f"TRY_CAST(trunc(TRY_CAST({value} AS DOUBLE)) AS BIGINT)"
-
-    columns = [*TRAJECTORY_COLUMNS, *(f"attribute_{i}" for i in range(1, len(attribute_keys) + 1))]
-    stored_rows = (
-        f"UNION ALL BY NAME {stored_rows_sql(stored, in_union=True, attribute_keys=attribute_keys)}"
-        if stored
-        else ""
-    )
-    return f"""
-WITH {chosen}{_placed(where, extra)}, {_CALLS}, {_TURNS},
-orphans AS (
-    SELECT c.conv, count(*) AS orphan_spans FROM placed c
-    WHERE c.parent_span_id IS NOT NULL AND NOT EXISTS (
-        SELECT 1 FROM placed p WHERE p.conv = c.conv AND p.span_id = c.parent_span_id)
-    GROUP BY c.conv
-),
-steps AS (
-    SELECT conv, 'conversation' AS kind, {_SUMMARY},
-           count(*) AS span_count,
-           min(start_time_unix_nano) AS start_ns, max(end_time_unix_nano) AS end_ns,
-           count(DISTINCT trace_id) - count(DISTINCT trace_id)
-               FILTER (WHERE parent_span_id IS NULL) AS rootless_traces{attributes}
-    FROM placed GROUP BY conv
-    UNION ALL BY NAME
-    SELECT conv, 'turn' AS kind, turn_index, user_message AS text, final_response
-    FROM all_turns
-    UNION ALL BY NAME
-    SELECT conv, 'model_call' AS kind, turn_index, span_order AS place, 0 AS sub, span_id,
-           trace_id, name, start_time_unix_nano AS start_ns, duration_ms AS latency_ms, error,
-           response_text AS text,
-           list_transform(from_json(tool_calls_requested, {_CALLS_TYPE}), c -> c.name)
-               AS requested,
-           {tokens(1)} AS input_tokens, {tokens(2)} AS output_tokens
-    FROM placed WHERE is_model
-    UNION ALL BY NAME
-    SELECT conversation_id AS conv, 'tool_call' AS kind, turn_index, step_place AS place,
-           step_sub AS sub, span_id, trace_id, tool_name AS name, start_ns, latency_ms, error,
-           error_message, arguments::VARCHAR AS arguments, result, tool_call_id AS call_id,
-           parallel_group, source
-    FROM calls
-    UNION ALL BY NAME
-    SELECT p.conv, 'handoff' AS kind, coalesce(p.turn_index, tt.turn_index) AS turn_index,
-           span_order AS place, 0 AS sub, span_id, start_time_unix_nano AS start_ns, agent_name,
-           nullif(regexp_extract(name, '^[^ ]+ (?:to )?(.+)$', 1), '') AS to_agent
-    FROM placed p LEFT JOIN trace_turns tt USING (conv, trace_id) WHERE is_handoff
-)
-SELECT {", ".join(columns)}{", place, sub" if placed else ""} FROM (
-    SELECT conv AS conversation_id, * EXCLUDE (conv) FROM steps LEFT JOIN orphans USING (conv)
-    {stored_rows}
-)
-ORDER BY {_STEP_ORDER}"""
-
-
-# The order of the builder's rows: each conversation's row, then each turn's row and its steps.
-_STEP_ORDER = "conversation_id, turn_index NULLS FIRST, place NULLS FIRST, sub"
-
-
-def chosen_ids(registered: str, alias: str = "", bounds: str = "") -> str:
-    """`WHERE` the conversation id is one of the registered Arrow table `registered`'s, and
-    between `$first{bounds}` and `$last{bounds}`, its least and greatest: a plain range the
-    scan applies, and prunes files by, before the join. `alias` is the table's, with its dot."""
-    return (
-        f"WHERE {alias}conversation_id IN (SELECT conversation_id FROM {registered}) "
-        f"AND {alias}conversation_id BETWEEN $first{bounds} AND $last{bounds}"
-    )
-
-
-def stored_rows_sql(
-    where: str,
-    *,
-    in_union: bool = False,
-    attribute_keys: tuple[str, ...] = CONVERSATION_ATTRIBUTES,
-) -> str:
-    """The builder's rows as maintenance stored them (`trajectory_steps`), for the
-    conversations `where` chooses (a condition on `conversation_id`), in the builder's order;
-    `in_union`: with the columns they are ordered by, unordered (`trajectory_rows_sql` orders
-    them with its own). Attributes past `CONVERSATION_ATTRIBUTES` (`attribute_keys` begins
-    with them) are read from the spans: the first value in `SPAN_ORDER`, as the rules take it."""
-    stored = len(CONVERSATION_ATTRIBUTES)
-    columns = [*TRAJECTORY_COLUMNS, *(f"attribute_{i}" for i in range(1, stored + 1))]
-    rows = f"SELECT {', '.join(columns)}, place, sub FROM trajectory_steps {where}"
-    extra = attribute_keys[stored:]
-    if extra:
-        paths = ", ".join(_json_path(k) for k in extra)
-        added = [f"attribute_{stored + i}" for i in range(1, len(extra) + 1)]
-        firsts = ", ".join(
-            f"first(v[{i}] ORDER BY {SPAN_ORDER}) FILTER (WHERE v[{i}] IS NOT NULL) AS {name}"
-            for i, name in enumerate(added, 1)
-        )
-        # Joined on the id alone, the values kept on the conversation's row: a join condition
-        # on the row's kind made DuckDB plan the rows' query anew, ten times slower.
-        kept = ", ".join(
-            f"CASE WHEN r.kind = 'conversation' THEN x.{name} END AS {name}" for name in added
-        )
-        rows = f"""SELECT r.*, {kept} FROM ({rows}) r LEFT JOIN (
-            SELECT conversation_id, {firsts}
-            FROM (SELECT *, json_extract_string(attributes, [{paths}]) AS v FROM spans {where})
-            GROUP BY conversation_id
-        ) x ON x.conversation_id = r.conversation_id"""
-        columns += added
-    if in_union:
-        return rows
-    return f"SELECT {', '.join(columns)} FROM ({rows}) ORDER BY {_STEP_ORDER}"
-
-
-# What a conversation's stored rows were built from: which spans it has and when each was
-# stored, and which log records about spans it has. A span added, removed or moved to another
-# conversation (`RESOLVE_CONVERSATIONS`), and a log record added or moved (`RESOLVE_RECORDS`),
-# change it; `where` narrows the spans and records (`s`) read. The records are read on their
-# own, by the conversation they are stored with, so that a lake without any costs no join.
-def fingerprints_sql(where: str) -> str:
-    return f"""
-    SELECT conversation_id, span_count, last_ingest_time,
-           hash(span_count, spans_hash, coalesce(records, 0), coalesce(records_hash, 0))
-               AS fingerprint
-    FROM (SELECT s.conversation_id, count(*) AS span_count,
-                 max(s.ingest_time) AS last_ingest_time,
-                 bit_xor(hash(s.trace_id, s.span_id, s.ingest_time)) AS spans_hash
-          FROM spans s {where} GROUP BY s.conversation_id)
-    LEFT JOIN (SELECT s.conversation_id, count(*) AS records,
-                      bit_xor(hash(s.trace_id, s.span_id, s.time_unix_nano, s.ingest_time))
-                          AS records_hash
-               FROM logs s {f"{where} AND" if where else "WHERE"} s.span_id IS NOT NULL
-               GROUP BY s.conversation_id) USING (conversation_id)"""
-
-
-# The version of the rules stored rows were built by: rows another version stored are not
-# read, and maintenance builds them again.
-STORED_RULES = hashlib.sha256(
-    (
-        trajectory_rows_sql("", "", CONVERSATION_ATTRIBUTES, placed=True) + fingerprints_sql("")
-    ).encode()
-).hexdigest()[:16]
-
-
-def stored_fingerprints_sql(where: str) -> str:
-    """(conversation id, fingerprint) of the conversations `where` chooses whose rows these
-    rules stored: a reader then compares the fingerprints their spans have now."""
-    return f"""
-    SELECT conversation_id, fingerprint FROM trajectory_steps {where}
-    {"AND" if where else "WHERE"} kind = 'conversation' AND rules = '{STORED_RULES}'"""
-
-
-def stale_stored_sql() -> str:
-    """Conversations whose stored rows maintenance must build again or delete (id, spans):
-    built from other spans or by other rules, and settled (no span stored since the time
-    given), or stored but without spans any more; by id."""
-    return f"""
-SELECT coalesce(f.conversation_id, t.conversation_id) AS conversation_id,
-       coalesce(f.span_count, 0) AS span_count
-FROM ({fingerprints_sql("WHERE s.conversation_id IS NOT NULL")}) f
-FULL JOIN (SELECT conversation_id, fingerprint, rules FROM trajectory_steps
-           WHERE kind = 'conversation') t ON t.conversation_id = f.conversation_id
-WHERE f.conversation_id IS NULL OR (f.last_ingest_time < ? AND (t.conversation_id IS NULL
-      OR t.fingerprint <> f.fingerprint OR t.rules <> '{STORED_RULES}'))
-ORDER BY 1"""
-
-
-def store_rows_sql(rows: str, fingerprints: str) -> str:
-    """Store some conversations' rows (`rows`) with what they were built from (`fingerprints`),
-    in the builder's order, so that a conversation's rows sit together in the files
-    (`spanscore.lake.stored` deletes their rows stored before in the same transaction)."""
-    return f"""INSERT INTO trajectory_steps BY NAME
-SELECT * FROM (
-    SELECT r.*, CASE WHEN r.kind = 'conversation' THEN f.fingerprint END AS fingerprint,
-           CASE WHEN r.kind = 'conversation' THEN '{STORED_RULES}' END AS rules
-    FROM ({rows}) r LEFT JOIN ({fingerprints}) f ON f.conversation_id = r.conversation_id
-)
-ORDER BY {_STEP_ORDER}"""
-
-
-SCHEMA_VERSION = 11
-
-# MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
-# tables that already have their columns: later migrations must be idempotent (IF NOT EXISTS).
-MIGRATIONS: dict[int, list[str]] = {
-    1: [create_table_sql(name, cols) for name, cols in TABLES.items()],
-    # 2: what model calls asked for and received, read from every producer's message format.
-    2: [
-        "ALTER TABLE spans ADD COLUMN IF NOT EXISTS tool_calls_requested JSON",
-        "ALTER TABLE spans ADD COLUMN IF NOT EXISTS tool_results JSON",
-        "ALTER TABLE spans ADD COLUMN IF NOT EXISTS response_text VARCHAR",
-    ],
-    # 3: views follow the trajectory rules (turns, tool calls rebuilt from messages).
-    3: [],
-    # 4: GenAI log records (messages sent as events) read like span attributes.
-    4: [
-        "ALTER TABLE logs ADD COLUMN IF NOT EXISTS user_message VARCHAR",
-        "ALTER TABLE logs ADD COLUMN IF NOT EXISTS tool_calls_requested JSON",
-        "ALTER TABLE logs ADD COLUMN IF NOT EXISTS tool_results JSON",
-        "ALTER TABLE logs ADD COLUMN IF NOT EXISTS response_text VARCHAR",
-    ],
-    # 5: tool_calls fills a tool span's arguments and result from the messages when the
-    # producer put its content only there.
-    5: [],
-    # 6: the LLM judge: its cache, and what it did in each run.
-    6: [
-        create_table_sql("judge_cache", JUDGE_CACHE),
-        "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS judge_calls INTEGER",
-        "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS judge_cache_hits INTEGER",
-        "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS judge_prompt_tokens BIGINT",
-        "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS judge_cached_tokens BIGINT",
-        "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS judge_completion_tokens BIGINT",
-    ],
-    # 7: one definition of a conversation: requested calls that never ran, turns across model
-    # calls without a user message, tool spans joined to requests by name and order, where
-    # the conversation id came from (`conversation_source`), and `turn_count`.
-    7: [],
-    # 8: a span's conversation is stored resolved (`RESOLVE_CONVERSATIONS`), so the views
-    # filter a stored column: spans stored before are resolved once here.
-    8: [RESOLVE_ALL_CONVERSATIONS.format(spans="spans")],
-    # 9: the builder's rows, stored by maintenance for settled conversations.
-    9: [create_table_sql("trajectory_steps", TRAJECTORY_STEPS)],
-    # 10: no data inlining. DuckLake keeps inserts of up to 10 rows in its catalog until
-    # `ducklake_flush_inlined_data` moves them to a file, and a query running while that
-    # happens may miss the moved rows (seen: a conversation committed seconds before absent
-    # from one read in about 70 during maintenance). A small commit now writes its own file,
-    # which compaction merges: the same commit latency, measured. Maintenance still flushes
-    # what older lakes or other writers inlined.
-    10: ["CALL set_option('data_inlining_row_limit', 0)"],
-    # 11: a log record is stored with its span's conversation (`RESOLVE_RECORDS`), and the
-    # views join records to spans on it: records stored before are resolved once here.
-    11: [RESOLVE_RECORDS.format(logs="logs", spans="spans")],
-}
