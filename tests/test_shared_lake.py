@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from spanscore.collector import Collector
+from spanscore.examples.synthetic import build_lake
 from spanscore.lake import LakeError, LakeLocation, S3Settings, connect, elected
 
 from .support.collector import ServeProcess
@@ -53,8 +54,44 @@ CLI = [sys.executable, "-m", "spanscore.cli"]
             },
             S3Settings("store:443", "us-east-2", "path", False),
         ),
+        # an IP address or localhost cannot carry a bucket subdomain: path-style, as the AWS
+        # SDKs do; a host name keeps AWS's default (vhost) unless told
+        (
+            {},
+            {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000"},
+            S3Settings("127.0.0.1:9000", None, "path", False),
+        ),
+        (
+            {},
+            {"AWS_ENDPOINT_URL_S3": "http://[::1]:9000/"},
+            S3Settings("[::1]:9000", None, "path", False),
+        ),
+        (
+            {},
+            {"SPANSCORE_S3_ENDPOINT": "localhost:9000"},
+            S3Settings("localhost:9000", None, "path"),
+        ),
+        (
+            {},
+            {"AWS_ENDPOINT_URL": "http://10.1.2.3:9000", "SPANSCORE_S3_URL_STYLE": "vhost"},
+            S3Settings("10.1.2.3:9000", None, "vhost", False),
+        ),
+        (
+            {},
+            {"AWS_ENDPOINT_URL": "https://s3.internal:9000"},
+            S3Settings("s3.internal:9000", None, None, True),
+        ),
     ],
-    ids=["nothing", "aws-variables", "precedence"],
+    ids=[
+        "nothing",
+        "aws-variables",
+        "precedence",
+        "ipv4-endpoint-path-style",
+        "ipv6-endpoint-path-style",
+        "localhost-path-style",
+        "ip-endpoint-told-vhost",
+        "host-name-keeps-vhost",
+    ],
 )
 def test_s3_settings(
     parameters: dict[str, str], environ: dict[str, str], expected: S3Settings
@@ -70,6 +107,31 @@ def test_s3_settings_keep_credentials_out_of_sight() -> None:
     assert "AKIDSECRETID" not in repr(settings)
     with pytest.raises(LakeError, match="'path' or 'vhost'"):
         S3Settings.from_environment({"s3_url_style": "virtual"}, {})
+
+
+def test_a_lake_on_a_loopback_s3_server_with_only_the_standard_aws_variables(
+    postgres_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = S3Server(tmp_path / "moto.log").start()
+    try:
+        for name in [n for n in os.environ if n.startswith(("SPANSCORE_S3_", "AWS_"))]:
+            monkeypatch.delenv(name)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        spec = f"{postgres_database}?data_path=s3://{server.bucket}/standard/"
+        build_lake(spec, 5)
+        con = connect(spec, read_only=True)
+        try:
+            assert con.execute("SELECT count(DISTINCT conversation_id) FROM spans").fetchone() == (
+                5,
+            )
+        finally:
+            con.close()
+        assert any(key.endswith(".parquet") for key in server.objects("standard/"))
+    finally:
+        server.stop()
 
 
 def test_the_lake_uri_carries_the_object_store_settings() -> None:

@@ -3,6 +3,7 @@ errors that say why a lake cannot be used."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from dataclasses import dataclass, field
@@ -124,7 +125,9 @@ class S3Settings:
     - `endpoint`: `host:port` or a URL of an S3-compatible server (`AWS_ENDPOINT_URL_S3`,
       `AWS_ENDPOINT_URL`); a URL's scheme sets `use_ssl`. Unset: AWS S3.
     - `region`: `AWS_REGION`, `AWS_DEFAULT_REGION`.
-    - `url_style`: `vhost` (AWS's default) or `path` (most self-hosted servers).
+    - `url_style`: `vhost` (AWS's default) or `path` (most self-hosted servers). Unset, an
+      endpoint that is an IP address or `localhost` is reached path-style, as the AWS SDKs and
+      CLI reach it (a bucket cannot be a subdomain of an IP address); any other, vhost.
     - `use_ssl`: `true` unless the endpoint URL is `http://` or this says `false`.
 
     Credentials come only from the environment, never from the URI: `AWS_ACCESS_KEY_ID`,
@@ -170,6 +173,8 @@ class S3Settings:
         url_style = pick("url_style")
         if url_style is not None and url_style not in ("path", "vhost"):
             raise LakeError(f"s3_url_style must be 'path' or 'vhost', not {url_style!r}")
+        if url_style is None and endpoint is not None and _addressed_by_ip(endpoint):
+            url_style = "path"
         return cls(
             endpoint=endpoint,
             region=pick("region", "AWS_REGION", "AWS_DEFAULT_REGION"),
@@ -207,6 +212,24 @@ class S3Settings:
         if self.use_ssl is not None:
             options.append(f"USE_SSL {'true' if self.use_ssl else 'false'}")
         return f"CREATE OR REPLACE SECRET spanscore_s3 ({', '.join(options)})"
+
+
+def _addressed_by_ip(endpoint: str) -> bool:
+    """Whether `host[:port]` names an IP address or localhost, where no bucket subdomain can
+    resolve."""
+    host = endpoint.rsplit("@", 1)[-1]
+    if host.startswith("["):  # [IPv6]:port
+        host = host[1 : host.find("]")]
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    host = host.split("/", 1)[0]
+    if host.lower() == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _sql_string(value: str) -> str:
