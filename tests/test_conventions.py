@@ -588,7 +588,7 @@ def test_agent_level_spans_never_add_requested_calls(operation: str) -> None:
 
 
 def test_provider_content_blocks_anthropic_and_google() -> None:
-    from spanscore.collector.conventions import content_blocks, unwrap_result
+    from spanscore.collector.conventions.messages import content_blocks, unwrap_result
 
     anthropic = [
         {"type": "text", "text": "Checking."},

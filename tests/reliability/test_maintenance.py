@@ -163,8 +163,9 @@ def test_small_commits_are_compacted_sooner_than_large_ones(
         assert reply.ok, reply
     assert counters("commits") == 6
     # Compaction was never due: the maintenance thread, had it woken, would have reset the count.
-    assert not collector._compaction_due.is_set()
-    assert collector._commits_since_compaction == 6
+    assert collector.maintenance is not None
+    assert not collector.maintenance.compaction_due.is_set()
+    assert collector.maintenance.commits_since_compaction == 6
     assert counters("compactions") == 0
     # Small ones bring the average under the bound: 12,000 + k spans < (6 + k) * 1,000 from
     # the 7th small commit on.

@@ -1,0 +1,137 @@
+"""Lake maintenance beside ingest: compaction as soon as it is due, the rest on an interval.
+
+One thread runs `Maintenance.run`. Every `maintenance_interval_s` it runs the whole of
+`lake.maintain` (flushing inlined rows, compaction, snapshot expiry, file cleanup, stored
+trajectories); in between, compaction alone whenever `compact_after_commits` commits, or
+`compact_after_small_commits` small ones (under SMALL_COMMIT_SPANS spans on average), were made
+since the last (`count_commit`, called by the writer after each commit, wakes it).
+
+Each step holds the writer (`GroupCommitWriter.paused`): exports wait meanwhile, and a step that
+another process keeps failing gives up after MAINTENANCE_STEP_DEADLINE_S and runs again next
+time. With several collectors on one lake, one at a time maintains it (`lake.elected`).
+Maintenance never stops ingestion: a failure is counted and logged, and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from spanscore import lake
+
+from . import secrets
+from .config import SMALL_COMMIT_SPANS, CollectorConfig
+from .stats import Stats
+from .writer import GroupCommitWriter
+
+log = logging.getLogger("spanscore.collector")
+
+# Longest a maintenance step retries while it holds the writer (see `Maintenance.run`).
+MAINTENANCE_STEP_DEADLINE_S = 5.0
+
+
+class Maintenance:
+    """The maintenance of one collector's lake; `run` in a thread of its own, `stop` to end it."""
+
+    def __init__(
+        self,
+        config: CollectorConfig,
+        location: lake.LakeLocation,
+        con: Any,
+        writer: GroupCommitWriter,
+        stats: Stats,
+    ) -> None:
+        self.config = config
+        self.location = location
+        self._con = con
+        self.writer = writer
+        self.stats = stats
+        self._stop = threading.Event()
+        # Set when `compact_after_commits` commits, or `compact_after_small_commits` small ones,
+        # were made since the last compaction (or to stop): wakes the maintenance thread
+        # before its interval is up.
+        self.compaction_due = threading.Event()
+        self.commits_since_compaction = 0
+        self.spans_since_compaction = 0
+
+    def count_commit(self, spans: int) -> None:
+        """The writer committed `spans` spans (its thread): past `compact_after_commits`
+        commits, or `compact_after_small_commits` small ones, wake maintenance."""
+        self.commits_since_compaction += 1
+        self.spans_since_compaction += spans
+        commits = self.commits_since_compaction
+        due = self.config.compact_after_commits
+        small_due = self.config.compact_after_small_commits
+        if (due and commits >= due) or (
+            small_due
+            and commits >= small_due
+            and self.spans_since_compaction < commits * SMALL_COMMIT_SPANS
+        ):
+            self.compaction_due.set()
+
+    def run(self) -> None:
+        """Maintenance every `maintenance_interval_s`; between two, compaction alone whenever
+        `compact_after_commits` commits, or `compact_after_small_commits` small ones, were made
+        since the last (a busy lake then never holds more small files than that, whatever the
+        interval)."""
+        con = self._con.cursor()
+        interval = self.config.maintenance_interval_s
+        next_full = time.monotonic() + interval
+        while True:
+            self.compaction_due.wait(max(0.0, next_full - time.monotonic()))
+            if self._stop.is_set():
+                return
+            full = time.monotonic() >= next_full
+            self.compaction_due.clear()
+            self.commits_since_compaction = self.spans_since_compaction = 0
+            if full:
+                next_full = time.monotonic() + interval
+            try:
+                started = time.monotonic()
+                # Several collectors on one lake: one of them at a time compacts and expires.
+                with lake.elected(self.location, "maintenance") as leader:
+                    if not leader:
+                        self.stats.add("maintenance_skipped")
+                        log.debug("maintenance: another process is running it")
+                        continue
+                    done = lake.maintain(
+                        con,
+                        expire_older_than_s=self.config.snapshot_retention_s,
+                        delete_older_than_s=self.config.snapshot_retention_s,
+                        exclusive=self.writer.paused,
+                        # Exports wait while a step holds the writer: a step that another
+                        # process keeps failing gives up soon and runs again next time.
+                        step_deadline_s=MAINTENANCE_STEP_DEADLINE_S,
+                        store_settled_after_s=(
+                            self.config.store_settled_after_s
+                            if self.config.store_trajectories
+                            else None
+                        ),
+                        # a first run over a large lake goes on next time
+                        store_deadline_s=max(self.config.maintenance_interval_s / 2, 1.0),
+                        compact_only=not full,
+                    )
+                self.stats.add("maintenance_runs" if full else "compactions")
+                for counted in ("span_files_sorted", "log_files_sorted", "records_resolved"):
+                    self.stats.add(counted, done.get(counted, 0))
+                log.info(
+                    "maintenance" if full else "compaction",
+                    extra={
+                        **done,
+                        "seconds": round(time.monotonic() - started, 3),
+                        # What DuckDB holds (bounded by memory_limit), to tell it from the rest.
+                        "duckdb_memory_mib": {
+                            tag: size >> 20 for tag, size in lake.memory_in_use(con).items()
+                        },
+                    },
+                )
+            except Exception as exc:  # maintenance must never stop ingestion
+                self.stats.add("maintenance_failed")
+                log.warning("maintenance failed: %s", secrets.describe_error(exc))
+
+    def stop(self) -> None:
+        """End `run` at its next wake-up (now, unless a step is running)."""
+        self._stop.set()
+        self.compaction_due.set()
