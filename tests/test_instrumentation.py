@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from importlib import metadata
@@ -219,3 +220,59 @@ def test_conversation_follows_work_into_threads(
     assert [
         (s.attributes or {}).get("gen_ai.conversation.id") for s in memory.get_finished_spans()
     ] == [None]
+
+
+AGENT = """
+import logging, sys
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+from opentelemetry import trace
+import spanscore.instrumentation as instrumentation
+instrumentation.instrument(service_name="agent", endpoint=sys.argv[1])
+tracer = trace.get_tracer("agent")
+for n in range(200):
+    with tracer.start_as_current_span("execute_tool lookup"):
+        pass
+if sys.argv[2] == "uninstrument":
+    instrumentation.uninstrument()
+"""
+
+
+@pytest.mark.parametrize("ending", ["exit", "uninstrument"])
+@pytest.mark.parametrize("collector", ["refusing", "silent"])
+def test_an_agent_ends_within_its_exit_timeout_when_the_collector_is_unreachable(
+    ending: str, collector: str
+) -> None:
+    """The exporter would retry one batch for 30 s (EXPORT_TIMEOUT_S) against a collector that
+    refuses connections, or wait as long on one that accepts and never answers; the process
+    ends after its exit timeout instead, and says what it did not send, and where."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from .support.ports import free_port
+
+    silent = socket.socket()  # accepts connections (the kernel's backlog) and never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = silent.getsockname()[1] if collector == "silent" else free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["SPANSCORE_EXIT_TIMEOUT_S"] = "1"
+    started = time.monotonic()
+    try:
+        ended = subprocess.run(
+            [sys.executable, "-c", AGENT, endpoint, ending],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    finally:
+        silent.close()
+    took = time.monotonic() - started
+    assert ended.returncode == 0, ended.stderr
+    # Generous: a loaded machine starts Python slowly, but nowhere near the 30 s of retries.
+    assert took < 20, f"the agent took {took:.1f} s to end"
+    assert f"{endpoint}/v1/traces did not take the last spans within 1 s" in ended.stderr
+    assert "200 span(s) not sent" in ended.stderr

@@ -37,6 +37,8 @@ Configuration (arguments win over the standard OpenTelemetry variables):
     SPANSCORE_CAPTURE_TOOL_ARGUMENTS / _TOOL_RESULTS / _MESSAGES
                                  true (default) or false: what content our shims record
     SPANSCORE_REDACT_KEYS        key patterns whose values are recorded as [REDACTED]
+    SPANSCORE_EXIT_TIMEOUT_S     most seconds the process spends at its end (or in
+                                 `uninstrument()`) sending the spans it holds (default 5)
 """
 
 from ._content import ContentPolicy, content_policy

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.util
 import logging
@@ -13,8 +14,8 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from . import _threads, _tool
 from ._content import ContentPolicy, Redactor, set_content_policy
@@ -32,6 +33,7 @@ SHIMS = (
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
+_exit_handler_registered = False
 
 # While the exporter retries one batch against a collector that refuses (its queue is full,
 # it restarts), the SDK's queue keeps filling. With the SDK's defaults (2,048 spans, 10 s per
@@ -42,6 +44,76 @@ _state: dict[str, Any] = {}
 # The standard variables, when set, win.
 QUEUE_SIZE = 8192
 EXPORT_TIMEOUT_S = 30.0
+# What the process may spend, when it ends (or `uninstrument()` is called), sending the spans
+# it still holds. Past it, an unreachable collector costs no more: what is left is dropped, and
+# said so once. SPANSCORE_EXIT_TIMEOUT_S overrides.
+EXIT_TIMEOUT_S = 5.0
+
+
+def _exit_timeout(explicit: float | None) -> float:
+    if explicit is not None:
+        return max(0.0, explicit)
+    text = os.environ.get("SPANSCORE_EXIT_TIMEOUT_S", "").strip()
+    if text:
+        try:
+            return max(0.0, float(text))
+        except ValueError:
+            log.warning(
+                "SPANSCORE_EXIT_TIMEOUT_S=%r is not a number of seconds; using %s",
+                text,
+                EXIT_TIMEOUT_S,
+            )
+    return EXIT_TIMEOUT_S
+
+
+class _ClosableExporter(SpanExporter):
+    """The exporter, with a way out: `abandon()` stops its retries (through its own shutdown)
+    and makes it refuse what comes after, counting the spans it did not send."""
+
+    def __init__(self, inner: SpanExporter, endpoint: str) -> None:
+        self.inner = inner
+        self.endpoint = endpoint
+        self.unsent = 0
+        self.sending = 0  # the batch an export holds right now
+        self._abandoned = threading.Event()
+        self._shut = threading.Lock()
+        self._is_shut = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._abandoned.is_set():
+            self.unsent += len(spans)
+            return SpanExportResult.FAILURE
+        self.sending = len(spans)
+        try:
+            result = self.inner.export(spans)
+        finally:
+            self.sending = 0
+        if result is not SpanExportResult.SUCCESS:
+            self.unsent += len(spans)
+        return result
+
+    def abandon(self) -> None:
+        self._abandoned.set()
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        with self._shut:
+            if self._is_shut:
+                return
+            self._is_shut = True
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _queued(processor: BatchSpanProcessor) -> int:
+    """Spans still waiting in the processor's queue (0 where the SDK does not say)."""
+    queue = getattr(getattr(processor, "_batch_processor", None), "_queue", None)
+    try:
+        return len(queue) if queue is not None else 0
+    except TypeError:
+        return 0
 
 
 def _batch_settings() -> dict[str, Any]:
@@ -69,6 +141,7 @@ def _protocol(explicit: str | None) -> str:
 
 
 def _exporter(protocol: str, endpoint: str | None, headers: dict[str, str] | None) -> SpanExporter:
+    """The OTLP exporter; its `_endpoint` says where it sends (for the exit message)."""
     if protocol == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
@@ -110,6 +183,7 @@ def instrument(
     capture_tool_results: bool | None = None,
     capture_messages: bool | None = None,
     redact: Sequence[str] | Redactor | None = None,
+    exit_timeout_s: float | None = None,
 ) -> TracerProvider:
     """Send this process's spans to a spanscore collector; returns the provider in use.
 
@@ -125,6 +199,11 @@ def instrument(
     `QUEUE_SIZE` spans (`OTEL_BSP_MAX_QUEUE_SIZE` overrides; the SDK's default is 2,048) and
     an export retries for up to `EXPORT_TIMEOUT_S` seconds (`OTEL_EXPORTER_OTLP_TIMEOUT`
     overrides; the SDK's is 10). The price is memory while the collector is away.
+
+    Ending is bounded: `uninstrument()`, and the end of the process, spend at most
+    `exit_timeout_s` (default `EXIT_TIMEOUT_S`, 5 s; `SPANSCORE_EXIT_TIMEOUT_S`) sending the
+    spans still held; past it, what is left is dropped and a warning says how much and where
+    it should have gone.
     """
     with _lock:
         if _state:
@@ -153,11 +232,23 @@ def instrument(
         _threads.patch()  # conversation() and the active span follow work into threads
         stamper = ConversationSpanProcessor()
         provider.add_span_processor(stamper)  # first: stamps before any exporter sees the span
-        processor = BatchSpanProcessor(
-            exporter or _exporter(_protocol(protocol), endpoint, headers), **_batch_settings()
-        )
+        inner = exporter or _exporter(_protocol(protocol), endpoint, headers)
+        closable = _ClosableExporter(inner, str(getattr(inner, "_endpoint", "") or "the collector"))
+        processor = BatchSpanProcessor(closable, **_batch_settings())
         provider.add_span_processor(processor)
-        _state.update(provider=provider, processor=processor, stamper=stamper, owned=owned)
+        _state.update(
+            provider=provider,
+            processor=processor,
+            exporter=closable,
+            stamper=stamper,
+            owned=owned,
+            exit_timeout_s=_exit_timeout(exit_timeout_s),
+        )
+        global _exit_handler_registered
+        if not _exit_handler_registered:
+            # After the SDK's own handler, so it runs first (atexit is last in, first out).
+            atexit.register(_uninstrument_at_exit)
+            _exit_handler_registered = True
         _tool.use_tracer_provider(provider)  # @tool spans go where the shims' spans go
         for package, module, instrumentor in SHIMS:
             if importlib.util.find_spec(package) is None:  # the framework is not installed
@@ -174,9 +265,53 @@ def is_instrumented() -> bool:
     return bool(_state)
 
 
-def uninstrument(timeout_millis: int = 30_000) -> None:
+def _uninstrument_at_exit() -> None:
+    if _state:
+        uninstrument()
+
+
+def _close(processor: BatchSpanProcessor, exporter: _ClosableExporter, timeout_s: float) -> None:
+    """Send what the processor holds, for at most `timeout_s`; then give the rest up (its
+    retries stopped), and say once what was not sent."""
+    done = threading.Event()
+
+    def close() -> None:
+        try:
+            processor.force_flush()
+            processor.shutdown()  # type: ignore[no-untyped-call]
+        except Exception:
+            log.warning("flushing the last spans failed", exc_info=True)
+        finally:
+            done.set()
+
+    # A thread, so that the wait is ours to bound: the SDK's flush ignores its timeout.
+    threading.Thread(target=close, name="spanscore-exit-flush", daemon=True).start()
+    if not done.wait(timeout_s):
+        left = _queued(processor)
+        exporter.abandon()
+        done.wait(1.0)
+        unsent = exporter.unsent + exporter.sending + left
+        log.warning(
+            "spanscore.instrumentation: %s did not take the last spans within %g s "
+            "(SPANSCORE_EXIT_TIMEOUT_S); %d span(s) not sent",
+            exporter.endpoint,
+            timeout_s,
+            unsent,
+        )
+    elif exporter.unsent:
+        log.warning(
+            "spanscore.instrumentation: %d span(s) could not be sent to %s",
+            exporter.unsent,
+            exporter.endpoint,
+        )
+
+
+def uninstrument(timeout_millis: int | None = None) -> None:
     """Flush and detach what `instrument()` added. The global provider stays (OpenTelemetry
-    allows setting it only once), but our exporter no longer receives its spans."""
+    allows setting it only once), but our exporter no longer receives its spans.
+
+    Flushing takes at most `timeout_millis` (default: the exit timeout `instrument()` was
+    given, 5 s unless set); what is not sent by then is dropped, with a warning."""
     with _lock:
         if not _state:
             return
@@ -189,8 +324,10 @@ def uninstrument(timeout_millis: int = 30_000) -> None:
                     log.warning("could not uninstrument %s", package, exc_info=True)
         _tool.use_tracer_provider(None)
         processor: BatchSpanProcessor = _state["processor"]
-        processor.force_flush(timeout_millis)
-        processor.shutdown()  # type: ignore[no-untyped-call]
+        timeout_s = (
+            timeout_millis / 1000 if timeout_millis is not None else _state["exit_timeout_s"]
+        )
+        _close(processor, _state["exporter"], timeout_s)
         provider: TracerProvider = _state["provider"]
         multi = getattr(provider, "_active_span_processor", None)
         procs = getattr(multi, "_span_processors", None)
