@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from spanscore.cli import main
 from spanscore.examples.synthetic import build_lake
 
+from .support.collector import start_collector
 from .support.lake import query
 
 UTC = dt.UTC
@@ -563,10 +564,20 @@ def test_a_busy_port_is_one_line_and_creates_no_lake(tmp_path: Path):
     assert done.returncode == 2, done.stderr
     assert done.stderr == (
         f"Error: cannot listen for OTLP/gRPC on 127.0.0.1:{port}: the port is in use (another "
-        f"collector? `spanscore status --endpoint http://127.0.0.1:{port}` tells). Stop it, or "
+        "collector? `spanscore status --endpoint http://127.0.0.1:4318` tells). Stop it, or "
         "choose another port with --grpc-port (0: any free port)\n"
     )
     assert not (tmp_path / "lake").exists()
+
+
+def test_status_pointed_at_the_grpc_port_says_so_in_one_line(tmp_path: Path):
+    """The hint used to name the gRPC port, where `status` died with a 40-line traceback."""
+    with start_collector(tmp_path / "lake") as collector:
+        done = cli("status", "--endpoint", f"http://127.0.0.1:{collector.grpc_port}")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "is it the collector's OTLP/gRPC port?" in done.stderr
+    assert "spanscore status --endpoint http://HOST:4318" in done.stderr
 
 
 def test_lake_mistakes_are_one_line_and_create_nothing(tmp_path: Path):

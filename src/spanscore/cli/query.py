@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import decimal
+import http.client
 import json
 import sys
 import time
@@ -216,6 +217,12 @@ def status_command(endpoint: str, token: str | None, as_json: bool, wait: float)
             raise click.ClickException(
                 f"{endpoint} answered {exc.code}: {exc.read().decode(errors='replace')}"
             ) from exc
+        except http.client.HTTPException as exc:  # an answer that is no HTTP/1.1 at all
+            raise click.ClickException(
+                f"{endpoint} does not answer HTTP/1.1 ({type(exc).__name__}): is it the "
+                "collector's OTLP/gRPC port? `status` asks the OTLP/HTTP port (default 4318): "
+                "spanscore status --endpoint http://HOST:4318"
+            ) from None
         except (urllib.error.URLError, OSError) as exc:
             if time.monotonic() >= deadline:
                 waited = f" (waited {wait:g}s)" if wait else ""

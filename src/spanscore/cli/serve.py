@@ -106,7 +106,7 @@ def serve_command(config_file: Path | None, **settings: Any) -> None:
         ("OTLP/gRPC", config.grpc_port, "--grpc-port"),
         ("OTLP/HTTP", config.http_port, "--http-port"),
     ):
-        _check_port(config.host, port, what, option)
+        _check_port(config.host, port, what, option, config.http_port)
     lock = _lock_embedded_lake(location.directory) if location.directory else None
     # Installed before the collector answers /health: a SIGTERM that follows readiness at once
     # (a supervisor, a test) must still shut down gracefully, not kill the process.
@@ -140,8 +140,9 @@ def serve_command(config_file: Path | None, **settings: Any) -> None:
         raise LakeUnavailable("stopped before every export received could be committed")
 
 
-def _check_port(host: str, port: int, what: str, option: str) -> None:
-    """Refuse a port another process listens on before anything (the lake) is created."""
+def _check_port(host: str, port: int, what: str, option: str, http_port: int) -> None:
+    """Refuse a port another process listens on before anything (the lake) is created. The
+    hint names the HTTP port, where a collector answers `status`, whichever port is taken."""
     if port == 0:
         return
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -153,7 +154,8 @@ def _check_port(host: str, port: int, what: str, option: str) -> None:
             reason = "in use" if exc.errno == errno.EADDRINUSE else exc.strerror
             raise InputError(
                 f"cannot listen for {what} on {host}:{port}: the port is {reason} (another "
-                f"collector? `spanscore status --endpoint http://{host}:{port}` tells). Stop "
+                f"collector? `spanscore status --endpoint http://{host}:{http_port or 4318}` "
+                "tells). Stop "
                 f"it, or choose another port with {option} (0: any free port)"
             ) from None
 
