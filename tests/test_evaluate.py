@@ -57,6 +57,24 @@ def synthetic_lake(tmp_path: Path) -> Path:
 # --- determinism, sampling, windows ------------------------------------------------------------
 
 
+def test_rescore_alone_after_a_run_says_it_needs_since_or_last(tmp_path: Path):
+    """--rescore scores the window again but keeps its start at the previous run's end, so
+    alone it finds nothing: the reason says how to widen the window."""
+    lake = tmp_path / "lake"
+    build_lake(lake, 20)
+    suite = load_suite(SUITE)
+    first = run(lake, suite, since=SYNTHETIC_START - dt.timedelta(days=1))
+    assert first.scored == 20
+    again = run(lake, suite, rescore=True)
+    assert again.scored == 0
+    assert again.empty_because is not None
+    assert "20 ended before the window start" in again.empty_because
+    assert "add --since or --last (e.g. --last 7d)" in again.empty_because
+    widened = run(lake, suite, rescore=True, since=SYNTHETIC_START - dt.timedelta(days=1))
+    assert widened.scored == 20
+    assert "--rescore" not in (widened.empty_because or "")
+
+
 def test_two_runs_give_identical_scores(synthetic_lake: Path):
     suite = load_suite(SUITE)
     first = run(synthetic_lake, suite, batch_size=64)

@@ -212,7 +212,14 @@ def _why_empty(
         )
     parts = []
     if before:
-        parts.append(f"{before} ended before the window start ({since_from})")
+        note = f"{before} ended before the window start ({since_from})"
+        if options.rescore and options.since is None:
+            # --rescore scores a window again; it does not move the window's start.
+            note += (
+                "; --rescore scores the window again and does not widen it: add --since or "
+                "--last (e.g. --last 7d) to score older conversations"
+            )
+        parts.append(note)
     if after:
         parts.append(f"{after} ended at or after the window end ({until_from})")
     filtered = total - before - after
