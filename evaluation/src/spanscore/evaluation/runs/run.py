@@ -31,7 +31,6 @@ import duckdb
 import pyarrow as pa
 
 from spanscore.evaluation.llm.pool import JudgeRunner
-from spanscore.evaluation.matching.schema_check import _shown
 from spanscore.evaluation.runs.engines import score_batches
 from spanscore.evaluation.runs.gates import check_gate, run_warnings, summarize
 from spanscore.evaluation.runs.judge_rounds import _judge_in_batches, _judged_batches
@@ -43,7 +42,7 @@ from spanscore.evaluation.runs.store import (
     _insert_run,
     _write_scores,
 )
-from spanscore.evaluation.runs.window import _default_since, _duration, _now, _select
+from spanscore.evaluation.runs.window import _default_since, _duration, _now, _select, _shown
 from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.lake import (
     connect,
