@@ -24,7 +24,7 @@ from spanscore.evaluation import load_suite
 from spanscore.evaluation.runs.engines.ray import shards_for
 from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.runs.run import evaluate
-from spanscore.evaluation.runs.store import score_table, write_scores_once
+from spanscore.evaluation.runs.store import ScoreRecord, score_table, write_scores_once
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
 
@@ -231,7 +231,7 @@ def test_a_shard_committed_before_its_worker_was_lost_is_not_written_again(tmp_p
     lake = tmp_path / "lake"
     build_lake(lake, 3)
     ids = [r[0] for r in query(lake, "SELECT conversation_id FROM conversations")]
-    rows = score_table([(c, None, "m", 1.0, None, True, None, None, None, None) for c in ids])
+    rows = score_table([ScoreRecord(c, None, "m", value=1.0, passed=True) for c in ids])
     con = connect(lake)
     try:
         assert write_scores_once(con, "run-a", ids, rows) is True

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from spanscore.evaluation.llm.pool import JudgeRunner, log
 from spanscore.evaluation.runs.options import _RUN_GC_THRESHOLD
-from spanscore.evaluation.runs.store import ScoreTuple, _alive, score_table, score_tuple
+from spanscore.evaluation.runs.store import ScoreRecord, _alive, score_record, score_table
 from spanscore.evaluation.suites.load import load_suite
 from spanscore.evaluation.suites.loaded import Deferred, LoadedSuite
 from spanscore.evaluation.trajectory.load import trajectories_from_rows
@@ -28,10 +28,10 @@ from spanscore.evaluation.trajectory.model import Trajectory
 
 def score_trajectories(
     suite: LoadedSuite, trajectories: Iterable[Trajectory], deferred: list[Deferred] | None = None
-) -> list[ScoreTuple]:
+) -> list[ScoreRecord]:
     """The `scores` rows (sans run and time) the suite gives each trajectory without the
     judge; what waits for the judge is appended to `deferred` (without it, it is judged now)."""
-    rows: list[ScoreTuple] = []
+    rows: list[ScoreRecord] = []
     append = rows.append
     for trajectory in trajectories:
         conversation_id = trajectory.conversation_id
@@ -43,7 +43,7 @@ def score_trajectories(
                 with JudgeRunner(suite.judge_config()) as runner:
                     scored += suite.finish(waiting, runner.answer)
         for row in scored:
-            append(score_tuple(conversation_id, row))
+            append(score_record(conversation_id, row))
     return rows
 
 

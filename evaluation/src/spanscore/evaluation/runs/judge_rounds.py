@@ -5,7 +5,6 @@ while later batches go on scoring."""
 from __future__ import annotations
 
 import concurrent.futures
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED
 from dataclasses import dataclass, field
@@ -19,7 +18,14 @@ from spanscore.evaluation.runs.chunks import Batch
 from spanscore.evaluation.runs.engines import score_batches
 from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.runs.result import RunResult
-from spanscore.evaluation.runs.store import ScoreTuple, _set_details, score_table, score_tuple
+from spanscore.evaluation.runs.store import (
+    ScoreRecord,
+    _set_details,
+    run_row,
+    runs,
+    score_record,
+    score_table,
+)
 from spanscore.evaluation.suites.loaded import Deferred, LoadedSuite
 
 
@@ -32,7 +38,7 @@ class _Waiting:
     deferred: list[Deferred]
     answers: dict[str, JudgeAnswer]
     future: concurrent.futures.Future[dict[str, JudgeAnswer]]
-    rows: list[ScoreTuple] = field(default_factory=list)
+    rows: list[ScoreRecord] = field(default_factory=list)
 
 
 # Batches waiting for the judge at once: enough questions in flight to keep the judge at its
@@ -57,7 +63,7 @@ def _judged_batches(
         still: list[Deferred] = []
         for deferred in item.deferred:
             rows, rest = suite.resume(deferred, item.answers)
-            item.rows += [score_tuple(deferred.trajectory.conversation_id, row) for row in rows]
+            item.rows += [score_record(deferred.trajectory.conversation_id, row) for row in rows]
             if rest.items:
                 still.append(rest)
         item.deferred = still
@@ -135,23 +141,19 @@ def _judge_in_batches(
 def _uncollected_batches(
     con: duckdb.DuckDBPyConnection, suite: LoadedSuite
 ) -> list[tuple[str, list[str]]]:
-    rows = con.execute(
-        "SELECT run_id, details FROM eval_runs WHERE suite_name = ? AND suite_hash = ? "
-        "AND status <> 'running' ORDER BY started_at",
-        [suite.name, suite.content_hash],
-    ).fetchall()
     found = []
-    for run_id, details in rows:
-        batches = json.loads(details or "{}").get("judge_batches") or {}
+    # Oldest first: interrupted runs' batches are collected in the order they were sent.
+    for run in reversed(runs(con, suite=suite.name, suite_hash=suite.content_hash, finished=True)):
+        batches = run.facts.get("judge_batches") or {}
         waiting = [b for b, collected in batches.items() if not collected]
         if waiting:
-            found.append((run_id, waiting))
+            found.append((run.run_id, waiting))
     return found
 
 
 def _batches_collected(con: duckdb.DuckDBPyConnection, run_id: str, batch_ids: list[str]) -> None:
-    row = con.execute("SELECT details FROM eval_runs WHERE run_id = ?", [run_id]).fetchone()
-    batches = dict(json.loads((row[0] if row else None) or "{}").get("judge_batches") or {})
+    run = run_row(con, run_id)
+    batches = dict((run.facts if run else {}).get("judge_batches") or {})
     batches.update(dict.fromkeys(batch_ids, True))
     _set_details(con, run_id, "record the collected judge batches", judge_batches=batches)
 

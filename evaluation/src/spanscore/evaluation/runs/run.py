@@ -25,7 +25,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from functools import partial
 
 import duckdb
 import pyarrow as pa
@@ -41,6 +40,7 @@ from spanscore.evaluation.runs.store import (
     _finish_run,
     _insert_run,
     _write_scores,
+    forget_run,
 )
 from spanscore.evaluation.runs.window import _default_since, _duration, _now, _select, _shown
 from spanscore.evaluation.suites.loaded import LoadedSuite
@@ -48,7 +48,6 @@ from spanscore.lake import (
     connect,
     current_snapshot,
     is_interrupt,
-    retrying,
 )
 
 log = logging.getLogger("spanscore.evaluate")
@@ -144,10 +143,7 @@ def _run(
         )
     except BaseException:
         with contextlib.suppress(Exception):  # nothing was scored: the run never happened
-            retrying(
-                partial(con.execute, "DELETE FROM eval_runs WHERE run_id = ?", [run_id]),
-                what="forget the run",
-            )
+            forget_run(con, run_id)
         raise
     timings: dict[str, float] = {}
     own_watchdog = suite.watchdog is None
