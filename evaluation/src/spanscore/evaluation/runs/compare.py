@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from spanscore.evaluation.runs.store import paired_scores, run_row, runs, score_count
+
 # Fewest paired conversations a metric needs for an interval (and so for "significant").
 MIN_PAIRED = 10
 
@@ -96,40 +98,32 @@ def compare_runs(
     seed: int = 0,
 ) -> Comparison:
     """How run B's scores differ from run A's (see the module docstring)."""
-    known = {
-        r[0]
-        for r in con.execute(
-            "SELECT run_id FROM eval_runs WHERE run_id IN (?, ?)", [run_a, run_b]
-        ).fetchall()
-    }
+    known = {r.run_id for r in runs(con, run_ids=(run_a, run_b))}
     for run in (run_a, run_b):
         if run not in known:
             raise ValueError(
                 f"no evaluation run {run!r} in this lake (see: SELECT * FROM eval_runs)"
             )
     notes = [n for n in (_no_scores(con, run) for run in dict.fromkeys((run_a, run_b))) if n]
-    rows = con.execute(
-        """
-        SELECT a.conversation_id, a.scenario_id, a.metric, a.value, b.value, a.passed, b.passed
-        FROM scores a JOIN scores b
-          ON a.conversation_id = b.conversation_id AND a.metric = b.metric
-         AND a.scenario_id IS NOT DISTINCT FROM b.scenario_id
-        WHERE a.run_id = ? AND b.run_id = ?
-        ORDER BY a.scenario_id NULLS FIRST, a.metric, a.conversation_id
-        """,
-        [run_a, run_b],
-    ).fetchall()
+    rows = paired_scores(con, run_a, run_b)
     result = Comparison(run_a, run_b, notes=notes)
     if not rows and not notes:
         result.notes.append("the two runs scored no conversation in common: nothing to compare")
     groups: dict[tuple[str | None, str], list[ConversationChange]] = {}
-    for conversation, scenario, metric, value_a, value_b, passed_a, passed_b in rows:
+    for row in rows:
         pair = ConversationChange(
-            conversation, scenario, metric, value_a, value_b, passed_a, passed_b
+            conversation_id=row.conversation_id,
+            scenario_id=row.scenario_id,
+            metric=row.metric,
+            value_a=row.value_a,
+            value_b=row.value_b,
+            passed_a=row.passed_a,
+            passed_b=row.passed_b,
         )
-        groups.setdefault((scenario, metric), []).append(pair)
+        groups.setdefault((pair.scenario_id, pair.metric), []).append(pair)
+        value_a, value_b = pair.value_a, pair.value_b
         moved = value_a is not None and value_b is not None and abs(value_a - value_b) > 1e-12
-        if passed_a != passed_b or moved:
+        if pair.passed_a != pair.passed_b or moved:
             result.conversations.append(pair)
     for (scenario, metric), pairs in groups.items():
         values = [
@@ -169,18 +163,10 @@ def compare_runs(
 
 def _no_scores(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     """Why a run has no scores (None when it has some)."""
-    import json
-
-    row = con.execute(
-        "SELECT r.status, r.conversation_count, r.details, "
-        "(SELECT count(*) FROM scores s WHERE s.run_id = r.run_id) "
-        "FROM eval_runs r WHERE r.run_id = ?",
-        [run_id],
-    ).fetchone()
-    if row is None or row[3]:
+    run = run_row(con, run_id)
+    if run is None or score_count(con, run_id):
         return None
-    status, _, details_text, _ = row
-    details = json.loads(details_text or "{}")
+    status, details = run.status, run.facts
     if status == "running":
         why = "it is still running"
     elif details.get("empty_because"):

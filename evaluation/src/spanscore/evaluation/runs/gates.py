@@ -13,6 +13,7 @@ import pyarrow as pa
 from spanscore.evaluation.runs.result import GateResult, SummaryRow
 from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.evaluation.suites.model import Gate, Policy
+from spanscore.lake import query
 
 # --- summary and gates ------------------------------------------------------------------------
 
@@ -26,8 +27,10 @@ def summarize(
         return []
     con.register("spanscore_sample", pa.table({"conversation_id": list(sample)}))
     try:
-        rows = con.execute(
-            """
+        rows = list(
+            query(
+                con,
+                """
             WITH latest AS (
                 SELECT s.* FROM scores s JOIN eval_runs r USING (run_id)
                 WHERE r.suite_name = ? AND r.suite_hash = ?
@@ -36,33 +39,23 @@ def summarize(
                     PARTITION BY s.conversation_id, s.scenario_id, s.metric
                     ORDER BY s.created_at DESC, s.run_id DESC) = 1
             )
-            SELECT scenario_id, metric, count(*), count(passed),
-                   avg(passed::INTEGER), avg(value), count(error),
+            SELECT scenario_id, metric, count(*) AS conversations, count(passed) AS judged,
+                   avg(passed::INTEGER) AS pass_rate, avg(value) AS mean,
+                   count(error) AS errors,
                    coalesce(list(conversation_id ORDER BY error IS NULL,
                         coalesce(passed::INTEGER, 1), value NULLS LAST, conversation_id)
-                        FILTER (WHERE passed IS NOT TRUE OR error IS NOT NULL), [])[1:3],
-                   min(error)
+                        FILTER (WHERE passed IS NOT TRUE OR error IS NOT NULL), [])[1:3]
+                        AS worst,
+                   min(error) AS first_error
             FROM latest GROUP BY ALL
             ORDER BY scenario_id NULLS FIRST, metric
             """,
-            [suite.name, suite.content_hash],
-        ).fetchall()
+                [suite.name, suite.content_hash],
+            )
+        )
     finally:
         con.unregister("spanscore_sample")
-    return [
-        SummaryRow(
-            scenario_id=r[0],
-            metric=r[1],
-            conversations=r[2],
-            judged=r[3],
-            pass_rate=r[4],
-            mean=r[5],
-            errors=r[6],
-            worst=list(r[7]),
-            first_error=r[8],
-        )
-        for r in rows
-    ]
+    return [SummaryRow(**{**r, "worst": list(r["worst"])}) for r in rows]
 
 
 def run_warnings(

@@ -8,7 +8,12 @@ from typing import Any
 import duckdb
 
 from spanscore.evaluation.runs.result import RunResult
+from spanscore.evaluation.runs.store import ScoreRecord, scores_of_run
 from spanscore.evaluation.suites.loaded import LoadedSuite
+
+
+def _scenario(score: ScoreRecord) -> str:
+    return score.scenario_id if score.scenario_id is not None else "(suite metrics)"
 
 
 def junit_xml(
@@ -24,30 +29,32 @@ def junit_xml(
     mode), what else failed it (too few conversations) and its gates."""
     from xml.etree import ElementTree as ET
 
-    rows = con.execute(
-        "SELECT coalesce(scenario_id, '(suite metrics)'), conversation_id, metric, value, "
-        "label, passed, explanation, error FROM scores WHERE run_id = ? "
-        "ORDER BY 1, conversation_id, metric",
-        [run_id],
-    ).fetchall()
     root = ET.Element("testsuites", name=suite.name)
     suites: dict[str, ET.Element] = {}
     counts: dict[str, list[int]] = {}
-    for scenario, conversation, metric, value, label, passed, explanation, error in rows:
+    scores = sorted(
+        scores_of_run(con, run_id),
+        key=lambda s: (_scenario(s), s.conversation_id, s.metric),
+    )
+    for s in scores:
+        scenario = _scenario(s)
         if scenario not in suites:
             suites[scenario] = ET.SubElement(root, "testsuite", name=scenario)
             counts[scenario] = [0, 0, 0]
         case = ET.SubElement(
-            suites[scenario], "testcase", classname=scenario, name=f"{conversation}: {metric}"
+            suites[scenario],
+            "testcase",
+            classname=scenario,
+            name=f"{s.conversation_id}: {s.metric}",
         )
         counts[scenario][0] += 1
-        shown = label if label is not None else value
-        if error is not None:
-            ET.SubElement(case, "error", message=error)
+        shown = s.label if s.label is not None else s.value
+        if s.error is not None:
+            ET.SubElement(case, "error", message=s.error)
             counts[scenario][2] += 1
-        elif passed is False:
-            failure = ET.SubElement(case, "failure", message=f"{metric} = {shown}")
-            failure.text = explanation or ""
+        elif s.passed is False:
+            failure = ET.SubElement(case, "failure", message=f"{s.metric} = {shown}")
+            failure.text = s.explanation or ""
             counts[scenario][1] += 1
     if result is not None:
         _junit_run(root, suites, counts, result)

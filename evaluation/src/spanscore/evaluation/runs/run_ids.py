@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import duckdb
 
+from spanscore.evaluation.runs.store import runs
+
 __all__ = ["RunNotFound", "resolve_run"]
 
 
@@ -15,28 +17,17 @@ class RunNotFound(ValueError):
 def resolve_run(con: duckdb.DuckDBPyConnection, name: str, *, suite: str | None = None) -> str:
     """The run id `name` stands for (optionally among the runs of one suite)."""
     name = name.strip()
-    where, params = ("WHERE suite_name = ?", [suite]) if suite else ("", [])
     if name in ("latest", "previous"):
-        finished = "status <> 'running'"
-        rows = con.execute(
-            f"SELECT run_id FROM eval_runs {where + ' AND ' if where else 'WHERE '}{finished} "
-            "ORDER BY started_at DESC, run_id DESC LIMIT 2",
-            params,
-        ).fetchall()
+        newest = runs(con, suite=suite, finished=True, limit=2)
         index = 0 if name == "latest" else 1
-        if len(rows) <= index:
-            count = "no finished run" if not rows else "only one finished run"
+        if len(newest) <= index:
+            count = "no finished run" if not newest else "only one finished run"
             scope = f" of suite {suite!r}" if suite else ""
             raise RunNotFound(f"no {name} run: the lake holds {count}{scope}")
-        return str(rows[index][0])
+        return newest[index].run_id
     if not name:
         raise RunNotFound("an empty run id")
-    rows = con.execute(
-        f"SELECT run_id FROM eval_runs {where + ' AND ' if where else 'WHERE '}"
-        "starts_with(run_id, ?) ORDER BY started_at DESC",
-        [*params, name],
-    ).fetchall()
-    ids = [str(r[0]) for r in rows]
+    ids = [r.run_id for r in runs(con, suite=suite, prefix=name)]
     if name in ids:
         return name
     if len(ids) == 1:

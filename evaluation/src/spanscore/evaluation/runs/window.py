@@ -10,12 +10,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 from spanscore.evaluation.llm.pool import JudgeRunner
 from spanscore.evaluation.runs.options import UTC, RunOptions, judge_settings
 from spanscore.evaluation.runs.result import RunResult
-from spanscore.evaluation.runs.store import _set_details
+from spanscore.evaluation.runs.store import COMPLETED, _set_details, runs, scored_conversations
 from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.lake import (
     connect,
@@ -91,7 +90,7 @@ def _select(
     sample = choose(
         candidates, rate=options.sample, limit=options.max_conversations, seed=options.seed
     )
-    done = set() if options.rescore else _already_scored(con, suite, sample)
+    done = set() if options.rescore else scored_conversations(con, suite, sample)
     todo = [c for c in sample if c not in done]
     result.candidates, result.sampled = len(candidates), len(sample)
     result.skipped = len(sample) - len(todo)
@@ -158,6 +157,9 @@ def _candidates(
     return chosen, sum(1 for *_, single in rows if single)
 
 
+_NO_END = dt.datetime.min.replace(tzinfo=UTC)
+
+
 def _default_since(
     con: duckdb.DuckDBPyConnection, suite: LoadedSuite
 ) -> tuple[dt.datetime | None, str]:
@@ -167,24 +169,25 @@ def _default_since(
     (the suite was edited), the start of the window the suite's previous version last scored,
     so the edited suite scores that window again (and `compare` can pair the two runs)
     rather than finding nothing new; for a suite that never ran, the beginning."""
-    rows = con.execute(
-        "SELECT run_id, suite_hash, window_start, window_end FROM eval_runs "
-        "WHERE suite_name = ? AND status IN ('succeeded', 'gate_failed') "
-        "ORDER BY window_end DESC, started_at DESC",
-        [suite.name],
-    ).fetchall()
-    for run_id, suite_hash, _, window_end in rows:
-        if suite_hash == suite.content_hash:
-            return window_end, f"the end of run {run_id}, the previous one of this suite version"
-    if rows:
-        run_id, _, window_start, _ = rows[0]
-        if window_start is None:
+    newest = runs(con, suite=suite.name, statuses=COMPLETED)
+    # By window end, newest first (then by start, as `runs` gives them; no end sorts last).
+    latest = sorted(newest, key=lambda r: r.window_end or _NO_END, reverse=True)
+    for run in latest:
+        if run.suite_hash == suite.content_hash:
+            return (
+                run.window_end,
+                f"the end of run {run.run_id}, the previous one of this suite version",
+            )
+    if latest:
+        run = latest[0]
+        if run.window_start is None:
             return None, (
                 f"this suite version never ran: from the beginning, as the previous "
-                f"version's last run {run_id}"
+                f"version's last run {run.run_id}"
             )
-        return window_start, (
-            f"this suite version never ran: the start of the previous version's last run {run_id}"
+        return run.window_start, (
+            f"this suite version never ran: the start of the previous version's last run "
+            f"{run.run_id}"
         )
     return None, "the beginning: the first run of this suite"
 
@@ -237,22 +240,3 @@ def _duration(seconds: float) -> str:
 
 def _shown(moment: dt.datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _already_scored(
-    con: duckdb.DuckDBPyConnection, suite: LoadedSuite, sample: Sequence[str]
-) -> set[str]:
-    if not sample:
-        return set()
-    con.register("spanscore_sample", pa.table({"conversation_id": list(sample)}))
-    try:
-        rows = con.execute(
-            "SELECT DISTINCT s.conversation_id FROM scores s "
-            "JOIN eval_runs r USING (run_id) "
-            "WHERE r.suite_name = ? AND r.suite_hash = ? "
-            "AND s.conversation_id IN (SELECT conversation_id FROM spanscore_sample)",
-            [suite.name, suite.content_hash],
-        ).fetchall()
-    finally:
-        con.unregister("spanscore_sample")
-    return {r[0] for r in rows}
