@@ -43,9 +43,12 @@ from spanscore.evaluation.report.schema import (
     TrendDoc,
     TurnDoc,
 )
+from spanscore.evaluation.runs import store
 from spanscore.evaluation.runs.compare import compare_runs
+from spanscore.evaluation.runs.store import ScoreRecord
 from spanscore.evaluation.trajectory.load import load_trajectories
 from spanscore.evaluation.trajectory.model import Handoff, ModelCall, ToolCall, Trajectory
+from spanscore.lake import query
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS  # arguments read as Python literals may have int keys
 
@@ -104,40 +107,25 @@ def resolve_run(con: duckdb.DuckDBPyConnection, spec: str | None = "latest") -> 
     """A run id from `latest` (the newest finished run, else the newest), a run id, or a
     unique prefix of one."""
     if spec is None or spec == "latest":
-        row = con.execute(
-            "SELECT run_id FROM eval_runs ORDER BY (status IN ('succeeded', 'gate_failed', "
-            "'interrupted', 'failed')) DESC, started_at DESC, run_id LIMIT 1"
-        ).fetchone()
-        if row is None:
+        newest = store.runs(con, finished=True, limit=1) or store.runs(con, limit=1)
+        if not newest:
             raise ReportError("no evaluation run in this lake yet (run `spanscore evaluate`)")
-        return str(row[0])
-    rows = con.execute(
-        "SELECT run_id FROM eval_runs WHERE starts_with(run_id, ?) ORDER BY started_at DESC",
-        [spec],
-    ).fetchall()
-    exact = [r[0] for r in rows if r[0] == spec]
-    if exact:
-        return str(exact[0])
-    if not rows:
+        return newest[0].run_id
+    ids = [r.run_id for r in store.runs(con, prefix=spec)]
+    if spec in ids:
+        return spec
+    if not ids:
         raise ReportError(f"no evaluation run {spec!r} in this lake (see: SELECT * FROM eval_runs)")
-    if len(rows) > 1:
-        shown = ", ".join(str(r[0]) for r in rows[:5])
-        raise ReportError(f"{spec!r} is the start of {len(rows)} run ids ({shown}): give more")
-    return str(rows[0][0])
+    if len(ids) > 1:
+        shown = ", ".join(ids[:5])
+        raise ReportError(f"{spec!r} is the start of {len(ids)} run ids ({shown}): give more")
+    return ids[0]
 
 
 def previous_run(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     """The suite's finished run that started last before this one."""
-    row = con.execute(
-        """
-        SELECT p.run_id FROM eval_runs p, eval_runs r
-        WHERE r.run_id = ? AND p.suite_name = r.suite_name AND p.run_id <> r.run_id
-          AND p.started_at < r.started_at AND p.status IN ('succeeded', 'gate_failed')
-        ORDER BY p.started_at DESC LIMIT 1
-        """,
-        [run_id],
-    ).fetchone()
-    return None if row is None else str(row[0])
+    previous = store.previous_run(con, run_id)
+    return None if previous is None else previous.run_id
 
 
 # --- the header ----------------------------------------------------------------------------------
@@ -196,21 +184,12 @@ def _gates(details: dict[str, Any]) -> list[GateDoc]:
 
 
 def _run_doc(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
-    row = con.execute(
-        """
-        SELECT run_id, suite_name, suite_hash, status, window_start, window_end, started_at,
-               finished_at, conversation_count, score_count, error_count, judge_cost_usd,
-               sample_spec::VARCHAR, details::VARCHAR, spanscore_version, host
-        FROM eval_runs WHERE run_id = ?
-        """,
-        [run_id],
-    ).fetchone()
-    if row is None:
+    run = store.run_row(con, run_id)
+    if run is None:
         raise ReportError(f"no evaluation run {run_id!r} in this lake")
-    details = _json(row[13])
-    details = details if isinstance(details, dict) else {}
-    sample = _json(row[12])
-    started, finished = row[6], row[7]
+    details = run.facts
+    sample = _json(run.sample_spec)
+    started, finished = run.started_at, run.finished_at
     duration = _float(details.get("elapsed_s"))
     if duration is None and started is not None and finished is not None:
         duration = (finished - started).total_seconds()
@@ -220,72 +199,50 @@ def _run_doc(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
         return int(value) if isinstance(value, int | float) else None
 
     return {
-        "run_id": str(row[0]),
-        "suite_name": str(row[1]),
-        "suite_version": row[2],
-        "status": row[3],
-        "window_start": _iso(row[4]),
-        "window_end": _iso(row[5]),
+        "run_id": run.run_id,
+        "suite_name": run.suite_name,
+        "suite_version": run.suite_hash,
+        "status": run.status,
+        "window_start": _iso(run.window_start),
+        "window_end": _iso(run.window_end),
         "started_at": _iso(started),
         "finished_at": _iso(finished),
         "duration_s": _round(duration, 3),
-        "conversations": int(row[8] or 0),
-        "scores": int(row[9] or 0),
-        "errors": int(row[10] or 0),
+        "conversations": int(run.conversation_count or 0),
+        "scores": int(run.score_count or 0),
+        "errors": int(run.error_count or 0),
         "candidates": count("candidates"),
         "sampled": count("sampled"),
         "skipped": count("skipped"),
         "sample": sample if isinstance(sample, dict) else {},
-        "judge": _judge(_float(row[11]), details),
+        "judge": _judge(_float(run.judge_cost_usd), details),
         "gates": _gates(details),
-        "spanscore_version": row[14],
-        "host": row[15],
+        "spanscore_version": run.spanscore_version,
+        "host": run.host,
     }
 
 
 # --- scores ------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Score:
-    conversation_id: str
-    scenario_id: str | None
-    metric: str
-    value: float | None
-    label: str | None
-    passed: bool | None
-    threshold: float | None
-    explanation: str | None
-    details: str | None
-    error: str | None
-
-    @property
-    def key(self) -> str:
-        return f"{self.scenario_id}/{self.metric}" if self.scenario_id else self.metric
-
-    @property
-    def failing(self) -> bool:
-        return self.passed is False or self.error is not None
+def _key(score: ScoreRecord) -> str:
+    return f"{score.scenario_id}/{score.metric}" if score.scenario_id else score.metric
 
 
-def _scores(con: duckdb.DuckDBPyConnection, run_id: str) -> list[_Score]:
-    rows = con.execute(
-        """
-        SELECT conversation_id, scenario_id, metric, value, label, passed, threshold,
-               explanation, details::VARCHAR, error
-        FROM scores WHERE run_id = ?
-        ORDER BY conversation_id, scenario_id NULLS FIRST, metric
-        """,
-        [run_id],
-    ).fetchall()
-    return [
-        _Score(r[0], r[1], r[2], _float(r[3]), r[4], r[5], _float(r[6]), r[7], r[8], r[9])
-        for r in rows
-    ]
+def _failing(score: ScoreRecord) -> bool:
+    return score.passed is False or score.error is not None
 
 
-def _summary(scores: Sequence[_Score]) -> list[SummaryDoc]:
-    groups: dict[tuple[str, str], list[_Score]] = {}
+def _scores(con: duckdb.DuckDBPyConnection, run_id: str) -> list[ScoreRecord]:
+    """The run's scores; a value or threshold that is not a finite number reads as None."""
+    scores = store.scores_of_run(con, run_id)
+    for s in scores:
+        s.value, s.threshold = _float(s.value), _float(s.threshold)
+    return scores
+
+
+def _summary(scores: Sequence[ScoreRecord]) -> list[SummaryDoc]:
+    groups: dict[tuple[str, str], list[ScoreRecord]] = {}
     for s in scores:
         groups.setdefault((s.scenario_id or "", s.metric), []).append(s)
     out: list[SummaryDoc] = []
@@ -307,7 +264,7 @@ def _summary(scores: Sequence[_Score]) -> list[SummaryDoc]:
     return out
 
 
-def _distributions(scores: Sequence[_Score], bins: int) -> list[DistributionDoc]:
+def _distributions(scores: Sequence[ScoreRecord], bins: int) -> list[DistributionDoc]:
     by_metric: dict[str, list[float]] = {}
     for s in scores:
         if s.value is not None:
@@ -333,7 +290,8 @@ def _distributions(scores: Sequence[_Score], bins: int) -> list[DistributionDoc]
 
 
 def _trend(con: duckdb.DuckDBPyConnection, run_id: str, runs: int) -> list[TrendDoc]:
-    rows = con.execute(
+    rows = query(
+        con,
         """
         WITH picked AS (
             SELECT p.run_id, p.started_at, p.status FROM eval_runs p, eval_runs r
@@ -341,22 +299,23 @@ def _trend(con: duckdb.DuckDBPyConnection, run_id: str, runs: int) -> list[Trend
               AND (p.run_id = r.run_id OR (p.started_at <= r.started_at
                    AND p.status IN ('succeeded', 'gate_failed')))
             ORDER BY p.started_at DESC LIMIT ?)
-        SELECT p.run_id, p.started_at, p.status, count(DISTINCT s.conversation_id),
-               avg(s.passed::INTEGER), avg(s.value)
+        SELECT p.run_id AS run_id, p.started_at AS started_at, p.status AS status,
+               count(DISTINCT s.conversation_id) AS conversations,
+               avg(s.passed::INTEGER) AS pass_rate, avg(s.value) AS mean
         FROM picked p LEFT JOIN scores s ON s.run_id = p.run_id
         GROUP BY ALL ORDER BY p.started_at, p.run_id
         """,
         [run_id, runs],
-    ).fetchall()
+    )
     return [
         {
-            "run_id": str(r[0]),
-            "started_at": _iso(r[1]),
-            "status": r[2],
-            "conversations": int(r[3]),
-            "pass_rate": _round(_float(r[4])),
-            "mean": _round(_float(r[5])),
-            "current": r[0] == run_id,
+            "run_id": str(r["run_id"]),
+            "started_at": _iso(r["started_at"]),
+            "status": r["status"],
+            "conversations": int(r["conversations"]),
+            "pass_rate": _round(_float(r["pass_rate"])),
+            "mean": _round(_float(r["mean"])),
+            "current": r["run_id"] == run_id,
         }
         for r in rows
     ]
@@ -413,13 +372,11 @@ def _baseline(con: duckdb.DuckDBPyConnection, run_id: str, baseline: str) -> Bas
         }
         for c in comparison.conversations
     ]
-    row = con.execute(
-        "SELECT started_at, suite_hash FROM eval_runs WHERE run_id = ?", [baseline]
-    ).fetchone()
+    row = store.run_row(con, baseline)
     return {
         "run_id": baseline,
-        "started_at": _iso(row[0]) if row else None,
-        "suite_version": row[1] if row else None,
+        "started_at": _iso(row.started_at) if row else None,
+        "suite_version": row.suite_hash if row else None,
         "paired_conversations": max((m.paired for m in comparison.metrics), default=0),
         "metrics": metrics,
         "conversations": conversations,
@@ -450,7 +407,7 @@ def _offset(moment: dt.datetime | None, start: dt.datetime | None) -> float | No
     return round((moment - start).total_seconds() * 1000, 3)
 
 
-def _detail(t: Trajectory, scores: Sequence[_Score], limit: int) -> ConversationDetailDoc:
+def _detail(t: Trajectory, scores: Sequence[ScoreRecord], limit: int) -> ConversationDetailDoc:
     start = t.start_time
     turns: list[TurnDoc] = []
     index = 0
@@ -629,7 +586,7 @@ def build_report(
         else:
             baseline_doc = _baseline(con, run_id, baseline)
     scores = _scores(con, run_id)
-    by_conversation: dict[str, list[_Score]] = {}
+    by_conversation: dict[str, list[ScoreRecord]] = {}
     for s in scores:
         by_conversation.setdefault(s.conversation_id, []).append(s)
     ids = list(by_conversation)
@@ -638,7 +595,7 @@ def build_report(
         for c in baseline_doc["conversations"]:
             if c["kind"] == "regressed" or c["conversation_id"] not in changes:
                 changes[c["conversation_id"]] = c["kind"]
-    keys = sorted({s.key for s in scores})
+    keys = sorted({_key(s) for s in scores})
     key_index = {k: i for i, k in enumerate(keys)}
     metrics = sorted({s.metric for s in scores})
     columns: ConversationsDoc = {
@@ -659,7 +616,7 @@ def build_report(
     }
     for cid in ids:
         mine = by_conversation[cid]
-        failing = [key_index[s.key] for s in mine if s.failing]
+        failing = [key_index[_key(s)] for s in mine if _failing(s)]
         columns["failing"].append(sorted(set(failing)))
         if any(s.passed is False for s in mine):
             columns["result"].append("failed")
