@@ -515,17 +515,19 @@ def score_record(conversation_id: str, row: ScoreRow) -> ScoreRecord:
     """The record of one score a suite gave the conversation."""
     s = row.score
     details = s.details
+    # Positional: once per score, the hot path (keywords cost half as much again); the order is
+    # the table's, which tests/test_run_store.py holds the record and `Score` to.
     return ScoreRecord(
-        conversation_id=conversation_id,
-        scenario_id=row.scenario_id,
-        metric=row.metric,
-        value=s.value,
-        label=s.label,
-        passed=s.passed,
-        threshold=s.threshold,
-        explanation=s.explanation,
-        details=_json(details) if details else None,
-        error=s.error,
+        conversation_id,
+        row.scenario_id,
+        row.metric,
+        s.value,
+        s.label,
+        s.passed,
+        s.threshold,
+        s.explanation,
+        _json(details) if details else None,
+        s.error,
     )
 
 
