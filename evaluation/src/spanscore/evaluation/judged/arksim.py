@@ -12,16 +12,16 @@ from pydantic import Field
 
 from spanscore.evaluation.judged.common import (
     _REASONING,
+    _clip,
     _failed,
     _json,
     _Judged,
+    _plural,
     _schema,
     _upto,
     _verdict,
 )
-from spanscore.evaluation.judged.render import _clip
 from spanscore.evaluation.judged.rubrics import conversation_message, prompt
-from spanscore.evaluation.metrics.common import _plural
 from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score

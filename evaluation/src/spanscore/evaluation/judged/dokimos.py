@@ -13,15 +13,16 @@ from pydantic import Field
 
 from spanscore.evaluation.judged.common import (
     _REASONING,
+    _clip,
     _failed,
     _json,
     _Judged,
+    _plural,
     _schema,
     _verdict,
 )
-from spanscore.evaluation.judged.render import _clip
 from spanscore.evaluation.judged.rubrics import conversation_message, prompt
-from spanscore.evaluation.metrics.common import _NO_TOOLS, _no_tools_offered, _plural
+from spanscore.evaluation.metrics.common import _NO_TOOLS, _no_tools_offered
 from spanscore.evaluation.metrics.tool_reliability import (
     ToolDescriptionReliability,
     ToolNameReliability,

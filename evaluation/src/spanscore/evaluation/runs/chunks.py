@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import shutil
 import tempfile
@@ -15,13 +16,15 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spanscore.evaluation.llm.pool import JudgeRunner, log
+from spanscore.evaluation.llm.pool import JudgeRunner
 from spanscore.evaluation.runs.options import _RUN_GC_THRESHOLD
 from spanscore.evaluation.runs.store import ScoreRecord, _alive, score_record, score_table
 from spanscore.evaluation.suites.load import load_suite
 from spanscore.evaluation.suites.loaded import Deferred, LoadedSuite
 from spanscore.evaluation.trajectory.load import trajectories_from_rows
 from spanscore.evaluation.trajectory.model import Trajectory
+
+log = logging.getLogger("spanscore.evaluate")
 
 # --- scoring, in this process or in workers --------------------------------------------------
 

@@ -5,6 +5,7 @@ while later batches go on scoring."""
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
-from spanscore.evaluation.llm.pool import JudgeRunner, log
+from spanscore.evaluation.llm.pool import JudgeRunner
 from spanscore.evaluation.llm.types import JudgeAnswer, JudgeRequest
 from spanscore.evaluation.runs.chunks import Batch
 from spanscore.evaluation.runs.engines import score_batches
@@ -27,6 +28,8 @@ from spanscore.evaluation.runs.store import (
     score_table,
 )
 from spanscore.evaluation.suites.loaded import Deferred, LoadedSuite
+
+log = logging.getLogger("spanscore.evaluate")
 
 
 @dataclass
