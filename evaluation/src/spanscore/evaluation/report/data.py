@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import duckdb
-import orjson
 
-from spanscore.evaluation.report.marks import score_marks
+from spanscore.evaluation.report.conversations import _clip, _detail, _first_trace
 from spanscore.evaluation.report.schema import (
     FORMAT,
     VERSION,
@@ -28,29 +27,21 @@ from spanscore.evaluation.report.schema import (
     ConversationsDoc,
     DistributionDoc,
     GateDoc,
-    HandoffStepDoc,
     JudgeDoc,
-    MarkDoc,
     MetricChangeDoc,
-    MissingDoc,
-    ModelStepDoc,
     ReportDoc,
     RunDoc,
-    ScoreDoc,
     SummaryDoc,
     ToolDoc,
-    ToolStepDoc,
     TrendDoc,
-    TurnDoc,
 )
+from spanscore.evaluation.report.values import _float, _iso, _json, _round
 from spanscore.evaluation.runs import store
 from spanscore.evaluation.runs.compare import compare_runs
 from spanscore.evaluation.runs.store import ScoreRecord
 from spanscore.evaluation.trajectory.load import load_trajectories
-from spanscore.evaluation.trajectory.model import Handoff, ModelCall, ToolCall, Trajectory
+from spanscore.evaluation.trajectory.model import ToolCall
 from spanscore.lake import query
-
-_OPTIONS = orjson.OPT_NON_STR_KEYS  # arguments read as Python literals may have int keys
 
 
 class ReportError(ValueError):
@@ -66,38 +57,6 @@ class ReportOptions:
     max_value_chars: int = 4_000  # longer arguments, results and details are cut
     trend_runs: int = 30  # previous runs of the suite in the trend plot
     bins: int = 10  # bins of each score distribution
-
-
-def _iso(moment: Any) -> str | None:
-    if moment is None:
-        return None
-    if isinstance(moment, dt.datetime):
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=dt.UTC)
-        return str(moment.astimezone(dt.UTC).isoformat()).replace("+00:00", "Z")
-    return str(moment)
-
-
-def _json(text: Any) -> Any:
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        return text
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return text
-
-
-def _float(value: Any) -> float | None:
-    if value is None:
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
-def _round(value: float | None, digits: int = 4) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 # --- which runs ----------------------------------------------------------------------------------
@@ -381,142 +340,6 @@ def _baseline(con: duckdb.DuckDBPyConnection, run_id: str, baseline: str) -> Bas
         "metrics": metrics,
         "conversations": conversations,
     }
-
-
-# --- conversations and their trajectories -----------------------------------------------------
-
-
-def _clip(value: Any, limit: int) -> Any:
-    """The value, or its JSON text cut at `limit` characters when longer."""
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    if isinstance(value, str):
-        text = value
-    else:
-        text = orjson.dumps(value, default=str, option=_OPTIONS).decode()
-        if len(text) <= limit:
-            return value
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text) - limit} more characters)"
-
-
-def _offset(moment: dt.datetime | None, start: dt.datetime | None) -> float | None:
-    if moment is None or start is None:
-        return None
-    return round((moment - start).total_seconds() * 1000, 3)
-
-
-def _detail(t: Trajectory, scores: Sequence[ScoreRecord], limit: int) -> ConversationDetailDoc:
-    start = t.start_time
-    turns: list[TurnDoc] = []
-    index = 0
-    for turn in t.turns:
-        steps: list[ModelStepDoc | ToolStepDoc | HandoffStepDoc] = []
-        for step in turn.steps:
-            if isinstance(step, ToolCall):
-                steps.append(
-                    {
-                        "kind": "tool_call",
-                        "index": index,
-                        "name": step.name,
-                        "arguments": _clip(step.arguments, limit),
-                        "result": _clip(step.result, limit),
-                        "error": _clip(step.error, limit),
-                        "call_id": step.call_id,
-                        "offset_ms": _offset(step.start_time, start),
-                        "latency_ms": _round(step.latency_ms, 3),
-                        "parallel_group": step.parallel_group,
-                        "source": step.source,
-                        "trace_id": step.trace_id,
-                        "span_id": step.span_id,
-                    }
-                )
-                index += 1
-            elif isinstance(step, ModelCall):
-                steps.append(
-                    {
-                        "kind": "model_call",
-                        "name": step.name,
-                        "offset_ms": _offset(step.start_time, start),
-                        "latency_ms": _round(step.latency_ms, 3),
-                        "requested": list(step.requested),
-                        "response": _clip(step.response_text, limit),
-                        "error": _clip(step.error, limit),
-                        "input_tokens": step.input_tokens,
-                        "output_tokens": step.output_tokens,
-                        "trace_id": step.trace_id,
-                        "span_id": step.span_id,
-                    }
-                )
-            elif isinstance(step, Handoff):
-                steps.append(
-                    {
-                        "kind": "handoff",
-                        "from_agent": step.from_agent,
-                        "to_agent": step.to_agent,
-                        "offset_ms": _offset(step.start_time, start),
-                    }
-                )
-        turns.append(
-            {
-                "index": turn.index,
-                "user_message": _clip(turn.user_message, limit),
-                "final_response": _clip(turn.final_response, limit),
-                "steps": steps,
-            }
-        )
-    score_docs: list[ScoreDoc] = []
-    marks: list[MarkDoc] = []
-    missing: list[MissingDoc] = []
-    for i, s in enumerate(scores):
-        details = _json(s.details)
-        found_marks, found_missing = score_marks(t.tool_calls, i, details)
-        marks += found_marks
-        missing += found_missing
-        score_docs.append(
-            {
-                "scenario_id": s.scenario_id,
-                "metric": s.metric,
-                "value": s.value,
-                "label": s.label,
-                "passed": s.passed,
-                "threshold": s.threshold,
-                "explanation": _clip(s.explanation, limit),
-                "error": _clip(s.error, limit),
-                "details": _clip(details, limit),
-            }
-        )
-    attributes = {
-        k: _clip(v, 200) for k, v in t.attributes.items() if k != "gen_ai.tool.definitions"
-    }
-    duration = (
-        _round((t.end_time - t.start_time).total_seconds() * 1000, 3)
-        if t.start_time and t.end_time
-        else None
-    )
-    return {
-        "conversation_id": t.conversation_id,
-        "agent": t.agent_name,
-        "service": t.service_name,
-        "start": _iso(t.start_time),
-        "duration_ms": duration,
-        "attributes": attributes,
-        "warnings": list(t.warnings),
-        "turns": turns,
-        "scores": score_docs,
-        "marks": marks,
-        "missing": missing,
-    }
-
-
-def _first_trace(t: Trajectory) -> str | None:
-    for turn in t.turns:
-        for step in turn.steps:
-            trace = getattr(step, "trace_id", None)
-            if trace:
-                return str(trace)
-    return None
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
