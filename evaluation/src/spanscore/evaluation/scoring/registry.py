@@ -94,8 +94,9 @@ def as_score(returned: Any, spec: MetricSpec) -> Score:
 
 
 class MetricRegistry:
-    """Metrics by name. The built-in metrics register themselves in `REGISTRY`; a suite's
-    custom metric files are loaded into a child registry so two suites never collide."""
+    """Metrics by name. `@metric` functions of installed plugins register in `REGISTRY`, as
+    `package/name`; a suite's custom metric files are loaded into a child registry, so two
+    suites never collide. (Built-in scoring is made of assertion types: `plugins`.)"""
 
     def __init__(self, parent: MetricRegistry | None = None) -> None:
         self._metrics: dict[str, MetricSpec] = {}
