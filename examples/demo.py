@@ -4,10 +4,13 @@
 2. the example customer-service agent (a plain `openai` tool loop, instrumented with
    `spanscore.instrumentation`) talking to a local deterministic OpenAI-compatible server, over
    the seven scenarios, some conversations breaking policy on purpose; its spans go over OTLP;
-3. an evaluation run with the example suite: deterministic assertions, and ArkSim's four custom
-   metrics as LLM-judged rubrics answered by a local scripted judge (`judge_policy`); the
-   summary, the judge's calls and cost, and the gates;
-4. SQL over the spans and the scores.
+   then, before deployment, simulated users (a local scripted user model) drive the same agent
+   over the scenarios, two trials each (`spanscore simulate`);
+3. an evaluation run with the example suite over production traffic: deterministic assertions,
+   and ArkSim's four custom metrics as LLM-judged rubrics answered by a local scripted judge
+   (`judge_policy`); the summary, the judge's calls and cost, and the gates;
+4. the same suite judging the simulation: per scenario, its trials and pass^k;
+5. SQL over the spans and the scores.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SUITE = Path(__file__).parent / "customer_service" / "suite.yaml"
 
@@ -92,6 +96,7 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
             endpoint=f"http://127.0.0.1:{collector.http_port}",
             protocol="http/protobuf",
         )
+        suite = load_suite(SUITE)
         try:
             with ScriptedLLM(ScriptedPolicy()) as llm:
                 echo(
@@ -103,12 +108,12 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
                     run_conversation(client, Store(), plan)
                     flag = "  (breaks policy: " + plan.note + ")" if plan.breaks_policy else ""
                     echo(f"   {plan.conversation_id:<22} {plan.scenario_id}{flag}")
+                simulation = _simulate(lake, suite, client, echo)
         finally:
             spanscore.instrumentation.uninstrument()  # flushes the spans
             provider.shutdown()
         stored = collector.stats.get("spans_stored")
         echo(f"   {stored} spans exported over OTLP/HTTP and committed to the lake")
-        suite = load_suite(SUITE)
         with ScriptedLLM(ScriptedJudge()) as judge:
             echo(
                 f"\n3. Evaluate: spanscore evaluate --lake {lake} --suite {SUITE} --settle 0 "
@@ -120,12 +125,25 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
             )
             options = RunOptions(settle_s=0, judge={"base_url": judge.base_url})
             result = evaluate(lake, suite, options)
-        print_summary(result, echo=lambda line: echo("   " + line))
-        if not result.passed:
-            echo("   (the agent breaks policy on purpose: a failed gate makes `evaluate` exit 1)")
+            print_summary(result, echo=lambda line: echo("   " + line))
+            if not result.passed:
+                echo(
+                    "   (the agent breaks policy on purpose: a failed gate makes `evaluate` exit 1)"
+                )
+            echo(
+                f"\n4. Before deployment, the same suite judges the simulation: spanscore "
+                f"evaluate --lake {lake} --suite {SUITE} --simulation {simulation} "
+                f"--judge-base-url {judge.base_url}"
+            )
+            simulated = evaluate(
+                lake,
+                suite,
+                RunOptions(simulation=simulation, settle_s=0, judge={"base_url": judge.base_url}),
+            )
+        print_summary(simulated, echo=lambda line: echo("   " + line))
     con = lakes.connect(lake)
     try:
-        for n, (title, sql) in enumerate(DEMO_QUERIES, start=4):
+        for n, (title, sql) in enumerate(DEMO_QUERIES, start=5):
             echo(f"\n{n}. {title}")
             echo("   $ spanscore sql --lake " + str(lake) + ' "' + " ".join(sql.split()) + '"')
             rows = list(lakes.query(con, sql))
@@ -136,13 +154,47 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
     finally:
         con.close()
     report = write_report(lake, lake / "report.html", result.run_id).path
-    echo(f"\n{len(DEMO_QUERIES) + 4}. The run's report (open it in a browser): {report}")
+    echo(f"\n{len(DEMO_QUERIES) + 5}. The run's report (open it in a browser): {report}")
     echo(
         f"\nDone in {time.monotonic() - started:.1f}s. The lake stays at {lake}/ for your own SQL."
     )
     echo("\nNext, try:")
     for command, why in next_commands(lake):
         echo(f"  $ {command}\n      {why}")
+
+
+def _simulate(lake: Path, suite: Any, client: Any, echo: Callable[[str], object]) -> str:
+    """Simulated users (played by a local scripted model) drive the same agent over the
+    scenarios, two trials each; returns the simulation id."""
+    from spanscore.evaluation.simulation.simulate import SimulationOptions, simulate
+    from spanscore.evaluation.simulation.targets import CallableTarget
+
+    from .customer_service.openai_loop import simulated_agent
+    from .llm_server import ScriptedLLM
+    from .user_policy import ScriptedUsers
+
+    goals = {s.id: s.user.goal for s in suite.suite.scenarios if s.user is not None}
+    with ScriptedLLM(ScriptedUsers(goals)) as users:
+        echo(
+            f"\n   Before deployment: simulated users (a local scripted user model at "
+            f"{users.base_url}) drive the same agent, 2 trials per scenario:"
+        )
+        echo(
+            f"   $ spanscore simulate --lake {lake} --suite {SUITE} --trials 2 "
+            "--agent spanscore.examples.customer_service.openai_loop:agent_turn "
+            f"--user-base-url {users.base_url}"
+        )
+        target = CallableTarget(simulated_agent(client), "the customer-service agent")
+        options = SimulationOptions(
+            trials=2, concurrency=4, user_model={"base_url": users.base_url}
+        )
+        result = simulate(str(lake), suite, target, options)
+    reasons = ", ".join(f"{k} {v}" for k, v in result.by_reason().items())
+    echo(
+        f"   simulation {result.simulation_id}: {len(result.outcomes)} conversations ({reasons}),"
+        f" {result.user.get('calls', 0)} user-model calls"
+    )
+    return result.simulation_id
 
 
 def next_commands(lake: Path) -> list[tuple[str, str]]:

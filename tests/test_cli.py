@@ -97,19 +97,26 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "spans exported over OTLP/HTTP and committed" in result.output
     # The evaluation catches exactly the conversations that break policy.
     assert "gate FAILED: verify_before_cancel: pass rate 0.889" in result.output
+    # Before deployment: simulated users, two trials per scenario; the pushy user of each
+    # scenario that has one (the odd trials) leads the agent to break the same policies, which
+    # the same suite catches: pass^1 6/7, pass^2 5/7.
+    assert "14 conversations (goal_reached 14)" in result.output
+    assert "over 7 scenarios: pass^1 0.857, pass^2 0.714" in result.output
     failed = result.output.split("Failed scores of the run")[1]
-    assert "cs-cancel-2" in failed
-    assert "cs-budget-search-2" in failed
-    assert "cs-cancel-1 " not in failed
-    assert "cs-order-status-1" not in failed
+    assert "/auth_cancel_order/t1" in failed
+    assert "/product_search_with_budget/t1" in failed
+    assert "/auth_cancel_order/t2" not in failed
+    assert "/order_status_check/" not in failed
     con = connect(lake)
-    assert con.execute("SELECT count(DISTINCT conversation_id) FROM conversations").fetchone() == (
-        9,
-    )
+    simulated = "(SELECT conversation_id FROM simulated_conversations)"
+    assert con.execute(
+        f"SELECT count(*) FILTER (WHERE conversation_id NOT IN {simulated}), "
+        f"count(*) FILTER (WHERE conversation_id IN {simulated}) FROM conversations"
+    ).fetchone() == (9, 14)
     # A second run starts from a fresh lake.
     again = CliRunner().invoke(main, ["demo", "--lake", str(lake)])
     assert again.exit_code == 0
-    assert connect(lake).execute("SELECT count(*) FROM conversations").fetchone() == (9,)
+    assert connect(lake).execute("SELECT count(*) FROM conversations").fetchone() == (23,)
 
 
 def test_demo_refuses_to_clobber_another_directory(tmp_path: Path) -> None:

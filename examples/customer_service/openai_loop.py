@@ -95,6 +95,38 @@ def run_conversation(
     return transcript
 
 
+def simulated_agent(client: openai.OpenAI, model: str = MODEL) -> Callable[[str, Any], str]:
+    """The agent as `spanscore simulate` drives it: a function of the user's message and the
+    turn (`spanscore.evaluation.simulation.targets.Turn`), answering one message at a time.
+    Each conversation keeps its own store and chat history in `turn.state`."""
+
+    def answer(message: str, turn: Any) -> str:
+        state = turn.state
+        if not state:
+            state["tools"] = instrumented_tools(Store())
+            state["messages"] = []
+        messages: list[ChatCompletionMessageParam] = state["messages"]
+        messages.append({"role": "user", "content": message})
+        events = _chat_turn(client, state["tools"], model, messages)
+        return str(events[-1]["text"])
+
+    return answer
+
+
+_from_environment: Callable[[str, Any], str] | None = None
+
+
+def agent_turn(message: str, turn: Any) -> str:
+    """`simulated_agent` over the API in OPENAI_BASE_URL / OPENAI_API_KEY::
+
+    spanscore simulate --agent spanscore.examples.customer_service.openai_loop:agent_turn
+    """
+    global _from_environment
+    if _from_environment is None:
+        _from_environment = simulated_agent(openai.OpenAI())
+    return _from_environment(message, turn)
+
+
 def _chat_turn(
     client: openai.OpenAI, tools: Tools, model: str, messages: list[ChatCompletionMessageParam]
 ) -> list[Event]:

@@ -39,6 +39,7 @@ from .report import report_command
 from .runs import runs_command
 from .serve import serve_command
 from .show import show_command
+from .simulate import simulate_command, simulations_command
 from .suites import import_command, schema_group
 
 
@@ -93,6 +94,8 @@ main.add_command(evaluate_command)
 main.add_command(compare_command)
 main.add_command(report_command)
 main.add_command(runs_command)
+main.add_command(simulate_command)
+main.add_command(simulations_command)
 main.add_command(judge_check_command)
 main.add_command(import_command)
 main.add_command(schema_group)

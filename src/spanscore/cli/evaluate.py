@@ -91,6 +91,8 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
 
     start = _when(result.window_start) if result.window_start else "the beginning"
     window = f"[{start}, {_when(result.window_end)})"
+    if getattr(result, "simulation_id", None):
+        window = f"simulation {result.simulation_id}"
     echo(f"run {result.run_id}: {result.status}  window {window}  snapshot {result.snapshot}")
     echo(
         f"{result.candidates} conversations in the window, {result.sampled} sampled, "
@@ -118,6 +120,8 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
         out = _Echo(echo)
         write_rows(iter(rows), names, "table", out)
         out.flush()
+    if getattr(result, "trials", None):
+        print_trials(result.trials, echo)
     judge = getattr(result, "judge", None)
     if judge:
         echo(judge_line(judge))
@@ -127,6 +131,32 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
         echo(f"gate {'passed' if gate.passed else 'FAILED'}: {gate.describe()}")
     for failure in result.failures:
         echo(f"run FAILED: {failure}")
+
+
+def print_trials(trials: Any, echo: Any = click.echo) -> None:
+    """Per scenario: its simulation's trials that counted, those passed, and pass^k."""
+    from spanscore.evaluation.runs.result import mean_pass_hat_k
+
+    from .query import write_rows
+
+    most = max(t.trials for t in trials)
+    ks = list(range(1, most + 1))
+    rows = (
+        {
+            "scenario": t.scenario_id,
+            "trials": t.trials,
+            "passed": t.passed,
+            **{f"pass^{k}": _fmt(t.pass_hat_k.get(k), "{:.2f}") for k in ks},
+        }
+        for t in trials
+    )
+    out = _Echo(echo)
+    write_rows(
+        iter(rows), ["scenario", "trials", "passed", *(f"pass^{k}" for k in ks)], "table", out
+    )
+    out.flush()
+    means = ", ".join(f"pass^{k} {_fmt(mean_pass_hat_k(trials, k), '{:.3f}')}" for k in ks)
+    echo(f"over {len(trials)} scenarios: {means}")
 
 
 def judge_line(judge: dict[str, Any]) -> str:
@@ -234,6 +264,14 @@ class _Echo:
     help="Only conversations with this scenario.id (repeatable).",
 )
 @option(
+    "--simulation",
+    envvar="SPANSCORE_SIMULATION",
+    metavar="ID",
+    help="Score this simulation's conversations (`spanscore simulations` lists them) instead "
+    "of production traffic: every finished trial, whatever the window; the summary adds each "
+    "scenario's trials and pass^k.",
+)
+@option(
     "--rescore",
     envvar="SPANSCORE_RESCORE",
     is_flag=True,
@@ -339,6 +377,7 @@ def evaluate_command(
     services: tuple[str, ...],
     agents: tuple[str, ...],
     scenarios: tuple[str, ...],
+    simulation: str | None,
     rescore: bool,
     settle: str,
     workers: int,
@@ -423,6 +462,7 @@ def evaluate_command(
         agents=agents,
         scenarios=scenarios,
         rescore=rescore,
+        simulation=simulation,
         settle_s=parse_duration(settle),
         workers=workers,
         engine=engine,

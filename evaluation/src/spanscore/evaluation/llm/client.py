@@ -155,8 +155,9 @@ class JudgeClient:
             "temperature": self.config.temperature,
             "max_tokens": self.config.max_tokens,
         }
-        if self.config.seed is not None:
-            body["seed"] = self.config.seed
+        seed = request.seed if request.seed is not None else self.config.seed
+        if seed is not None:
+            body["seed"] = seed
         if request.schema is not None:
             if self._structured:
                 body["response_format"] = {

@@ -153,6 +153,7 @@ class JudgeRequest:
     schema: Mapping[str, Any] | None = None  # JSON Schema of the answer (chat)
     text: str = ""  # embedding input
     prompt_version: str = "1"
+    seed: int | None = None  # over the config's seed (a simulated user's trial samples anew)
 
     @cached_property
     def digest(self) -> str:
@@ -164,6 +165,7 @@ class JudgeRequest:
                 self.schema,
                 self.text,
                 self.prompt_version,
+                *([] if self.seed is None else [self.seed]),
             ]
         )
 

@@ -4,7 +4,7 @@ gates that fail the run."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import duckdb
@@ -59,13 +59,22 @@ def summarize(
 
 
 def run_warnings(
-    suite: LoadedSuite, summary: Sequence[SummaryRow], conversations: int
+    suite: LoadedSuite,
+    summary: Sequence[SummaryRow],
+    conversations: int,
+    simulated: Collection[str] | None = None,
 ) -> list[str]:
     """What a run measured nothing with: scenarios and policies that selected no conversation,
     metrics that gave an error on every conversation, and what the import of a native file left
-    out. Each is a warning; strict mode (`--strict`, the suite's `strict`) fails the run."""
+    out. Each is a warning; strict mode (`--strict`, the suite's `strict`) fails the run.
+    `simulated`: the scenarios a simulation run's simulation played (the others are not
+    expected to select anything)."""
     warnings: list[str] = []
-    groups = suite.suite.groups()
+    groups = [
+        g
+        for g in suite.suite.groups()
+        if simulated is None or isinstance(g, Policy) or g.id in simulated
+    ]
     selected = {r.scenario_id for r in summary}
     if not conversations:
         if groups:
@@ -117,7 +126,8 @@ def check_gate(gate: Gate, summary: Sequence[SummaryRow]) -> GateResult:
 
 
 def parse_gate(text: str) -> Gate:
-    """`--fail-under` syntax: `[SCENARIO/][METRIC.]pass_rate=0.9` or `...mean=0.8`."""
+    """`--fail-under` syntax: `[SCENARIO/][METRIC.]pass_rate=0.9` or `...mean=0.8`, and
+    `[SCENARIO/]pass^K=0.8` over a simulation's trials."""
     key, sep, value = text.partition("=")
     if not sep:
         raise ValueError(f"{text!r}: expected KEY=VALUE, e.g. pass_rate=0.9")
@@ -125,12 +135,19 @@ def parse_gate(text: str) -> Gate:
         threshold = float(value)
     except ValueError:
         raise ValueError(f"{text!r}: {value!r} is not a number") from None
+    trials = re.fullmatch(r"(?:(?P<scenario>[^/]+)/)?pass\^(?P<k>[0-9]+)", key.strip())
+    if trials is not None:
+        return Gate(
+            scenario=trials.group("scenario") or None,
+            pass_k=int(trials.group("k")),
+            min_pass_rate=threshold,
+        )
     found = re.fullmatch(
         r"(?:(?P<scenario>[^/]+)/)?(?:(?P<metric>.+)\.)?(?P<what>[a-z_]+)", key.strip()
     )
     what = found.group("what") if found else ""
     if found is None or what not in ("pass_rate", "mean"):
-        raise ValueError(f"{text!r}: expected pass_rate or mean before '='")
+        raise ValueError(f"{text!r}: expected pass_rate, mean or pass^K before '='")
     scenario, metric = found.group("scenario"), found.group("metric")
     fields: dict[str, Any] = {"scenario": scenario or None, "metric": metric or None}
     fields["min_pass_rate" if what == "pass_rate" else "min_mean"] = threshold

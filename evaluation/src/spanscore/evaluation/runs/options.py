@@ -40,6 +40,9 @@ class RunOptions:
     now: dt.datetime | None = None  # for tests: the run's notion of now
     judge: Mapping[str, Any] = field(default_factory=dict)  # JudgeConfig fields over the suite's
     judge_environ: Mapping[str, str] | None = None  # for tests: the judge's environment
+    # Score this simulation's conversations (every finished trial, whatever its time, each
+    # time) instead of production traffic, which leaves simulated conversations out.
+    simulation: str | None = None
 
 
 @dataclass

@@ -4,6 +4,7 @@ whether it passed (`RunResult`, also as the JSON of `spanscore evaluate --format
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,43 @@ class SummaryRow:
 
 
 @dataclass
+class ScenarioTrials:
+    scenario_id: str
+    trials: int  # trials that count (ran to an end; see the lake's stop reasons)
+    passed: int
+    pass_hat_k: dict[int, float] = field(default_factory=dict)
+
+
+def mean_pass_hat_k(
+    results: Sequence[ScenarioTrials], k: int, scenario: str | None = None
+) -> float | None:
+    """pass^k averaged over the scenarios that have at least k trials (None: none has)."""
+    values = [
+        r.pass_hat_k[k]
+        for r in results
+        if k in r.pass_hat_k and (scenario is None or r.scenario_id == scenario)
+    ]
+    return sum(values) / len(values) if values else None
+
+
+def trials_to_dict(results: Sequence[ScenarioTrials]) -> dict[str, object]:
+    """The JSON of `evaluate --format json` (`trials`)."""
+    most = max((r.trials for r in results), default=0)
+    return {
+        "scenarios": [
+            {
+                "scenario": r.scenario_id,
+                "trials": r.trials,
+                "passed": r.passed,
+                "pass_hat_k": {str(k): v for k, v in r.pass_hat_k.items()},
+            }
+            for r in results
+        ],
+        "mean_pass_hat_k": {str(k): mean_pass_hat_k(results, k) for k in range(1, most + 1)},
+    }
+
+
+@dataclass
 class GateResult:
     gate: Gate
     measured: float | None
@@ -31,13 +69,22 @@ class GateResult:
 
     def describe(self) -> str:
         what = "pass rate" if self.gate.min_pass_rate is not None else "mean"
+        if self.gate.pass_k is not None:
+            what = f"pass^{self.gate.pass_k}"
         target = (
             self.gate.min_pass_rate if self.gate.min_pass_rate is not None else self.gate.min_mean
         )
-        scope = "/".join(x for x in (self.gate.scenario, self.gate.metric) if x) or "all scores"
+        scope = "/".join(x for x in (self.gate.scenario, self.gate.metric) if x) or (
+            "all scenarios" if self.gate.pass_k is not None else "all scores"
+        )
         if self.measured is None:
             allowed = "allowed by allow_empty" if self.gate.allow_empty else "an empty gate fails"
-            return f"{scope}: no {what} to measure, no score in this run ({allowed})"
+            nothing = (
+                f"no scenario with {self.gate.pass_k} trials in this run"
+                if self.gate.pass_k is not None
+                else "no score in this run"
+            )
+            return f"{scope}: no {what} to measure, {nothing} ({allowed})"
         return f"{scope}: {what} {self.measured:.3f} (needs >= {target})"
 
 
@@ -63,6 +110,10 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)  # what measured nothing (see strict)
     failures: list[str] = field(default_factory=list)  # what fails the run besides gates
     strict: bool = False  # warnings fail the run
+    simulation_id: str | None = None  # the simulation whose conversations the run scored
+    # per scenario: trials, passed, pass^k (`runs.trials.ScenarioTrials`); empty but for a
+    # simulation
+    trials: list[ScenarioTrials] = field(default_factory=list)
 
     @property
     def gates_passed(self) -> bool:
@@ -125,6 +176,8 @@ class RunResult:
             "failures": self.failures,
             "strict": self.strict,
             "judge": self.judge,
+            "simulation_id": self.simulation_id,
+            "trials": trials_to_dict(self.trials) if self.simulation_id else None,
             "elapsed_s": round(self.elapsed_s, 3),
         }
 

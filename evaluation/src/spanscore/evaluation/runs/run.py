@@ -42,6 +42,7 @@ from spanscore.evaluation.runs.store import (
     _write_scores,
     forget_run,
 )
+from spanscore.evaluation.runs.trials import check_trial_gate, trial_results
 from spanscore.evaluation.runs.window import _default_since, _duration, _now, _select, _shown
 from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.lake import (
@@ -110,7 +111,13 @@ def _run(
     if options.until is not None and options.until < until:
         until, until_from = options.until, "--until"
     since, since_from = options.since, "--since"
-    if since is None:
+    if options.simulation is not None:
+        _check_simulation(con, options.simulation)
+        # Every finished trial of the simulation, whenever it ran: the simulator says when a
+        # conversation is over, so nothing waits to settle.
+        until, until_from = now, f"simulation {options.simulation}"
+        since_from = until_from
+    elif since is None:
         since, since_from = _default_since(con, suite)
     if since is not None and since > until:
         raise WindowError(
@@ -120,6 +127,7 @@ def _run(
         )
     run_id = uuid.uuid4().hex[:16]
     result = RunResult(
+        simulation_id=options.simulation,
         run_id=run_id,
         status="running",
         window_start=since,
@@ -193,9 +201,25 @@ def _run(
         suite.stop_watchdog()
     _close_judge(runner, result)
     result.summary = summarize(con, suite, sample)
+    if options.simulation is not None:
+        result.trials = trial_results(con, run_id)
     gates = [*suite.suite.gates, *options.gates]
-    result.gates = [check_gate(g, result.summary) for g in gates]
-    result.warnings = run_warnings(suite, result.summary, len(sample))
+    result.gates = [
+        check_trial_gate(g, result.trials)
+        if g.pass_k is not None
+        else check_gate(g, result.summary)
+        for g in gates
+    ]
+    simulated = None
+    if options.simulation is not None:
+        simulated = {
+            str(r[0])
+            for r in con.execute(
+                "SELECT DISTINCT scenario_id FROM simulated_conversations WHERE simulation_id = ?",
+                [options.simulation],
+            ).fetchall()
+        }
+    result.warnings = run_warnings(suite, result.summary, len(sample), simulated)
     if single_traces * 2 > result.candidates:
         result.warnings.append(
             f"{single_traces} of the {result.candidates} conversations in the window carried no "
@@ -224,6 +248,16 @@ def _run(
     result.elapsed_s = time.monotonic() - started
     _finish_run(con, result, timings)
     return result
+
+
+def _check_simulation(con: duckdb.DuckDBPyConnection, simulation_id: str) -> None:
+    found = con.execute(
+        "SELECT count(*) FROM simulations WHERE simulation_id = ?", [simulation_id]
+    ).fetchone()
+    if not found or not found[0]:
+        raise WindowError(
+            f"no simulation {simulation_id!r} in this lake (`spanscore simulations` lists them)"
+        )
 
 
 def _close_judge(runner: JudgeRunner | None, result: RunResult) -> None:

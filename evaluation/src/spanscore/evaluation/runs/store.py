@@ -89,6 +89,7 @@ class RunRow:
     judge_prompt_tokens: int | None
     judge_cached_tokens: int | None
     judge_completion_tokens: int | None
+    simulation_id: str | None = None
 
     @property
     def facts(self) -> dict[str, Any]:
@@ -362,6 +363,7 @@ def _insert_run(
         judge_prompt_tokens=None,
         judge_cached_tokens=None,
         judge_completion_tokens=None,
+        simulation_id=options.simulation,
     )
     table = pa.Table.from_pylist([dataclasses.asdict(row)], schema=arrow_schema(EVAL_RUNS))
     _append(con, "eval_runs", table)

@@ -90,7 +90,9 @@ def _select(
     sample = choose(
         candidates, rate=options.sample, limit=options.max_conversations, seed=options.seed
     )
-    done = set() if options.rescore else scored_conversations(con, suite, sample)
+    # A simulation is scored whole each time: its trials and pass^k come from one run.
+    whole = options.rescore or options.simulation is not None
+    done = set() if whole else scored_conversations(con, suite, sample)
     todo = [c for c in sample if c not in done]
     result.candidates, result.sampled = len(candidates), len(sample)
     result.skipped = len(sample) - len(todo)
@@ -121,11 +123,24 @@ def _candidates(
 ) -> tuple[list[tuple[str, str | None]], int]:
     """(conversation id, stratum) of every conversation whose last span ended in the window,
     and how many of them are a trace with no conversation id (`conversation_source`)."""
-    where = ["end_time < ?"]
-    params: list[Any] = [until]
-    if since is not None:
-        where.append("end_time >= ?")
-        params.append(since)
+    where: list[str] = []
+    params: list[Any] = []
+    # Simulated conversations are scored only by a run of their simulation; a trial counts
+    # once finished (the simulator says when: no window, no settling).
+    if options.simulation is None:
+        where.append("end_time < ?")
+        params.append(until)
+        if since is not None:
+            where.append("end_time >= ?")
+            params.append(since)
+    if options.simulation is not None:
+        where.append(
+            "conversation_id IN (SELECT conversation_id FROM simulated_conversations "
+            "WHERE simulation_id = ? AND status = 'finished')"
+        )
+        params.append(options.simulation)
+    else:
+        where.append("conversation_id NOT IN (SELECT conversation_id FROM simulated_conversations)")
     if options.services:
         where.append("service_name IN (SELECT unnest(?::VARCHAR[]))")
         params.append(list(options.services))
@@ -169,7 +184,8 @@ def _default_since(
     (the suite was edited), the start of the window the suite's previous version last scored,
     so the edited suite scores that window again (and `compare` can pair the two runs)
     rather than finding nothing new; for a suite that never ran, the beginning."""
-    newest = runs(con, suite=suite.name, statuses=COMPLETED)
+    # A simulation's run scores no window of production traffic: it moves no window start.
+    newest = [r for r in runs(con, suite=suite.name, statuses=COMPLETED) if r.simulation_id is None]
     # By window end, newest first (then by start, as `runs` gives them; no end sorts last).
     latest = sorted(newest, key=lambda r: r.window_end or _NO_END, reverse=True)
     for run in latest:
@@ -227,7 +243,14 @@ def _why_empty(
         parts.append(f"{after} ended at or after the window end ({until_from})")
     filtered = total - before - after
     if filtered:
-        parts.append(f"{filtered} did not match --service / --agent / --scenario")
+        parts.append(
+            f"{filtered} did not match --service / --agent / --scenario"
+            + (
+                " / --simulation"
+                if options.simulation
+                else " (or were simulated: `evaluate --simulation ID` scores those)"
+            )
+        )
     return f"the lake holds {total} conversations: " + "; ".join(parts)
 
 

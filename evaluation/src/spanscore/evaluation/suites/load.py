@@ -138,9 +138,13 @@ def load_suite(
         raise SuiteError(problems)
     # The version a score belongs to: what decides scores. What only decides whether the run
     # passes (gates and run rules) is left out, so changing it re-scores nothing.
-    versioned = suite.model_dump(mode="json", exclude={"min_conversations", "strict"})
+    # The simulated users decide what a simulation asks, not how a conversation is scored
+    # (simulations are scored whole each time): editing them re-scores no production traffic.
+    versioned = suite.model_dump(mode="json", exclude={"min_conversations", "strict", "simulator"})
     for gate in versioned["gates"]:
         gate.pop("allow_empty", None)
+    for scenario in versioned["scenarios"]:
+        scenario.pop("user", None)
     content_hash = hashlib.sha256(
         json.dumps(versioned, sort_keys=True).encode()
         + b"".join(_file_digest(base / f) for f in suite.custom_metrics)
@@ -153,6 +157,11 @@ def load_suite(
         base_dir=base,
         dropped=dropped,
         allow_outside_metrics=allow_outside_metrics,
+        label=label,
+        scenario_lines={
+            s.id: _at(label, root, data, ("scenarios", i), "").line
+            for i, s in enumerate(suite.scenarios)
+        },
     )
 
 

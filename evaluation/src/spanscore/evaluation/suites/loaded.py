@@ -52,6 +52,10 @@ class LoadedSuite:
     base_dir: Path = field(default_factory=Path.cwd)  # custom metric paths are relative to it
     dropped: list[str] = field(default_factory=list)  # what an imported native file lost
     allow_outside_metrics: bool = False  # custom metric files outside base_dir were allowed
+    # Where each scenario is written (file label, line): for problems found after loading, such
+    # as a scenario `spanscore simulate` cannot play because it has no `user:` block.
+    label: str = ""
+    scenario_lines: dict[str, int | None] = field(default_factory=dict)
     context: EvalContext = field(init=False)
     watchdog: Watchdog | None = field(default=None, init=False, repr=False)
     _selecting: list[Policy | Scenario] = field(init=False, repr=False)

@@ -42,6 +42,7 @@ from spanscore.evaluation.metrics import (
 from spanscore.evaluation.scoring.assertion import AssertionBase
 from spanscore.evaluation.scoring.plugins import ASSERTION_TYPES
 from spanscore.evaluation.scoring.registry import ToolSpec
+from spanscore.evaluation.suites.users import SimulatedUser, SimulatorConfig
 from spanscore.evaluation.trajectory.model import Trajectory
 
 # The modules whose built-in assertion types register themselves (`@assertion`) when imported:
@@ -137,6 +138,10 @@ class Scenario(_Model):
         description="conversations it applies to; default: attribute scenario.id equal to id",
     )
     assertions: list[Assertion] = Field(default_factory=list)
+    user: SimulatedUser | None = Field(
+        None,
+        description="the simulated user `spanscore simulate` plays for this scenario",
+    )
 
     @property
     def selector(self) -> Selector:
@@ -163,6 +168,13 @@ class Gate(_Model):
     scenario: str | None = Field(None, description="scenario or policy id; default: all")
     min_pass_rate: float | None = Field(None, ge=0, le=1)
     min_mean: float | None = Field(None, description="minimum mean value")
+    pass_k: int | None = Field(
+        None,
+        ge=1,
+        description="measure pass^k over a simulation's trials instead (every one of k trials "
+        "of a scenario passes, averaged over scenarios; tau-bench's figure): the gate needs "
+        "min_pass_rate",
+    )
     allow_empty: bool = Field(
         False,
         description="pass when the run has no score to measure (default: an empty gate fails)",
@@ -172,6 +184,11 @@ class Gate(_Model):
     def _has_threshold(self) -> Gate:
         if self.min_pass_rate is None and self.min_mean is None:
             raise ValueError("a gate needs min_pass_rate or min_mean")
+        if self.pass_k is not None and (self.min_pass_rate is None or self.metric is not None):
+            raise ValueError(
+                "a pass_k gate needs min_pass_rate, and no metric (a trial passes "
+                "when all its scores pass)"
+            )
         return self
 
 
@@ -202,6 +219,11 @@ class Suite(_Model):
         None,
         description="the LLM judge: endpoint, model, concurrency, budget, cache, batch mode "
         "(default: OPENAI_BASE_URL / OPENAI_API_KEY and gpt-4.1-mini)",
+    )
+    simulator: SimulatorConfig | None = Field(
+        None,
+        description="the model that plays the scenarios' simulated users (`spanscore "
+        "simulate`); default: the judge's endpoint and key, at temperature 0.7",
     )
     metrics: list[Assertion] = Field(
         default_factory=list, description="assertions and metrics scored on every conversation"

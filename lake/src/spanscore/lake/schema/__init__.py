@@ -36,6 +36,12 @@ from spanscore.lake.schema.rules import (
     span_order,
     views,
 )
+from spanscore.lake.schema.simulation import (
+    AGENT_FAILURES,
+    COUNTED_STOP_REASONS,
+    SIMULATION_STOP_REASONS,
+    SIMULATOR_METRIC_PREFIX,
+)
 from spanscore.lake.schema.tables import (
     CONVERSATION_ATTRIBUTES,
     EVAL_RUNS,
@@ -45,6 +51,9 @@ from spanscore.lake.schema.tables import (
     SCHEMA_INFO,
     SCHEMA_VERSION,
     SCORES,
+    SIMULATED_CONVERSATIONS,
+    SIMULATED_TURNS,
+    SIMULATIONS,
     SPANS,
     TABLES,
     TRAJECTORY_STEPS,
@@ -67,9 +76,11 @@ from spanscore.lake.schema.trajectory import (
 )
 
 __all__ = [
+    "AGENT_FAILURES",
     "AGENT_OPERATIONS",
     "CONVERSATION_ATTRIBUTES",
     "CONVERSATION_SUMMARIES",
+    "COUNTED_STOP_REASONS",
     "ERROR_MESSAGE_SQL",
     "EVAL_RUNS",
     "JUDGE_CACHE",
@@ -85,6 +96,11 @@ __all__ = [
     "SCHEMA_INFO",
     "SCHEMA_VERSION",
     "SCORES",
+    "SIMULATED_CONVERSATIONS",
+    "SIMULATED_TURNS",
+    "SIMULATIONS",
+    "SIMULATION_STOP_REASONS",
+    "SIMULATOR_METRIC_PREFIX",
     "SPANS",
     "SPANS_WITH_EVENTS",
     "SPAN_ORDER",

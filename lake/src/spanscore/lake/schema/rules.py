@@ -4,6 +4,8 @@ of them. The trajectory builder reads the same rules (`trajectory`)."""
 
 from __future__ import annotations
 
+from spanscore.lake.schema.simulation import SIMULATION_VIEWS
+
 # The conversation rules, written once (docs/conversations.md): the views below and the rows the
 # builder in spanscore.evaluation.trajectory.assemble assembles (`trajectory_rows_sql`) are
 # defined from them:
@@ -560,6 +562,7 @@ def views(*, log_records: bool = True) -> dict[str, str]:
         LEFT JOIN trace_turn_counts tt ON tt.conv = r.conv
         GROUP BY r.conv
     """,
+        **SIMULATION_VIEWS,
     }
 
 

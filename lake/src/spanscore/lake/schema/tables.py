@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from spanscore.lake.schema.rules import RESOLVE_ALL_CONVERSATIONS, RESOLVE_RECORDS
+from spanscore.lake.schema.simulation import SIMULATION_STOP_REASONS
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ EVAL_RUNS: tuple[Column, ...] = (
     Column("judge_prompt_tokens", "BIGINT", "judge prompt tokens, cached ones included"),
     Column("judge_cached_tokens", "BIGINT", "judge prompt tokens the provider had cached"),
     Column("judge_completion_tokens", "BIGINT", "judge completion tokens"),
+    Column("simulation_id", "VARCHAR", "simulation whose conversations the run scored"),
 )
 
 
@@ -228,6 +230,53 @@ TRAJECTORY_STEPS: tuple[Column, ...] = (
 )
 
 
+# `spanscore simulate`: each simulation, each trial (a conversation between a simulated user
+# and the agent; a trial interrupted and run again is a new attempt, a new conversation), and
+# each user turn. Written by the simulator directly; the agent's spans arrive over OTLP.
+SIMULATIONS: tuple[Column, ...] = (
+    Column("simulation_id", "VARCHAR", "simulation id"),
+    Column("suite_name", "VARCHAR", "suite whose scenarios' users were simulated"),
+    Column("suite_hash", "VARCHAR", "the suite's version"),
+    Column("target", "VARCHAR", "the agent driven (module:function, or URL)"),
+    Column("status", "VARCHAR", "running, completed, interrupted, budget_spent or failed"),
+    Column("started_at", "TIMESTAMPTZ", "when it started"),
+    Column("finished_at", "TIMESTAMPTZ", "when it ended (NULL while running)"),
+    Column("trials", "INTEGER", "trials per scenario"),
+    Column("options", "JSON", "max turns, timeouts, seed, concurrency, scenarios"),
+    Column("details", "JSON", "counts by stop reason, the user model's calls and cost"),
+    Column("host", "VARCHAR", "machine that ran it"),
+)
+
+
+SIMULATED_CONVERSATIONS: tuple[Column, ...] = (
+    Column("conversation_id", "VARCHAR", "conversation id the agent's spans carry"),
+    Column("simulation_id", "VARCHAR", "simulation"),
+    Column("scenario_id", "VARCHAR", "scenario whose user was simulated"),
+    Column("trial", "INTEGER", "trial number, from 1"),
+    Column("attempt", "INTEGER", "attempt at the trial, from 1 (a resumed trial runs again)"),
+    Column("status", "VARCHAR", "planned, running or finished"),
+    Column("stop_reason", "VARCHAR", "why it ended: " + ", ".join(SIMULATION_STOP_REASONS)),
+    Column("error", "VARCHAR", "the agent's or the user model's error"),
+    Column("turn_count", "INTEGER", "user messages sent"),
+    Column("started_at", "TIMESTAMPTZ", "when the trial started"),
+    Column("finished_at", "TIMESTAMPTZ", "when it ended"),
+    Column("user_calls", "INTEGER", "user-model calls paid for"),
+    Column("user_cache_hits", "INTEGER", "user turns replayed from the cache"),
+    Column("user_cost_usd", "DOUBLE", "the user model's estimated cost"),
+)
+
+SIMULATED_TURNS: tuple[Column, ...] = (
+    Column("conversation_id", "VARCHAR", "simulated conversation"),
+    Column("turn_index", "INTEGER", "turn, from 0 (as the turns view counts)"),
+    Column("user_message", "VARCHAR", "what the simulated user said"),
+    Column("agent_reply", "VARCHAR", "what the agent answered (NULL when it failed)"),
+    Column("error", "VARCHAR", "why the agent gave no answer"),
+    Column("latency_ms", "DOUBLE", "the agent's time to answer"),
+    Column("user_cached", "BOOLEAN", "the user's message came from the cache"),
+    Column("sent_at", "TIMESTAMPTZ", "when the user's message was sent"),
+)
+
+
 SCHEMA_INFO: tuple[Column, ...] = (
     Column("version", "INTEGER", "lake schema version"),
     Column("applied_at", "TIMESTAMPTZ", "when it was applied"),
@@ -242,11 +291,14 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "scores": SCORES,
     "judge_cache": JUDGE_CACHE,
     "trajectory_steps": TRAJECTORY_STEPS,
+    "simulations": SIMULATIONS,
+    "simulated_conversations": SIMULATED_CONVERSATIONS,
+    "simulated_turns": SIMULATED_TURNS,
     "spanscore_schema": SCHEMA_INFO,
 }
 
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 # MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
@@ -299,4 +351,12 @@ MIGRATIONS: dict[int, list[str]] = {
     # 11: a log record is stored with its span's conversation (`RESOLVE_RECORDS`), and the
     # views join records to spans on it: records stored before are resolved once here.
     11: [RESOLVE_RECORDS.format(logs="logs", spans="spans")],
+    # 12: simulated users (`spanscore simulate`): the simulations, their trials and turns, and
+    # the simulation an evaluation run scored.
+    12: [
+        create_table_sql("simulations", SIMULATIONS),
+        create_table_sql("simulated_conversations", SIMULATED_CONVERSATIONS),
+        create_table_sql("simulated_turns", SIMULATED_TURNS),
+        "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS simulation_id VARCHAR",
+    ],
 }

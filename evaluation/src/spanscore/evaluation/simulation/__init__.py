@@ -1,0 +1,1 @@
+"""Simulated users driving an agent before deployment (`spanscore simulate`)."""
