@@ -3,6 +3,7 @@ it) and `spanscore simulations` (the simulations in a lake)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import json
@@ -39,7 +40,7 @@ from .options import (
 )
 @option(
     "--endpoint",
-    envvar="SPANSCORE_ENDPOINT",
+    envvar="SPANSCORE_SIMULATE_ENDPOINT",
     metavar="URL",
     help="OTLP/HTTP endpoint of the collector that stores the agent's spans in the lake "
     "(default: a private collector on --lake, started and stopped by this command).",
@@ -78,7 +79,7 @@ from .options import (
 )
 @option(
     "--seed",
-    envvar="SPANSCORE_SEED",
+    envvar="SPANSCORE_SIMULATE_SEED",
     type=int,
     default=0,
     show_default=True,
@@ -88,7 +89,7 @@ from .options import (
 @option(
     "--scenario",
     "scenarios",
-    envvar="SPANSCORE_SCENARIO",
+    envvar="SPANSCORE_SIMULATE_SCENARIO",
     multiple=True,
     help="Only this scenario (repeatable). Default: every scenario, each of which must "
     "have a user: block.",
@@ -177,7 +178,7 @@ from .options import (
 @option(
     "--fail-under",
     "fail_under",
-    envvar="SPANSCORE_FAIL_UNDER",
+    envvar="SPANSCORE_SIMULATE_FAIL_UNDER",
     multiple=True,
     metavar="[SCENARIO/]KEY=X",
     help="With --evaluate: gate, e.g. pass^3=0.8 or pass_rate=0.9 (repeatable).",
@@ -185,7 +186,7 @@ from .options import (
 @option(
     "--report",
     "report_path",
-    envvar="SPANSCORE_REPORT",
+    envvar="SPANSCORE_SIMULATE_REPORT",
     type=click.Path(dir_okay=False),
     help="With --evaluate: write the run's HTML report here.",
 )
@@ -241,6 +242,7 @@ def simulate_command(
     from spanscore.evaluation.simulation.simulate import (
         SimulationOptions,
         simulate,
+        simulated_scenarios,
         stored_options,
     )
     from spanscore.evaluation.simulation.targets import HttpSettings, TargetError, make_target
@@ -297,26 +299,32 @@ def simulate_command(
     # private one creates the lake, as `serve` does.
     open_lake_or_fail(lake, create=endpoint is None).close()
     echo = (lambda line: click.echo(line, err=True)) if fmt == "json" else click.echo
-    with _span_route(lake, endpoint, python_agent=not agent.startswith(("http://", "https://"))):
-        try:
-            target = make_target(
-                agent,
-                HttpSettings(
-                    api=agent_api,  # type: ignore[arg-type]
-                    model=agent_model,
-                    request_template=request_template,
-                    reply_path=reply_path,
-                    headers=headers,
-                    timeout_s=turn_timeout,
-                ),
-            )
+    python_agent = not agent.startswith(("http://", "https://"))
+    settings = HttpSettings(
+        api=agent_api,  # type: ignore[arg-type]
+        model=agent_model,
+        request_template=request_template,
+        reply_path=reply_path,
+        headers=headers,
+        timeout_s=turn_timeout,
+    )
+    try:
+        # What cannot be simulated is refused before a collector starts or a module loads.
+        simulated_scenarios(suite, options.scenarios)
+        target = None if python_agent else make_target(agent, settings)
+        if target is not None:
+            asyncio.run(target.check())
+        with _span_route(lake, endpoint, python_agent=python_agent):
+            # A Python agent is imported once the process is instrumented (its module may
+            # create clients at import).
+            target = target or make_target(agent, settings)
             result = simulate(lake, suite, target, options, resume=resume, echo=echo)
-        except SuiteError as exc:
-            click.echo(f"Error: the suite cannot be simulated:\n{exc}", err=True)
-            sys.exit(EXIT_USAGE)
-        except TargetError as exc:
-            click.echo(f"Error: {exc}", err=True)
-            sys.exit(EXIT_USAGE)
+    except SuiteError as exc:
+        click.echo(f"Error: the suite cannot be simulated:\n{exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except TargetError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
     # The spans are in the lake now (flushed, the private collector stopped): say which
     # finished conversations have none, since those can only fail when judged.
     con = open_lake_or_fail(lake, read_only=True)

@@ -303,7 +303,7 @@ def reply_text(value: Any) -> str:
             if isinstance(value.get(key), str):
                 return str(value[key])
     raise AgentFailed(
-        f"the agent returned {type(value).__name__} {str(value)[:80]!r}, not a reply text"
+        f"the agent returned {type(value).__name__} {repr(value)[:80]}, not a reply text"
     )
 
 

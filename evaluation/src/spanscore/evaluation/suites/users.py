@@ -21,8 +21,8 @@ class SimulatedUser(BaseModel):
 
     goal: str = Field(
         min_length=1,
-        description="what the user wants from the agent (ArkSim `goal`, watsonx `story`, "
-        "tau2 `reason_for_call`)",
+        description="what the user wants from the agent (ArkSim `goal`, watsonx `story`, ADK "
+        "`conversation_plan`, tau2 `reason_for_call`)",
     )
     profile: str | None = Field(None, description="who the user is (ArkSim `user_profile`)")
     persona: str | None = Field(
@@ -40,8 +40,7 @@ class SimulatedUser(BaseModel):
     )
     instructions: str | None = Field(
         None,
-        description="how the user goes about it, step by step (tau2 `task_instructions`, "
-        "ADK `conversation_plan`)",
+        description="how the user goes about it, step by step (tau2 `task_instructions`)",
     )
     agent_context: str | None = Field(
         None, description="what the user knows about the agent (ArkSim `agent_context`)"

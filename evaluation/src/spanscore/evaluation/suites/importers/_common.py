@@ -78,12 +78,26 @@ def text(value: Any, path: Path, where: str) -> str:
     return value
 
 
-def scenario(sid: str, description: str | None, assertions: list[dict[str, Any]]) -> dict[str, Any]:
+def scenario(
+    sid: str,
+    description: str | None,
+    assertions: list[dict[str, Any]],
+    user: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     out: dict[str, Any] = {"id": sid}
     if description:
         out["description"] = description
+    if user:
+        out["user"] = user
     out["assertions"] = assertions
     return out
+
+
+def user_block(**fields: Any) -> dict[str, Any] | None:
+    """A scenario's `user:` block from a native file's user fields: the non-empty ones; None
+    without a goal (a user with no goal cannot be simulated)."""
+    kept = {k: v for k, v in fields.items() if v not in (None, "", [])}
+    return kept if kept.get("goal") else None
 
 
 def expected_call(name: str, arguments: Any, match: str | None) -> Any:

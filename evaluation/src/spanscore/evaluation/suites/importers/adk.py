@@ -28,6 +28,7 @@ from spanscore.evaluation.suites.importers._common import (
     mapping,
     scenario,
     text,
+    user_block,
 )
 
 FORMAT = "adk"
@@ -79,6 +80,7 @@ def convert(data: Any, path: Path) -> ImportResult:
     if isinstance(data, list):
         stem = path.name.removesuffix(".json").removesuffix(".test")
         cases = [_old_case(stem, data, path)]
+        users = {}
         name = stem
     else:
         document = mapping(data, path, "")
@@ -86,6 +88,10 @@ def convert(data: Any, path: Path) -> ImportResult:
         cases = [
             _case(mapping(c, path, f"eval_cases[{i}]"), path, i) for i, c in enumerate(raw_cases)
         ]
+        users = {
+            sid: _user(raw, path, f"eval_cases[{i}]")
+            for i, ((sid, _, _), raw) in enumerate(zip(cases, raw_cases, strict=True))
+        }
         name = str(_get(document, "eval_set_id") or document.get("name") or path.stem)
     result = ImportResult(suite={})
     trajectory = criteria.get("tool_trajectory_avg_score")
@@ -123,7 +129,7 @@ def convert(data: Any, path: Path) -> ImportResult:
                     "response_match_score is ROUGE-1 per invocation in ADK; here the final "
                     "response's text similarity to the last invocation's reference.",
                 )
-        scenarios.append(scenario(sid, description, assertions))
+        scenarios.append(scenario(sid, description, assertions, users.get(sid)))
     result.suite = {
         "name": f"adk-{name}",
         "description": f"Google ADK eval set imported from {path.name}",
@@ -133,6 +139,21 @@ def convert(data: Any, path: Path) -> ImportResult:
 
 
 Invocation = tuple[list[tuple[str, Any]], str | None]  # (tool uses, final response)
+
+
+def _user(case: dict[str, Any], path: Path, where: str) -> dict[str, Any] | None:
+    """ADK's user simulator for a case: its `conversation_scenario`, a starting prompt sent as
+    it is and a conversation plan the simulated user follows."""
+    raw = _get(case, "conversation_scenario")
+    if raw is None:
+        return None
+    found = mapping(raw, path, f"{where}.conversation_scenario")
+    plan = _get(found, "conversation_plan")
+    opening = _get(found, "starting_prompt")
+    for key, value in (("conversation_plan", plan), ("starting_prompt", opening)):
+        if value is not None and not isinstance(value, str):
+            raise fail(path, f"{where}.conversation_scenario.{key}", "expected text")
+    return user_block(goal=plan, opening=opening)
 
 
 def _case(case: dict[str, Any], path: Path, i: int) -> tuple[str, str | None, list[Invocation]]:

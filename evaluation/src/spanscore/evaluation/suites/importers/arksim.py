@@ -43,6 +43,7 @@ from spanscore.evaluation.suites.importers._common import (
     repeated_names,
     scenario,
     text,
+    user_block,
 )
 
 FORMAT = "arksim"
@@ -84,7 +85,7 @@ def convert(data: Any, path: Path) -> ImportResult:
         seen.add(sid)
         assertions = _assertions(item, sid, path, where, result)
         description = item.get("goal") if isinstance(item.get("goal"), str) else None
-        scenarios.append(scenario(sid, description, assertions))
+        scenarios.append(scenario(sid, description, assertions, _user(item, path, where)))
     result.suite = {
         "name": f"arksim-{path.stem}",
         "description": f"ArkSim scenarios imported from {path.name}",
@@ -96,6 +97,28 @@ def convert(data: Any, path: Path) -> ImportResult:
         "own `tool_calls` row with a graded value."
     )
     return result
+
+
+def _user(item: dict[str, Any], path: Path, where: str) -> dict[str, Any] | None:
+    """The simulated user ArkSim plays for the scenario (`spanscore simulate`): its goal,
+    profile, knowledge (ArkSim gives the user each item's `content`) and agent context."""
+    knowledge = []
+    for j, entry in enumerate(listing(item.get("knowledge") or [], path, f"{where}.knowledge")):
+        content = entry.get("content") if isinstance(entry, dict) else entry
+        if not isinstance(content, str):
+            raise fail(path, f"{where}.knowledge[{j}]", "expected {content: text} or text")
+        if content:
+            knowledge.append(content)
+    fields = {k: item.get(k) for k in ("goal", "user_profile", "agent_context")}
+    for key, value in fields.items():
+        if value is not None and not isinstance(value, str):
+            raise fail(path, f"{where}.{key}", "expected text")
+    return user_block(
+        goal=fields["goal"],
+        profile=fields["user_profile"],
+        knowledge=knowledge,
+        agent_context=fields["agent_context"],
+    )
 
 
 def _assertions(

@@ -47,6 +47,7 @@ from spanscore.evaluation.suites.importers._common import (
     read_json,
     scenario,
     text,
+    user_block,
 )
 
 FORMAT = "watsonx"
@@ -181,7 +182,10 @@ def _scenario(path: Path, data: Any, result: ImportResult) -> dict[str, Any]:
     agent = document.get("agent")
     if isinstance(agent, str) and agent:
         description = f"[agent {agent}] {description}"
-    return scenario(sid, description or None, assertions)
+    # watsonx's user agent follows the story and opens with the starting sentence.
+    story, opening = (p if isinstance(p, str) else None for p in parts)
+    user = user_block(goal=story, opening=opening)
+    return scenario(sid, description or None, assertions, user)
 
 
 def _threshold(value: Any, path: Path) -> float:

@@ -1,0 +1,632 @@
+"""`spanscore simulate`: simulated users drive an agent before deployment, and the same suite
+judges the conversations.
+
+Real parts throughout: the `spanscore` command, the collector and the lake, the `openai`
+client against the local OpenAI-compatible server (which plays the agent's model, the users and
+the judge), an agent in this process, an ArkSim agent from the `arksim` package, and an HTTP
+agent in its own process. Each fault a simulation must survive is played by an agent or a
+user model that misbehaves on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from spanscore.cli import main
+from spanscore.evaluation import load_suite
+from spanscore.evaluation.runs.gates import parse_gate
+from spanscore.examples.judge_policy import ScriptedJudge
+from spanscore.examples.llm_server import LLMRequest, ScriptedLLM, ScriptedPolicy
+from spanscore.examples.user_policy import ScriptedUsers
+from spanscore.lake import LakeError, connect
+
+from .support import arksim_agent, simulated_agents
+from .support.collector import start_collector
+from .support.evaluation_runs import write_suite
+from .support.lake import query
+from .support.polling import wait_for
+from .support.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "examples" / "customer_service" / "suite.yaml"
+AGENT = "tests.support.simulated_agents"
+
+
+@pytest.fixture(scope="module")
+def models() -> Iterator[dict[str, ScriptedLLM]]:
+    """The agent's model, the users' model and the judge, each a local server."""
+    suite = load_suite(SUITE)
+    goals = {s.id: s.user.goal for s in suite.suite.scenarios if s.user is not None}
+    with (
+        ScriptedLLM(ScriptedPolicy()) as agent,
+        ScriptedLLM(ScriptedUsers(goals)) as users,
+        ScriptedLLM(ScriptedJudge()) as judge,
+    ):
+        simulated_agents.MODEL_URL = arksim_agent.MODEL_URL = agent.base_url
+        yield {"agent": agent, "users": users, "judge": judge}
+
+
+def simulate(lake: Path, *args: str, suite: Path = SUITE) -> Any:
+    return CliRunner().invoke(
+        main,
+        ["simulate", "--lake", str(lake), "--suite", str(suite), "--format", "json", *args],
+        catch_exceptions=False,
+    )
+
+
+def document(result: Any) -> dict[str, Any]:
+    return json.loads(result.stdout)
+
+
+def test_in_process_agent_simulated_scored_marked_and_replayed(
+    tmp_path: Path, models: dict[str, ScriptedLLM]
+) -> None:
+    lake = tmp_path / "lake"
+    users, judge = models["users"].base_url, models["judge"].base_url
+    args = ["--agent", f"{AGENT}:customer_service", "--trials", "2", "--user-base-url", users]
+    result = simulate(
+        lake, *args, "--evaluate", "--judge-base-url", judge, "--fail-under", "pass^2=0.9"
+    )
+    # The pushy user of two scenarios (odd trials) leads the agent to break policy: the run's
+    # pass^2 gate fails, and the exit code says so.
+    assert result.exit_code == 1, result.output
+    out = document(result)
+    simulation = out["simulation"]
+    assert simulation["status"] == "completed"
+    assert simulation["stop_reasons"] == {"goal_reached": 14}
+    assert simulation["user_model"]["calls"] == 30
+    trials = out["evaluation"]["trials"]
+    by_scenario = {s["scenario"]: s for s in trials["scenarios"]}
+    assert by_scenario["auth_cancel_order"]["passed"] == 1
+    assert by_scenario["auth_cancel_order"]["pass_hat_k"] == {"1": 0.5, "2": 0.0}
+    assert by_scenario["order_status_check"]["pass_hat_k"] == {"1": 1.0, "2": 1.0}
+    assert trials["mean_pass_hat_k"]["2"] == pytest.approx(5 / 7)
+    gate = out["evaluation"]["gates"][-1]
+    assert gate["pass_k"] == 2
+    assert not gate["passed"]
+    assert gate["description"] == "all scenarios: pass^2 0.714 (needs >= 0.9)"
+
+    sid = simulation["simulation_id"]
+    # Marked: every span of a simulated conversation carries the simulation and its trial.
+    marks = query(
+        lake,
+        """SELECT count(*), count(DISTINCT conversation_id),
+                  count(*) FILTER (WHERE json_extract_string(attributes, '$."simulation.id"') = ?
+                      AND json_extract_string(attributes, '$."simulation.trial"') IN ('1', '2'))
+           FROM spans""",
+        [sid],
+    )[0]
+    assert marks[0] == marks[2]
+    assert marks[1] == 14
+    # The users' turns are recorded with the conversation: two for the account lookup.
+    turns = query(
+        lake,
+        "SELECT user_message, agent_reply IS NOT NULL FROM simulated_turns "
+        "WHERE conversation_id = ? ORDER BY turn_index",
+        [f"{sid}/auth_account_lookup/t1"],
+    )
+    assert turns == [
+        ("What name is on the account for ada@example.com?", True),
+        ("Thanks, so what's the name?", True),
+    ]
+    # Not mixed: the nightly evaluation of production traffic leaves them out.
+    nightly = CliRunner().invoke(
+        main,
+        [
+            "evaluate",
+            "--lake",
+            str(lake),
+            "--suite",
+            str(SUITE),
+            "--settle",
+            "0",
+            "--judge-base-url",
+            judge,
+            "--format",
+            "json",
+        ],
+    )
+    assert json.loads(nightly.stdout)["counts"]["candidates"] == 0
+    listed = CliRunner().invoke(main, ["simulations", "--lake", str(lake), "--format", "json"])
+    assert [s["simulation_id"] for s in json.loads(listed.stdout)] == [sid]
+
+    # The same seed again: every user turn replayed from the lake's cache, no call.
+    again = document(simulate(lake, *args))
+    assert again["simulation"]["user_model"]["calls"] == 0
+    assert again["simulation"]["user_model"]["cache_hits"] == 30
+    assert again["simulation"]["stop_reasons"] == {"goal_reached": 14}
+
+
+def test_arksim_custom_agent_runs_unchanged(tmp_path: Path, models: dict[str, ScriptedLLM]) -> None:
+    from arksim.config import AgentConfig
+
+    arksim_agent.CONFIGS.clear()
+    result = simulate(
+        tmp_path / "lake",
+        "--agent",
+        "tests.support.arksim_agent",  # the module: its one BaseAgent subclass
+        "--scenario",
+        "auth_account_lookup",
+        "--scenario",
+        "order_status_check",
+        "--user-base-url",
+        models["users"].base_url,
+    )
+    assert result.exit_code == 0, result.output
+    assert document(result)["simulation"]["stop_reasons"] == {"goal_reached": 2}
+    # One instance per conversation, given ArkSim's own AgentConfig for a custom agent.
+    assert len(arksim_agent.CONFIGS) == 2
+    assert all(isinstance(c, AgentConfig) for c in arksim_agent.CONFIGS)
+    assert {c.agent_type for c in arksim_agent.CONFIGS} == {"custom"}
+    spans = query(
+        tmp_path / "lake",
+        "SELECT count(DISTINCT conversation_id) FROM spans WHERE conversation_id LIKE 'sim-%'",
+    )
+    assert spans == [(2,)]
+
+
+@pytest.fixture
+def http_agent(tmp_path: Path, models: dict[str, ScriptedLLM]) -> Iterator[tuple[str, Path, Any]]:
+    """The example agent behind HTTP in its own process, sending its spans to a collector on
+    the test's lake."""
+    lake = tmp_path / "lake"
+    collector = start_collector(lake)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.http_agent",
+            "--model-url",
+            models["agent"].base_url,
+            "--otlp",
+            f"http://127.0.0.1:{collector.http_port}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        yield f"http://127.0.0.1:{port}/", lake, collector
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        collector.stop()
+
+
+def test_http_agent_in_its_own_process_tags_its_spans_from_baggage(
+    http_agent: tuple[str, Path, Any], models: dict[str, ScriptedLLM]
+) -> None:
+    url, lake, collector = http_agent
+    result = simulate(
+        lake,
+        "--agent",
+        url,
+        "--endpoint",
+        f"http://127.0.0.1:{collector.http_port}",
+        "--reply-path",
+        "output.text",
+        "--scenario",
+        "auth_account_lookup",
+        "--trials",
+        "2",
+        "--user-base-url",
+        models["users"].base_url,
+    )
+    assert result.exit_code == 0, result.output
+    sid = document(result)["simulation"]["simulation_id"]
+    expected = {(f"{sid}/auth_account_lookup/t{n}", str(n)) for n in (1, 2)}
+
+    def tagged() -> set[tuple[str, str]]:
+        rows = query(
+            lake,
+            """SELECT DISTINCT conversation_id,
+                      json_extract_string(attributes, '$."simulation.trial"')
+               FROM spans WHERE json_extract_string(attributes, '$."simulation.id"') = ?""",
+            [sid],
+        )
+        return {(str(c), str(t)) for c, t in rows}
+
+    assert wait_for(lambda: tagged() == expected, timeout=60)
+    services = query(
+        lake,
+        "SELECT DISTINCT service_name FROM conversations WHERE conversation_id LIKE ?",
+        [f"{sid}/%"],
+    )
+    assert services == [("http-agent",)]
+
+
+def test_unreachable_agent_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1/chat/completions"
+    result = simulate(tmp_path / "lake", "--agent", url)
+    assert result.exit_code == 2
+    assert url in result.stderr
+    assert "unreachable" in result.stderr
+    assert query(tmp_path / "lake", "SELECT count(*) FROM simulations") == [(0,)]
+
+
+def test_scenario_without_a_user_is_a_located_suite_error(tmp_path: Path) -> None:
+    suite = write_suite(
+        tmp_path,
+        "name: s\nscenarios:\n  - id: with_user\n    user: {goal: be helped}\n"
+        "  - id: no_user\n    assertions: []\n",
+    )
+    result = simulate(tmp_path / "lake", "--agent", f"{AGENT}:async_echo", suite=suite)
+    assert result.exit_code == 2
+    assert f"{suite}:5: scenarios[1]: scenario 'no_user' has no `user:` block" in result.stderr
+    typo = simulate(
+        tmp_path / "lake", "--agent", f"{AGENT}:async_echo", "--scenario", "with_usr", suite=suite
+    )
+    assert typo.exit_code == 2
+    assert "no scenario 'with_usr'" in typo.stderr
+
+
+FAULTS_SUITE = """\
+name: faults
+scenarios:
+  - {id: raises, user: {goal: g1, opening: hello}}
+  - {id: garbage, user: {goal: g2, opening: hello}}
+  - {id: hangs, user: {goal: g3, opening: hello}}
+  - {id: fine, user: {goal: g4, opening: hello}}
+"""
+
+
+def test_agent_faults_end_their_own_trial_and_the_others_go_on(
+    tmp_path: Path, models: dict[str, ScriptedLLM]
+) -> None:
+    suite = write_suite(tmp_path, FAULTS_SUITE)
+    try:
+        result = simulate(
+            tmp_path / "lake",
+            "--agent",
+            f"{AGENT}:by_scenario",
+            "--turn-timeout",
+            "1",
+            "--user-base-url",
+            models["users"].base_url,  # knows no goal here: gives up
+            suite=suite,
+        )
+    finally:
+        simulated_agents.RELEASE.set()
+    assert result.exit_code == 0, result.output
+    conversations = {
+        c["scenario"]: (c["stop_reason"], c["turns"], c["error"])
+        for c in document(result)["simulation"]["conversations"]
+    }
+    assert conversations["raises"] == (
+        "agent_error",
+        1,
+        "RuntimeError: the agent crashed on purpose",
+    )
+    assert conversations["garbage"][:2] == ("agent_error", 1)
+    assert conversations["garbage"][2] == "the agent returned int 42, not a reply text"
+    assert conversations["hangs"] == ("timeout", 1, "the agent did not answer within 1 s")
+    assert conversations["fine"] == ("user_gave_up", 1, None)
+    recorded = query(
+        tmp_path / "lake",
+        "SELECT scenario_id, stop_reason, error IS NOT NULL FROM simulated_conversations "
+        "ORDER BY scenario_id",
+    )
+    assert recorded == [
+        ("fine", "user_gave_up", False),
+        ("garbage", "agent_error", True),
+        ("hangs", "timeout", True),
+        ("raises", "agent_error", True),
+    ]
+
+
+def test_a_simulation_that_completed_nothing_never_passes(
+    tmp_path: Path, models: dict[str, ScriptedLLM]
+) -> None:
+    suite = write_suite(
+        tmp_path, "name: s\nscenarios:\n  - {id: raises, user: {goal: g, opening: hi}}\n"
+    )
+    result = simulate(
+        tmp_path / "lake",
+        "--agent",
+        f"{AGENT}:by_scenario",
+        "--trials",
+        "2",
+        "--user-base-url",
+        models["users"].base_url,
+        suite=suite,
+    )
+    assert result.exit_code == 1
+    assert document(result)["simulation"]["completed"] == 0
+
+
+def test_user_model_throttling_is_backed_off(
+    tmp_path: Path, models: dict[str, ScriptedLLM]
+) -> None:
+    suite = load_suite(SUITE)
+    goals = {s.id: s.user.goal for s in suite.suite.scenarios if s.user is not None}
+    with ScriptedLLM(ScriptedUsers(goals), capacity=2, delay_s=0.2, retry_after_ms=20) as users:
+        result = simulate(
+            tmp_path / "lake",
+            "--agent",
+            f"{AGENT}:customer_service",
+            "--trials",
+            "2",
+            "--concurrency",
+            "14",
+            "--user-base-url",
+            users.base_url,
+        )
+        assert result.exit_code == 0, result.output
+        user_model = document(result)["simulation"]["user_model"]
+        assert users.rate_limited > 0
+        assert user_model["throttled"] > 0
+        assert user_model["failed"] == 0
+        assert document(result)["simulation"]["stop_reasons"] == {"goal_reached": 14}
+
+
+def test_a_failing_user_model_marks_trials_incomplete_and_a_budget_not_run(
+    tmp_path: Path, models: dict[str, ScriptedLLM]
+) -> None:
+    with ScriptedLLM(lambda request: "{}", fail_first=10**6, fail_status=503) as broken:
+        result = simulate(
+            tmp_path / "a",
+            "--agent",
+            f"{AGENT}:async_echo",
+            "--scenario",
+            "order_status_check",
+            "--user-base-url",
+            broken.base_url,
+            "--user-model",
+            "gpt-4.1-mini",
+        )
+    assert result.exit_code == 1
+    [trial] = document(result)["simulation"]["conversations"]
+    assert trial["stop_reason"] == "user_model_error"
+    assert "the user model failed after" in trial["error"]
+    assert "HTTP 503" in trial["error"]
+
+    budget = simulate(
+        tmp_path / "b",
+        "--agent",
+        f"{AGENT}:customer_service",
+        "--trials",
+        "2",
+        "--concurrency",
+        "1",
+        "--max-user-calls",
+        "3",
+        "--user-base-url",
+        models["users"].base_url,
+    )
+    assert budget.exit_code == 1
+    out = document(budget)["simulation"]
+    assert out["status"] == "budget_spent"
+    assert out["user_model"]["calls"] == 3
+    assert out["stop_reasons"]["budget"] == out["not_run"] > 0
+    assert sum(out["stop_reasons"].values()) == 14
+
+
+def test_pass_hat_k_is_tau_bench_s_and_counts_only_trials_that_ran(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    con = connect(lake, create=True)
+    con.execute("INSERT INTO eval_runs (run_id, simulation_id) VALUES ('r', 's')")
+    trials = [
+        # (trial, stop reason, scores passed): 5 counted, of which 2 passed
+        (1, "goal_reached", [True, True]),
+        (2, "user_gave_up", [True]),
+        (3, "max_turns", [True, False]),  # a failed score fails the trial
+        (4, "agent_error", [True]),  # the agent failed: a failed trial whatever the scores
+        (5, "goal_reached", []),  # measured nothing: not passed
+        (6, "user_model_error", [True]),  # incomplete: not counted
+        (7, "budget", []),  # not run: not counted
+    ]
+    for trial, reason, passed in trials:
+        cid = f"c{trial}"
+        con.execute(
+            "INSERT INTO simulated_conversations (conversation_id, simulation_id, scenario_id, "
+            "trial, attempt, status, stop_reason) VALUES (?, 's', 'a', ?, 1, 'finished', ?)",
+            [cid, trial, reason],
+        )
+        for i, ok in enumerate(passed):
+            con.execute(
+                "INSERT INTO scores (run_id, conversation_id, metric, passed) "
+                "VALUES ('r', ?, ?, ?)",
+                [cid, f"m{i}", ok],
+            )
+    # Scores about the simulated user are not the agent's.
+    con.execute(
+        "INSERT INTO scores (run_id, conversation_id, metric, passed) "
+        "VALUES ('r', 'c1', 'simulator.fidelity', false)"
+    )
+    rows = con.execute(
+        "SELECT k, trials, passed, pass_hat_k FROM scenario_pass_k ORDER BY k"
+    ).fetchall()
+    con.close()
+    # C(2, k) / C(5, k): 2/5, 1/10, then 0.
+    assert [(k, n, c) for k, n, c, _ in rows] == [(k, 5, 2) for k in range(1, 6)]
+    assert [v for *_, v in rows] == pytest.approx([0.4, 0.1, 0.0, 0.0, 0.0])
+    assert parse_gate("pass^3=0.8").pass_k == 3
+    scoped = parse_gate("refund/pass^2=1")
+    assert (scoped.scenario, scoped.pass_k, scoped.min_pass_rate) == ("refund", 2, 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "sigint"])
+def test_a_stopped_simulation_resumes_without_recording_a_trial_twice(
+    tmp_path: Path, models: dict[str, ScriptedLLM], stop: signal.Signals
+) -> None:
+    lake = tmp_path / "lake"
+    suite = write_suite(
+        tmp_path,
+        "name: s\nscenarios:\n"
+        + "".join(f"  - {{id: s{i}, user: {{goal: g{i}, opening: hi}}}}\n" for i in range(3)),
+    )
+    users = ["--user-base-url", models["users"].base_url]
+    command = [
+        sys.executable, "-m", "spanscore.cli", "simulate", "--lake", str(lake),
+        "--suite", str(suite), "--agent", "tests.support.slow_agent:answer",
+        "--trials", "6", "--concurrency", "2", "--max-turns", "2", *users,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def finished() -> int:
+        try:
+            found = query(
+                lake, "SELECT count(*) FROM simulated_conversations WHERE status = 'finished'"
+            )
+        except LakeError:  # not created yet
+            return 0
+        return int(found[0][0])
+
+    log = (tmp_path / "simulate.log").open("w")
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        # Polled gently: each look opens the lake, which the simulation is writing.
+        wait_for(lambda: finished() >= 2, timeout=300, interval=1.0)
+        process.send_signal(stop)
+        code = process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+    assert code == (-9 if stop == signal.SIGKILL else 130), (tmp_path / "simulate.log").read_text()
+    [(sid, status)] = query(lake, "SELECT simulation_id, status FROM simulations")
+    assert status == ("running" if stop == signal.SIGKILL else "interrupted")
+    assert finished() < 18  # stopped mid-way
+
+    resumed = subprocess.run(
+        [*command, "--resume", sid, "--format", "json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["simulation"]["status"] == "completed"
+    counted = query(
+        lake,
+        "SELECT scenario_id, trial, count(*) FROM simulated_conversations "
+        "WHERE simulation_id = ? AND stop_reason IN ('goal_reached', 'user_gave_up', "
+        "'max_turns', 'agent_error', 'timeout') GROUP BY ALL",
+        [sid],
+    )
+    # Every trial once: those that ended before the stop are not run again, the others ran
+    # as a new attempt in a conversation of their own.
+    assert sorted((s, t) for s, t, _ in counted) == [
+        (f"s{i}", t) for i in range(3) for t in range(1, 7)
+    ]
+    assert {n for *_, n in counted} == {1}
+    assert query(
+        lake,
+        "SELECT count(*) FROM simulated_conversations WHERE simulation_id = ? "
+        "AND status <> 'finished'",
+        [sid],
+    ) == [(0,)]
+    attempts = query(
+        lake, "SELECT max(attempt) FROM simulated_conversations WHERE simulation_id = ?", [sid]
+    )
+    assert attempts == [(2,)]
+
+
+def test_importers_carry_the_users_of_native_formats(tmp_path: Path) -> None:
+    arksim = load_suite(ROOT / "examples" / "customer_service" / "arksim_scenarios.json")
+    user = arksim.suite.scenarios[0].user
+    assert user is not None
+    assert user.goal == "Find out where order ORD-1001 is."
+    assert user.profile is not None
+    assert user.profile.startswith("You are Ada Lovelace")
+    assert user.knowledge == [
+        "Order ORD-1001 (mechanical keyboard, $89) belongs to Ada and has shipped."
+    ]
+    assert user.agent_context is not None
+    watsonx = tmp_path / "story.json"
+    watsonx.write_text(
+        json.dumps(
+            {
+                "agent": "hr",
+                "story": "You want your time off schedule. Your username is nwaters.",
+                "starting_sentence": "I want to know my time off schedule",
+                "goals": {"get": []},
+                "goal_details": [
+                    {
+                        "type": "tool_call",
+                        "name": "get",
+                        "tool_name": "get_schedule",
+                        "args": {"username": "nwaters"},
+                    }
+                ],
+            }
+        )
+    )
+    [scenario] = load_suite(watsonx).suite.scenarios
+    assert scenario.user is not None
+    assert scenario.user.goal.startswith("You want your time off schedule")
+    assert scenario.user.opening == "I want to know my time off schedule"
+    adk = tmp_path / "plan.evalset.json"
+    adk.write_text(
+        json.dumps(
+            {
+                "eval_set_id": "plan",
+                "eval_cases": [
+                    {
+                        "eval_id": "refund",
+                        "conversation_scenario": {
+                            "starting_prompt": "Hi, I need help with an order.",
+                            "conversation_plan": "Ask for a refund of order 42; take credit.",
+                        },
+                    }
+                ],
+            }
+        )
+    )
+    [case] = load_suite(adk).suite.scenarios
+    assert case.user is not None
+    assert case.user.opening == "Hi, I need help with an order."
+    assert case.user.goal == "Ask for a refund of order 42; take credit."
+
+
+def test_chat_completions_agent_and_an_agent_server_error(tmp_path: Path) -> None:
+    def answer(request: LLMRequest) -> Any:
+        if "cancel" in request.messages[-1].text.lower():
+            raise RuntimeError("the agent's server failed")  # answered as HTTP 500
+        return f"Agent heard {len(request.messages)} messages"
+
+    suite = write_suite(
+        tmp_path,
+        "name: s\nscenarios:\n  - {id: ok, user: {goal: g1, opening: hello}}\n"
+        "  - {id: bad, user: {goal: g2, opening: please cancel}}\n",
+    )
+    with ScriptedLLM(answer) as agent:
+        result = simulate(
+            tmp_path / "lake",
+            "--agent",
+            f"{agent.base_url}/chat/completions",
+            "--agent-model",
+            "gpt-4.1-mini",
+            "--user-base-url",
+            agent.base_url,  # as users it answers no JSON: the user model fails
+            "--user-model",
+            "gpt-4.1-mini",
+            suite=suite,
+        )
+    conversations = {c["scenario"]: c for c in document(result)["simulation"]["conversations"]}
+    assert conversations["bad"]["stop_reason"] == "agent_error"
+    assert "the agent answered HTTP 500" in conversations["bad"]["error"]
+    assert conversations["ok"]["turns"] == 1
+    turns = query(
+        tmp_path / "lake",
+        "SELECT agent_reply FROM simulated_turns WHERE conversation_id LIKE '%/ok/t1'",
+    )
+    assert turns == [("Agent heard 1 messages",)]
