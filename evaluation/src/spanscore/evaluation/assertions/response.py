@@ -48,6 +48,11 @@ class ResponseAssertion(AssertionBase):
         "intermediate texts): a keyword or pattern passes when some message has it, a "
         "forbidden keyword fails when any has it",
     )
+    intermediate_messages: bool = Field(
+        True,
+        description="with in_any_message: also the model's intermediate texts (false: the "
+        "turns' answers only, the messages sent to the user)",
+    )
     ignore_case: bool = Field(True, description="keywords match in any case")
     ignore_punctuation: bool = Field(
         False, description="punctuation is removed from the text and the keywords before matching"
@@ -78,7 +83,7 @@ class ResponseAssertion(AssertionBase):
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         if self.in_any_message:
-            return self._any_message(_agent_messages(trajectory))
+            return self._any_message(_agent_messages(trajectory, self.intermediate_messages))
         if self.every_turn:
             answers = [t.final_response for t in trajectory.turns]
         else:
@@ -151,11 +156,12 @@ class ResponseAssertion(AssertionBase):
         return checks
 
 
-def _agent_messages(trajectory: Trajectory) -> list[str]:
-    """Every text the agent said: the model's intermediate texts and each turn's answer."""
+def _agent_messages(trajectory: Trajectory, intermediate: bool) -> list[str]:
+    """Every text the agent said: the model's intermediate texts (when asked for) and each
+    turn's answer."""
     texts: list[str] = []
     for turn in trajectory.turns:
-        for step in turn.steps:
+        for step in turn.steps if intermediate else ():
             if isinstance(step, ModelCall) and step.response_text:
                 texts.append(step.response_text)
         if turn.final_response and turn.final_response not in texts[-1:]:
