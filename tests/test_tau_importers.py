@@ -11,14 +11,23 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from spanscore.cli import main
+from spanscore.collector import Collector
+from spanscore.evaluation import load_trajectories, open_lake
 from spanscore.evaluation.suites.importers import ImporterError, detect_path, import_file
 from spanscore.evaluation.suites.importers.tau2 import user_definition
 from spanscore.evaluation.suites.load import load_suite
 from spanscore.evaluation.trajectory.model import ModelCall, ToolCall, Trajectory, Turn
+from spanscore.examples.customer_service.scripted import ScriptedAgent
+from spanscore.examples.tau2 import TASKS
+from spanscore.examples.tau2 import agent as retail
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tau2" / "retail_tasks.json"
+EXAMPLE = TASKS
 
 FIND = ("find_user_id_by_email", {"email": "ada@example.com"})
 ORDER = ("get_order_details", {"order_id": "#W1001"})
@@ -269,3 +278,44 @@ def test_tau2_user_scenario_is_kept_for_the_simulation() -> None:
     assert plain["text"] == plain["instructions"]
     task = json.loads(EXAMPLE.read_text())[0]
     assert user_definition(task, EXAMPLE) == structured
+
+
+# --- the worked example: a tau2-style task file scoring real spans through the collector ------
+
+
+def test_the_tau2_example_scores_the_retail_agent(collector: Collector, lake_dir: Path) -> None:
+    suite = load_suite(TASKS)  # the native tasks.json, used directly as a suite
+    plans = retail.conversations()
+    provider = TracerProvider(resource=Resource.create({"service.name": "tau2-example"}))
+    provider.add_span_processor(
+        SimpleSpanProcessor(
+            OTLPSpanExporter(endpoint=f"http://127.0.0.1:{collector.http_port}/v1/traces")
+        )
+    )
+    agent = ScriptedAgent(
+        retail.RetailStore(),
+        provider.get_tracer("t"),
+        agent=retail.AGENT,
+        tool_definitions=retail.TOOL_DEFINITIONS,
+    )
+    for plan in plans:
+        agent.run(plan)
+    provider.shutdown()
+    rebuilt = {
+        t.conversation_id: t
+        for t in load_trajectories(open_lake(lake_dir), attributes=suite.attribute_keys())
+    }
+    assert set(rebuilt) == {p.conversation_id for p in plans}
+    rows = {cid: {r.metric: r.score for r in suite.score(t)} for cid, t in rebuilt.items()}
+    for cid, scored in rows.items():
+        assert all(s.error is None for s in scored.values()), (cid, scored)
+    # the task's reward: every row of its scenario passes
+    reward = {cid: all(s.passed for s in scored.values()) for cid, scored in rows.items()}
+    assert reward == {p.conversation_id: not p.breaks_policy for p in plans}
+    # the retried write failed as a span, and so was left out as not made
+    retried = rows["tau2-refund-retried"]["db_writes"].details or {}
+    assert [c["why"] for c in retried["left_out"]].count("failed") == 1
+    assert rows["tau2-refund-gift-card"]["db_writes"].passed is False
+    assert rows["tau2-refund-silent"]["communicate_info"].passed is False
+    assert rows["tau2-actions-no-lookup"]["action_lookup"].passed is False
+    assert set(rows["tau2-actions-gift-card"]) == {"action_lookup", "action_return"}
