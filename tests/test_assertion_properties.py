@@ -62,9 +62,9 @@ def expected_from(made: list[ToolCall]) -> list[Any]:
     return steps
 
 
-def run(mode: str, expected: list[Any], made: list[ToolCall]) -> tuple[bool, float]:
+def run(mode: str, expected: list[Any], made: list[ToolCall], **options: Any) -> tuple[bool, float]:
     assertion = ToolCallsAssertion.model_validate(
-        {"type": "tool_calls", "mode": mode, "expected": expected}
+        {"type": "tool_calls", "mode": mode, "expected": expected, **options}
     )
     t = Trajectory(conversation_id="c", turns=[Turn(index=0, steps=list(made))])
     score = assertion.evaluate(t, EvalContext())
@@ -103,6 +103,36 @@ def test_strict_implies_unordered_implies_contains(made: list[ToolCall], other: 
 def test_scores_stay_in_unit_interval(made: list[ToolCall], other: list[ToolCall], mode: str):
     _, value = run(mode, expected_from(other), made)
     assert 0.0 <= value <= 1.0
+
+
+@st.composite
+def with_failures(draw: st.DrawFn) -> tuple[list[ToolCall], list[ToolCall]]:
+    """Calls that took effect, and the same calls with failed ones among them (a failed call
+    before a retry, or on its own), parallel blocks kept."""
+    succeeded = draw(calls())
+    made: list[ToolCall] = []
+    for call in [*succeeded, None]:
+        for _ in range(draw(st.integers(0, 1))):
+            name = call.name if call is not None and draw(st.booleans()) else draw(NAMES)
+            made.append(ToolCall(name=name, arguments=draw(ARGS), error="RuntimeError"))
+        if call is not None:
+            made.append(call)
+    return succeeded, made
+
+
+@settings(max_examples=300, deadline=None)
+@given(with_failures())
+def test_a_trajectory_without_its_failed_calls_matches_itself(
+    pair: tuple[list[ToolCall], list[ToolCall]],
+):
+    succeeded, made = pair
+    expected = expected_from(succeeded)
+    for mode in MODES:
+        # failed calls count as not made: the same verdict and value as if they were never made
+        assert run(mode, expected, made, failed_calls="not_made") == run(mode, expected, succeeded)
+        assert run(mode, expected, made, failed_calls="not_made")[0], mode
+    if len(made) > len(succeeded):  # counted as made, a failed call is an extra call
+        assert not run("strict", expected, made)[0]
 
 
 def _best_by_brute_force(weights: list[list[float | None]]) -> float:

@@ -49,10 +49,12 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
 - pydantic-ai, pydantic-ai-v2: pydantic-ai-slim 2.68.0 with its own instrumentation
   (opentelemetry-sdk 1.45.2), `FunctionModel` scripted from the plan, instrumentation data
   format 5 (current) and 2 (deprecated); the failure raised as `ModelRetry`.
-- adk, adk-legacy: google-adk 2.13.0 with google-genai 2.34.0 (opentelemetry-sdk 1.44.0, as
-  it resolves), a `BaseLlm` subclass scripted from the plan, in ADK's current schema (content
-  on spans: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY`) and its legacy one
-  (`ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1`).
+- adk, adk-legacy, adk-legacy-events: google-adk 2.13.0 (the newest release) with
+  google-genai 2.34.0 (opentelemetry-sdk 1.44.0, as it resolves), a `BaseLlm` subclass
+  scripted from the plan, in ADK's current schema (content on spans:
+  `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY`), its legacy one
+  (`ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1`), and the legacy one with content in log records
+  (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`: a known gap, strict xfails).
 - strands, strands-latest, strands-attributes: strands-agents 1.62.0 with its own tracer
   (opentelemetry-sdk 1.45.1, as it resolves), a `Model` subclass scripted from the plan; the
   default conventions, `gen_ai_latest_experimental`, and that with
@@ -241,6 +243,9 @@ class Producer:
     node: bool = False  # a Node producer: tests/producers/node/<venv>/ and run_vercel.mjs
     history_across_turns: bool = True  # False: each turn's model calls start afresh (CrewAI)
     result_ids: bool = True  # False: results in its messages carry no call id
+    # tests that fail for a gap not fixed yet: strict xfails (a fix makes them fail until
+    # removed from here), with the reason
+    known_gaps: tuple[frozenset[str], str] | None = None
 
     def sent_error(self, message: str) -> Any:
         """What the agent sends the model for a failed call (parsed)."""
@@ -457,6 +462,35 @@ PRODUCERS = {
             log_events=PER_MESSAGE_ELIDED,
             venv="adk",
             wraps_non_dict_results=True,
+        ),
+        # The legacy schema with content capture on (the old boolean switch: EVENT_ONLY): the
+        # messages go as log records of the `generate_content` span inside each `call_llm`
+        # span, which then reads as a second model call (the call_llm span has the same
+        # messages in its attributes): turns and requested calls come out duplicated.
+        Producer(
+            "adk-legacy-events",
+            convention="adk",
+            scope="gcp.vertex.agent",
+            spans_carry_conversation=False,
+            tool_spans=True,
+            tool_span_call_ids=True,
+            failed_tool_error_type="TOOL_ERROR",
+            log_events=PER_MESSAGE,
+            venv="adk",
+            wraps_non_dict_results=True,
+            known_gaps=(
+                frozenset(
+                    {
+                        "test_spans_arrive_read_as_the_producers_convention",
+                        "test_conversations_view_gathers_the_whole_conversation",
+                        "test_tool_calls_view",
+                        "test_trajectory",
+                        "test_show",
+                    }
+                ),
+                "issue 42: a generate_content span nested in an ADK call_llm span takes its "
+                "log records' messages and reads as a second model call",
+            ),
         ),
         # The Vercel AI SDK in Node with the OpenTelemetry JS SDK, over OTLP HTTP/protobuf and
         # over gRPC: ai 6 (`experimental_telemetry`); ai 7 with @ai-sdk/otel's
@@ -757,8 +791,12 @@ def run(
     runs: dict[str, Run],
     make_collector: Callable[..., Collector],
     lake_dir: Path,
+    request: pytest.FixtureRequest,
 ) -> Run:
     """The producer's conversation, in a lake: run once, by the first test that needs it."""
+    gaps = PRODUCERS[producer].known_gaps
+    if gaps is not None and request.node.originalname in gaps[0]:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=gaps[1]))
     if producer in runs:
         return runs[producer]
     venv = producer_venvs[producer]

@@ -83,6 +83,11 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     # and its legacy schema, content in its `gcp.vertex.agent.*` attributes (on by default).
     "adk": {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"},
     "adk-legacy": {"ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN": "1"},
+    # the legacy schema with message content in log events (the old boolean switch: EVENT_ONLY)
+    "adk-legacy-events": {
+        "ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN": "1",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true",
+    },
     "pydantic-ai": {},
     "pydantic-ai-v2": {},
     # Strands Agents' three convention settings: per-message span events holding Bedrock
@@ -1052,6 +1057,7 @@ PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "pydantic-ai-v2": run_pydantic_ai,
     "adk": run_adk,
     "adk-legacy": run_adk,
+    "adk-legacy-events": run_adk,
     "strands": run_strands,
     "strands-latest": run_strands,
     "strands-attributes": run_strands,

@@ -9,7 +9,16 @@ import click
 
 from .options import option
 
-FORMAT_NAMES = ("arksim", "watsonx", "tool_selection", "adk", "agentevals", "auto")
+FORMAT_NAMES = (
+    "arksim",
+    "watsonx",
+    "tool_selection",
+    "adk",
+    "agentevals",
+    "tau_bench",
+    "tau2",
+    "auto",
+)
 
 
 class BadInput(click.ClickException):
@@ -28,24 +37,54 @@ class BadInput(click.ClickException):
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the suite to this file (default: print it).",
 )
-def import_command(fmt: str, file: Path, output: Path | None) -> None:
+@option(
+    "--read-only-tool",
+    "read_only_tools",
+    envvar="SPANSCORE_IMPORT_READ_ONLY_TOOL",
+    multiple=True,
+    metavar="NAME",
+    help="tau_bench, tau2: a tool that changes no state (repeat for each; the benchmarks' "
+    "published domains are known).",
+)
+@option(
+    "--write-tool",
+    "write_tools",
+    envvar="SPANSCORE_IMPORT_WRITE_TOOL",
+    multiple=True,
+    metavar="NAME",
+    help="tau_bench, tau2: a tool that changes state (repeat for each).",
+)
+def import_command(
+    fmt: str,
+    file: Path,
+    output: Path | None,
+    read_only_tools: tuple[str, ...],
+    write_tools: tuple[str, ...],
+) -> None:
     """Convert another tool's test file into a spanscore suite (YAML, commented where the
     source's semantics differ from spanscore's).
 
     FORMAT is arksim (scenarios.json), watsonx (a ground-truth dataset, or a directory of
     them), tool_selection (tool-selection tester datasets), adk (Google ADK eval sets),
-    agentevals (reference trajectories as OpenAI messages), or auto. The native files also
-    work directly as `--suite` files; importing shows and freezes the conversion.
+    agentevals (reference trajectories as OpenAI messages), tau_bench (tau-bench tasks),
+    tau2 (tau2-bench tasks.json), or auto. The native files also work directly as `--suite`
+    files; importing shows and freezes the conversion.
 
     \b
     $ spanscore import arksim examples/customer_service/arksim_scenarios.json -o suite.yaml
     $ spanscore import watsonx examples/hr/timeoff_schedule.json
+    $ spanscore import tau2 examples/tau2/tasks.json
     """
     from spanscore.evaluation.suites.importers import ImporterError
     from spanscore.evaluation.suites.load import import_to_yaml
 
     try:
-        text = import_to_yaml(fmt, file)
+        options: dict[str, list[str]] = {}
+        if read_only_tools:
+            options["read_only_tools"] = list(read_only_tools)
+        if write_tools:
+            options["write_tools"] = list(write_tools)
+        text = import_to_yaml(fmt, file, options or None)
     except ImporterError as exc:
         raise BadInput(str(exc)) from exc
     if output is None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ from spanscore.evaluation.assertions.expected import (
     ExpectedStep,
     _CallMatcher,
     _Item,
+    normalize_name,
 )
 from spanscore.evaluation.assertions.modes import Mode, docstring_table
 from spanscore.evaluation.matching.arguments import (
@@ -56,6 +58,16 @@ class ToolCallsAssertion(AssertionBase):
     check_parallel: bool = Field(
         True, description="parallel steps must have been requested by one model response"
     )
+    failed_calls: Literal["made", "not_made"] = Field(
+        "made",
+        description="not_made: a call that failed (its tool raised or returned an error) counts "
+        "as not made, so only the calls that took effect are compared",
+    )
+    ignore_tools: list[str] = Field(
+        default_factory=list,
+        description="calls to these tools are left out before comparing (read-only tools that "
+        "a task leaves free); with normalize_names, names compare normalised",
+    )
 
     _prepared: list[_Item] | None = PrivateAttr(None)
 
@@ -82,7 +94,37 @@ class ToolCallsAssertion(AssertionBase):
         matcher = _CallMatcher(self.arguments, self.tools, self.normalize_names)
         if self._prepared is None:  # the expectation does not change: prepare it once
             self._prepared = self._items()
-        return _score_calls(self, self._prepared, trajectory.tool_calls, matcher)
+        made = trajectory.tool_calls
+        kept = [
+            index
+            for index, call in enumerate(made)
+            if not (self.failed_calls == "not_made" and call.error is not None)
+            and not (self.ignore_tools and self._ignored(call.name))
+        ]
+        if len(kept) == len(made):
+            return _score_calls(self, self._prepared, made, matcher)
+        score = _score_calls(self, self._prepared, [made[i] for i in kept], matcher)
+        details = dict(score.details or {})
+        # positions in the trajectory, as the report marks them, not in the calls compared
+        for key in ("actual_index", "not_allowed_index"):
+            if isinstance(details.get(key), list):
+                details[key] = [kept[i] for i in details[key]]
+        compared = set(kept)
+        details["left_out"] = [
+            {
+                "index": i,
+                "name": made[i].name,
+                "why": "ignored tool" if self._ignored(made[i].name) else "failed",
+            }
+            for i in range(len(made))
+            if i not in compared
+        ]
+        return dataclasses.replace(score, details=details)
+
+    def _ignored(self, name: str) -> bool:
+        if self.normalize_names:
+            return normalize_name(name) in {normalize_name(n) for n in self.ignore_tools}
+        return name in self.ignore_tools
 
 
 def _has_judged_rules(items: Sequence[_Item], overrides: Mapping[str, ArgumentOverride]) -> bool:

@@ -448,6 +448,10 @@ def _under_checked(path: str, expected: Mapping[str, Any]) -> bool:
     return any(_lookup(expected, ".".join(parts[:i])) is not _ABSENT for i in range(1, len(parts)))
 
 
+def _rules_under(path: str, rules: Mapping[str, ArgumentRule]) -> bool:
+    return any(key.startswith(path + ".") for key in rules)
+
+
 def _compare_object(
     expected: Mapping[str, Any],
     actual: Mapping[str, Any],
@@ -465,6 +469,14 @@ def _compare_object(
             result.checks.append(ArgumentCheck(path, ok, score, rule.weight, why))
         elif mode == "ignore":
             continue
+        elif (
+            isinstance(want, Mapping) and not isinstance(got, Mapping) and _rules_under(path, rules)
+        ):
+            # Rules on the object's leaves decide, each for its own leaf: an absent object
+            # (or a value that is not one) has none of them (an `optional` leaf passes).
+            if got is _ABSENT and mode == "superset":
+                continue
+            _compare_object(want, {}, path + ".", mode, rules, result)
         elif got is _ABSENT:
             if mode == "superset":
                 continue

@@ -473,10 +473,12 @@ def _accept_spellings(entry: dict[str, Any], model: type[BaseModel]) -> None:
         del entry["required"]
 
 
-def import_to_yaml(fmt: str | None, path: str | Path) -> str:
+def import_to_yaml(
+    fmt: str | None, path: str | Path, options: Mapping[str, Any] | None = None
+) -> str:
     """`import_file`, checked by `load_suite` (the suite it produces must load), as a
     commented YAML suite file: what `spanscore import` prints."""
-    result = importers.import_file(fmt, path)
+    result = importers.import_file(fmt, path, options)
     try:
         load_suite(result.suite, name=f"{Path(path).name} (imported as {result.format})")
     except SuiteError as exc:

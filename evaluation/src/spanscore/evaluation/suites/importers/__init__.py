@@ -10,7 +10,11 @@ Usage::
 Formats (`FORMATS`): `arksim` (ArkSim scenarios.json), `watsonx` (watsonx Orchestrate
 ground-truth datasets: one file or a directory), `tool_selection` (tool-selection tester
 datasets and result files), `adk` (Google ADK eval sets and `.test.json` files), `agentevals`
-(LangChain agentevals reference trajectories: OpenAI message lists with match modes).
+(LangChain agentevals reference trajectories: OpenAI message lists with match modes),
+`tau_bench` (tau-bench tasks: gold `actions` and `outputs`) and `tau2` (tau2-bench `tasks.json`:
+`evaluation_criteria` by `reward_basis`). The tau formats take `options` (`read_only_tools`,
+`write_tools`) for tools outside the benchmarks' published domains, and fill
+`ImportResult.users` with each task's simulated user.
 
 Every imported scenario keeps its source id and selects the conversations whose span attribute
 `scenario.id` equals it. Where the source system's semantics differ from spanscore's, the import
@@ -20,7 +24,7 @@ keeps the source's documented behaviour and says what differs in `notes` (suite-
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +45,7 @@ __all__ = [
 ]
 
 
-Converter = Callable[[Any, Path], ImportResult]
+Converter = Callable[..., ImportResult]
 
 
 def _converters() -> dict[str, tuple[Callable[[Any], bool], Converter]]:
@@ -49,17 +53,28 @@ def _converters() -> dict[str, tuple[Callable[[Any], bool], Converter]]:
         adk,
         agentevals,
         arksim,
+        tau2,
+        tau_bench,
         tool_selection,
         watsonx,
     )
 
     return {
         module.FORMAT: (module.detect, module.convert)
-        for module in (arksim, watsonx, tool_selection, adk, agentevals)
+        for module in (arksim, watsonx, tool_selection, adk, agentevals, tau_bench, tau2)
     }
 
 
-FORMATS: tuple[str, ...] = ("arksim", "watsonx", "tool_selection", "adk", "agentevals")
+FORMATS: tuple[str, ...] = (
+    "arksim",
+    "watsonx",
+    "tool_selection",
+    "adk",
+    "agentevals",
+    "tau_bench",
+    "tau2",
+)
+TAKES_OPTIONS = ("tau_bench", "tau2")
 
 
 def detect(data: Any) -> str | None:
@@ -87,19 +102,28 @@ def detect_path(path: str | Path) -> str | None:
     return detect(read_json(path))
 
 
-def convert(fmt: str, data: Any, path: str | Path) -> ImportResult:
+def convert(
+    fmt: str, data: Any, path: str | Path, options: Mapping[str, Any] | None = None
+) -> ImportResult:
     """Convert an already parsed document of format `fmt` (read from `path`: ids and
-    categories may come from the file name)."""
+    categories may come from the file name). `options` are the format's import options."""
     converters = _converters()
     if fmt not in converters:
         raise ImporterError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    result = converters[fmt][1](data, Path(path))
+    if options and fmt not in TAKES_OPTIONS:
+        raise ImporterError(f"{path}: the {fmt} format takes no import options")
+    if fmt in TAKES_OPTIONS:
+        result = converters[fmt][1](data, Path(path), options)
+    else:
+        result = converters[fmt][1](data, Path(path))
     result.format = fmt
     result.source = Path(path).name
     return _no_scenario_without_a_row(result)
 
 
-def import_file(fmt: str | None, path: str | Path) -> ImportResult:
+def import_file(
+    fmt: str | None, path: str | Path, options: Mapping[str, Any] | None = None
+) -> ImportResult:
     """Read a native file (or, for watsonx, a directory of datasets) as a suite. A format
     `fmt` of None or "auto" is detected from the file's shape."""
     path = Path(path)
@@ -120,7 +144,7 @@ def import_file(fmt: str | None, path: str | Path) -> ImportResult:
         result = watsonx.read_directory(path)
         result.format, result.source = fmt, path.name
         return _no_scenario_without_a_row(result)
-    return convert(fmt, read_json(path), path)
+    return convert(fmt, read_json(path), path, options)
 
 
 # What an imported scenario with nothing to check scores: a passing row, so that in `scores` a
@@ -153,6 +177,8 @@ _SOURCES = {
     "tool_selection": "tool-selection tester dataset",
     "adk": "Google ADK eval set",
     "agentevals": "LangChain agentevals reference trajectory",
+    "tau_bench": "tau-bench task file",
+    "tau2": "tau2-bench tasks file",
 }
 
 

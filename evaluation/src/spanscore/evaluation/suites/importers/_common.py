@@ -25,6 +25,9 @@ class ImportResult:
     format: str = ""
     source: str = ""
     dropped: list[str] = field(default_factory=list)  # what the suite does not score
+    # The simulated user of each scenario, as the source defines it (tau-bench's instruction,
+    # tau2-bench's user_scenario): scenario id -> persona and instructions. Not scored.
+    users: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def note(self, scenario_id: str, text: str) -> None:
         notes = self.scenario_notes.setdefault(scenario_id, [])

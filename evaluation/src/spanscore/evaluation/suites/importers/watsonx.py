@@ -163,6 +163,33 @@ def _scenario(path: Path, data: Any, result: ImportResult) -> dict[str, Any]:
         "arguments match and checks the order on each goal's latest call; spanscore places "
         "each goal at the earliest matching call after its dependencies.",
     )
+    tool_goals = [d for d in details if d.get("type") == "tool_call"]
+    independent = _independent_pairs(graph, [d["name"] for d in tool_goals])
+    if independent:
+        first, second = independent[0]
+        result.note(
+            sid,
+            f"parallel calls (deliberate difference): goals such as {first} and {second} do not "
+            "depend on each other, so the agent may call their tools in one model response; "
+            "watsonx reads only the first tool call of a message and fails such a journey, "
+            "spanscore counts every call.",
+        )
+    by_tool: dict[str, list[str]] = {}
+    for d in tool_goals:
+        by_tool.setdefault(d["tool_name"], []).append(d["name"])
+    shared = {
+        tool: names
+        for tool, names in by_tool.items()
+        if any(set(pair) <= set(names) for pair in independent)
+    }
+    for tool, names in sorted(shared.items()):
+        result.note(
+            sid,
+            f"goals on one tool (deliberate difference): {', '.join(names)} all call {tool}; "
+            "watsonx credits each call to the first goal in goal_details order whose arguments "
+            "it satisfies (consume-once, greedy), so a call can take the goal another call "
+            "needed; spanscore pairs calls with goals optimally and passes such a journey.",
+        )
     if keywords:
         assertions.append({"type": "response", "name": "summary_keywords", "keywords": keywords})
         result.note(
@@ -186,6 +213,25 @@ def _scenario(path: Path, data: Any, result: ImportResult) -> dict[str, Any]:
     story, opening = (p if isinstance(p, str) else None for p in parts)
     user = user_block(goal=story, opening=opening)
     return scenario(sid, description or None, assertions, user)
+
+
+def _independent_pairs(graph: dict[str, list[str]], names: list[str]) -> list[tuple[str, str]]:
+    """Pairs of goals neither of which depends (directly or not) on the other."""
+    below: dict[str, set[str]] = {}
+
+    def reach(goal: str) -> set[str]:
+        if goal not in below:
+            below[goal] = set()
+            for child in graph.get(goal, []):
+                below[goal] |= {child} | reach(child)
+        return below[goal]
+
+    return [
+        (a, b)
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+        if b not in reach(a) and a not in reach(b)
+    ]
 
 
 def _threshold(value: Any, path: Path) -> float:
@@ -229,18 +275,12 @@ def _tool_goal(
     if args == {"IGNORE": None}:
         result.note(sid, f"{name}: args {{IGNORE: null}} (any arguments) imported as no args.")
         return goal
-    for key, value in args.items():
-        if value == IGNORE_VALUE:
-            matching[key] = "ignore"
-            result.note(
-                sid,
-                f"{name}.{key}: the {IGNORE_VALUE} value becomes `ignore`; watsonx still "
-                "requires the argument to be present, spanscore does not.",
-            )
+    matching = _leaf_strategies(args, matching, name, sid, result)
     judged: list[str] = []
+    leaves = _flatten(args)
     for key, strategy in list(matching.items()):
         if strategy == "fuzzy":
-            rule = _fuzzy_value_rule(args[key]) if key in args else None
+            rule = _fuzzy_value_rule(leaves[key]) if key in leaves else None
             if rule is None:
                 rule = {"strategy": "judged", "threshold": threshold}
                 judged.append(key)
@@ -249,12 +289,6 @@ def _tool_goal(
     goal["match"] = "partial"  # watsonx accepts extra actual arguments, at every level
     if matching:
         goal["arg_matching"] = matching
-    if "ignore" in matching.values():
-        result.note(
-            sid,
-            f"{name}: `ignore` as documented (present or absent); watsonx's code requires an "
-            "ignored argument to be present.",
-        )
     if judged:
         result.note(
             sid,
@@ -268,6 +302,76 @@ def _tool_goal(
             "both sides, so a case-only difference it accepts fails here.",
         )
     return goal
+
+
+def _flatten(args: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """watsonx's view of arguments: nested objects as dot paths to their leaves (lists and
+    scalars are leaves; an empty object has none, so nothing in it is checked)."""
+    leaves: dict[str, Any] = {}
+    for key, value in args.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            leaves.update(_flatten(value, path + "."))
+        else:
+            leaves[path] = value
+    return leaves
+
+
+def _resolve(path: str, matching: dict[str, Any]) -> Any:
+    """watsonx's `resolve_strategy`: the path's own strategy, else its nearest ancestor's, else
+    strict."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:i])
+        if prefix in matching:
+            return matching[prefix]
+    return "strict"
+
+
+def _leaf_strategies(
+    args: dict[str, Any], matching: dict[str, Any], name: str, sid: str, result: ImportResult
+) -> dict[str, Any]:
+    """watsonx compares the expected arguments leaf by leaf, each leaf under the strategy of
+    its path or of its nearest ancestor in `arg_matching`, and accepts extra keys at every
+    level. A strategy given to a nested object therefore becomes one rule per leaf (so an
+    `optional` or `fuzzy` object accepts extra keys inside it, as watsonx does); strategies
+    for paths that are not expected arguments check nothing there and are dropped."""
+    leaves = _flatten(args)
+    out: dict[str, Any] = {}
+    for path, value in leaves.items():
+        strategy = _resolve(path, matching)
+        if value == IGNORE_VALUE:
+            strategy = "ignore"
+            result.note(sid, f"{name}.{path}: the {IGNORE_VALUE} value becomes `ignore`.")
+        if strategy != "strict" or path in matching:
+            out[path] = strategy
+    empty = [path for path, value in _objects(args).items() if value == {}]
+    if empty:
+        for path in empty:
+            out[path] = "ignore"
+        result.note(
+            sid,
+            f"{name}: {', '.join(empty)}: an empty expected object has no leaves, so watsonx "
+            "checks nothing there; imported as `ignore`.",
+        )
+    unused = sorted(key for key in matching if key not in leaves and key not in _objects(args))
+    if unused:
+        result.note(
+            sid,
+            f"{name}: arg_matching for {', '.join(unused)}, which are not expected arguments: "
+            "watsonx checks only expected arguments, so these check nothing and are dropped.",
+        )
+    return out
+
+
+def _objects(args: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The nested objects among the arguments, by dot path."""
+    found: dict[str, Any] = {}
+    for key, value in args.items():
+        if isinstance(value, dict):
+            found[f"{prefix}{key}"] = value
+            found.update(_objects(value, f"{prefix}{key}."))
+    return found
 
 
 def _fuzzy_value_rule(value: Any) -> dict[str, Any] | None:
