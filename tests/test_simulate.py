@@ -595,6 +595,15 @@ def test_importers_carry_the_users_of_native_formats(tmp_path: Path) -> None:
     assert case.user is not None
     assert case.user.opening == "Hi, I need help with an order."
     assert case.user.goal == "Ask for a refund of order 42; take credit."
+    # tau2-bench: the user scenario's structured instructions, field by field.
+    tau2 = load_suite(ROOT / "examples" / "tau2" / "retail_tasks.json").suite.scenarios[0].user
+    assert tau2 is not None
+    assert tau2.goal.startswith("You received order #W1001")
+    assert tau2.persona == "Calm, brief, a little impatient."
+    assert tau2.knowledge == ["You are Ada Byron, email ada@example.com."]
+    assert tau2.unknown == ["You do not know your user id."]
+    assert tau2.instructions is not None
+    assert tau2.instructions.startswith("Ask how much will be refunded")
 
 
 def test_chat_completions_agent_and_an_agent_server_error(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from spanscore.evaluation.suites.importers._common import ImporterError
+from spanscore.evaluation.suites.importers._common import ImporterError, user_block
 
 # Which tools of the benchmarks' published domains change state. tau2-bench annotates each tool
 # (`@is_tool(ToolType.READ | WRITE | GENERIC)`; GENERIC tools such as `calculate` change
@@ -173,3 +173,32 @@ DB_NOTE = (
     "counts as a write; a failed call is one whose span records an error (a tool that "
     "returns an error text, as tau-bench's do, has to raise or mark its span failed)."
 )
+
+
+def simulated_user(definition: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A scenario's `user:` block from a task's user (`tau2.user_definition`,
+    `tau_bench.user_definition`): tau2's structured instructions field by field (the reason for
+    the call is the goal, what the user knows and does not know, the task instructions), else
+    the instruction text as the goal, as tau-bench's user simulator reads it."""
+    instructions = definition.get("instructions")
+    if isinstance(instructions, Mapping):
+        known, unknown = instructions.get("known_info"), instructions.get("unknown_info")
+        return user_block(
+            goal=instructions.get("reason_for_call"),
+            persona=definition.get("persona"),
+            knowledge=[known] if isinstance(known, str) and known else [],
+            unknown=[unknown] if isinstance(unknown, str) and unknown else [],
+            instructions=instructions.get("task_instructions"),
+        )
+    return user_block(
+        goal=instructions if isinstance(instructions, str) else None,
+        persona=definition.get("persona"),
+    )
+
+
+def with_user(scenario: dict[str, Any], user: dict[str, Any] | None) -> dict[str, Any]:
+    """The scenario with its `user:` block placed before its assertions."""
+    if user is None:
+        return scenario
+    assertions = scenario.pop("assertions")
+    return {**scenario, "user": user, "assertions": assertions}

@@ -36,7 +36,14 @@ from spanscore.evaluation.suites.importers._common import (
     scenario,
     text,
 )
-from spanscore.evaluation.suites.importers._tau import DB_NOTE, ToolKinds, communicated, db_writes
+from spanscore.evaluation.suites.importers._tau import (
+    DB_NOTE,
+    ToolKinds,
+    communicated,
+    db_writes,
+    simulated_user,
+    with_user,
+)
 
 FORMAT = "tau2"
 REWARD_TYPES = ("DB", "ENV_ASSERTION", "NL_ASSERTION", "ACTION", "COMMUNICATE")
@@ -99,7 +106,8 @@ def convert(data: Any, path: Path, options: Mapping[str, Any] | None = None) -> 
             raise fail(path, f"{where}.id", f"task id {sid!r} appears twice")
         seen.add(sid)
         result.users[sid] = user_definition(task, path, where)
-        scenarios.append(_scenario(task, sid, where, path, kinds, result))
+        built = _scenario(task, sid, where, path, kinds, result)
+        scenarios.append(with_user(built, simulated_user(result.users[sid])))
     if any(a.get("name") == "db_writes" for s in scenarios for a in s["assertions"]):
         result.notes.append(DB_NOTE)
     result.notes.append(

@@ -28,7 +28,14 @@ from spanscore.evaluation.suites.importers._common import (
     scenario,
     text,
 )
-from spanscore.evaluation.suites.importers._tau import DB_NOTE, ToolKinds, communicated, db_writes
+from spanscore.evaluation.suites.importers._tau import (
+    DB_NOTE,
+    ToolKinds,
+    communicated,
+    db_writes,
+    simulated_user,
+    with_user,
+)
 
 FORMAT = "tau_bench"
 RESPOND = "respond"  # tau-bench's action for a message to the user, not a tool
@@ -119,4 +126,4 @@ def _scenario(
         result.note(sid, "an output with a comma is never found (tau-bench removes the commas "
                          "of the messages, not of the output).")  # fmt: skip
     result.users[sid] = user_definition(task)
-    return scenario(sid, instruction, assertions)
+    return with_user(scenario(sid, instruction, assertions), simulated_user(result.users[sid]))
