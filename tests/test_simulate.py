@@ -317,6 +317,15 @@ def test_agent_faults_end_their_own_trial_and_the_others_go_on(
     assert conversations["garbage"][2] == "the agent returned int 42, not a reply text"
     assert conversations["hangs"] == ("timeout", 1, "the agent did not answer within 1 s")
     assert conversations["fine"] == ("user_gave_up", 1, None)
+    # `show` tells how a simulated conversation ended, and its turns when no span was recorded.
+    [raised] = [c for c in document(result)["simulation"]["conversations"]
+                if c["scenario"] == "raises"]  # fmt: skip
+    shown = CliRunner().invoke(
+        main, ["show", raised["conversation_id"], "--lake", str(tmp_path / "lake")]
+    )
+    assert "ended: agent_error after 1 user message" in shown.output
+    assert "ERROR  RuntimeError: the agent crashed on purpose" in shown.output
+    assert "turn 0  user: hello" in shown.output
     recorded = query(
         tmp_path / "lake",
         "SELECT scenario_id, stop_reason, error IS NOT NULL FROM simulated_conversations "

@@ -91,15 +91,49 @@ def show_command(lake: str, as_json: bool, conversation_id: str) -> None:
     $ spanscore show cs-cancel-2 --lake ./spanscore-demo
     """
     from spanscore.evaluation import load_trajectory
+    from spanscore.evaluation.simulation import records
 
     con = open_lake_or_fail(lake)
     try:
         trajectory = load_trajectory(con, conversation_id)
+        simulated = records.simulated_conversation(con, conversation_id)
     finally:
         con.close()
-    if trajectory is None:
+    if trajectory is None and simulated is None:
         raise click.ClickException(f"no conversation {conversation_id!r} in {lake}")
     if as_json:
-        click.echo(trajectory.model_dump_json(indent=2))
-    else:
+        document = json.loads(trajectory.model_dump_json()) if trajectory is not None else None
+        if simulated is not None:
+            trial, turns = simulated
+            document = {
+                "trajectory": document,
+                "simulation": {**vars(trial), "turns": [vars(t) for t in turns]},
+            }
+        click.echo(json.dumps(document, indent=2, default=str))
+        return
+    if trajectory is not None:
         click.echo("\n".join(render_trajectory(trajectory)))
+    if simulated is not None:
+        click.echo("\n".join(render_simulation(*simulated, spans=trajectory is not None)))
+
+
+def render_simulation(trial: Any, turns: list[Any], *, spans: bool) -> list[str]:
+    """How a simulated conversation went, from the simulator's records: who drove it, why it
+    ended, and, when the agent recorded no spans, the turns as the simulator saw them."""
+    ended = trial.stop_reason or trial.status
+    lines = [
+        f"simulated: simulation {trial.simulation_id}, scenario {trial.scenario_id}, "
+        f"trial {trial.trial}"
+        + (f" (attempt {trial.attempt})" if trial.attempt > 1 else "")
+        + f"; ended: {ended} after {trial.turn_count} user "
+        f"message{'s' if trial.turn_count != 1 else ''}"
+    ]
+    if trial.error:
+        lines.append(f"  ERROR  {trial.error}")
+    if not spans:
+        lines.append("  (the agent recorded no spans: the turns as the simulator saw them)")
+        for turn in turns:
+            lines.append(f"turn {turn.turn_index}  user: {_short(turn.user_message)}")
+            said = turn.agent_reply if turn.agent_reply is not None else f"ERROR {turn.error}"
+            lines.append(f"  answer: {_short(said)}")
+    return lines

@@ -290,3 +290,27 @@ def conversations_with_spans(
     finally:
         con.unregister("spanscore_ids")
     return {str(r[0]) for r in rows}
+
+
+def simulated_conversation(
+    con: duckdb.DuckDBPyConnection, conversation_id: str
+) -> tuple[TrialRow, list[TurnRow]] | None:
+    """A simulated conversation's trial and its user turns; None for any other conversation."""
+    names = [c.name for c in SIMULATED_CONVERSATIONS]
+    found = con.execute(
+        f"SELECT {', '.join(quote_identifier(n) for n in names)} FROM simulated_conversations "
+        "WHERE conversation_id = ?",
+        [conversation_id],
+    ).fetchone()
+    if found is None:
+        return None
+    turn_names = [c.name for c in SIMULATED_TURNS]
+    turns = con.execute(
+        f"SELECT {', '.join(quote_identifier(n) for n in turn_names)} FROM simulated_turns "
+        "WHERE conversation_id = ? ORDER BY turn_index",
+        [conversation_id],
+    ).fetchall()
+    return (
+        TrialRow(**dict(zip(names, found, strict=True))),
+        [TurnRow(**dict(zip(turn_names, t, strict=True))) for t in turns],
+    )
