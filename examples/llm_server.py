@@ -1862,6 +1862,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--judge", action="store_true", help="answer as spanscore's scripted judge (judge_policy)"
     )
+    parser.add_argument(
+        "--users",
+        type=int,
+        metavar="TURNS",
+        help="answer as simulated users that say TURNS messages, then reach their goal",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not log every request")
     args = parser.parse_args(argv)
     policy: Policy = ScriptedPolicy()
@@ -1869,6 +1875,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .judge_policy import ScriptedJudge
 
         policy = ScriptedJudge()
+    if args.users is not None:
+        from .user_policy import CountingUsers
+
+        policy = CountingUsers(args.users)
     with ScriptedLLM(
         policy,
         host=args.host,

@@ -46,3 +46,17 @@ class ScriptedUsers:
         if said >= len(plan.turns):
             return json.dumps({"message": "", "outcome": "goal_reached"})
         return json.dumps({"message": plan.turns[said].user, "outcome": "continue"})
+
+
+class CountingUsers:
+    """Users that say `turns` numbered messages and then reach their goal, whatever the
+    scenario: a user model that costs nothing to think, for the simulation benchmark."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = turns
+
+    def __call__(self, request: LLMRequest) -> Reply:
+        said = sum(1 for m in request.messages if m.role == "assistant")
+        if said >= self.turns:
+            return json.dumps({"message": "", "outcome": "goal_reached"})
+        return json.dumps({"message": f"message {said + 1}", "outcome": "continue"})

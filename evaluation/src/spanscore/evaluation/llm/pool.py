@@ -60,10 +60,30 @@ class JudgeCache:
         self._lock = threading.Lock()  # the connection
         self._buffer_lock = threading.Lock()
         self._buffer: list[dict[str, Any]] = []
+        self._memory: dict[str, JudgeAnswer] | None = None  # see `preload`
+
+    def preload(self, purpose_prefix: str) -> int:
+        """Read every cached answer whose purpose starts with `purpose_prefix` into memory, and
+        from then on answer lookups from memory only. For a caller that asks one question at a
+        time (a simulated user's turn): a lookup in the lake per question cost a query each,
+        tens of milliseconds of CPU, where the judge looks up a whole batch at once."""
+        with self._lock:
+            rows = self._con.execute(
+                f"SELECT key, any_value(model), any_value(answer) FROM {ALIAS}.judge_cache "
+                "WHERE starts_with(purpose, ?) GROUP BY key",
+                [purpose_prefix],
+            ).fetchall()
+        self._memory = {
+            key: JudgeAnswer(value=orjson.loads(answer), cached=True, model=model)
+            for key, model, answer in rows
+        }
+        return len(rows)
 
     def get_many(self, keys: list[str]) -> dict[str, JudgeAnswer]:
         if not keys:
             return {}
+        if self._memory is not None:
+            return {key: self._memory[key] for key in keys if key in self._memory}
         with self._lock:
             self._con.register("spanscore_keys", pa.table({"key": keys}))
             try:

@@ -38,6 +38,7 @@ from spanscore.evaluation.simulation.targets import (
     TargetError,
 )
 from spanscore.evaluation.simulation.user_model import (
+    PURPOSE_PREFIX,
     UserModelError,
     next_turn_request,
     read_turn,
@@ -220,6 +221,8 @@ def simulate(
             result, plan = _new_plan(con, suite, target, options)
         config = user_model_config(suite, options.user_model)
         runner = JudgeRunner(config, lake=con, run_id=result.simulation_id, environ=options.environ)
+        if runner.cache is not None:  # a replay answers from memory, not a query per turn
+            runner.cache.preload(PURPOSE_PREFIX)
         try:
             runner.start()
         except JudgeUnavailable as exc:

@@ -21,6 +21,7 @@ from spanscore.evaluation.llm.types import JudgeAnswer, JudgeRequest
 from spanscore.evaluation.suites.users import SimulatedUser
 
 PROMPT_VERSION = "simulated-user-1"
+PURPOSE_PREFIX = "simulated_user/"  # the purpose of every question, before the scenario id
 STOP_SIGNAL = "###STOP###"  # ArkSim's
 
 Outcome = Literal["continue", "goal_reached", "gave_up"]
@@ -102,7 +103,7 @@ def next_turn_request(
         messages.append(("user", reply))
     return JudgeRequest(
         kind="chat",
-        purpose=f"simulated_user/{scenario_id}",
+        purpose=f"{PURPOSE_PREFIX}{scenario_id}",
         messages=tuple(messages),
         schema_name="user_turn",
         schema=ANSWER_SCHEMA,
