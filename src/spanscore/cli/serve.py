@@ -70,7 +70,7 @@ class _ServeCommand(click.Command):
 
     _settings_added = False
 
-    @property  # type: ignore[override]
+    @property
     def params(self) -> list[click.Parameter]:
         if not self._settings_added:
             from spanscore.collector.config import CollectorConfig
