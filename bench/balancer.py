@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 
 import psycopg
+from _preconditions import need_packages, need_postgres, need_program
 
 # The collector process, moto's server, free ports and the spans are the tests' helpers
 # (tests/support); a script run as `python bench/balancer.py` has bench/ on sys.path, not the
@@ -135,6 +136,9 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=50)
     parser.add_argument("--senders", type=int, default=8)
     args = parser.parse_args()
+    need_packages("moto")
+    need_program("haproxy", "apt-get install haproxy")
+    need_postgres(args.postgres)
     with tempfile.TemporaryDirectory(prefix="spanscore-bench-") as tmp:
         work = Path(tmp)
         s3 = S3Server(work / "moto.log")

@@ -26,8 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
+from _preconditions import missing_package
 from trajectories import SPANS_PER_CONVERSATION, build_lake
+
+try:
+    import psutil  # the run's memory, its worker processes' included
+except ImportError as exc:
+    missing_package(exc)
 
 from spanscore.evaluation import load_suite, load_trajectories
 from spanscore.evaluation.runs.options import Progress, RunOptions

@@ -75,6 +75,7 @@ from typing import Any, ClassVar
 import grpc
 import pyarrow as pa
 import pyarrow.compute as pc
+from _preconditions import need_packages
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -1272,6 +1273,7 @@ def compare_flatten(rev: str, bodies: Sequence[bytes], batch_size: int, workdir:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    need_packages("psutil")  # the collector's peak memory
     signal.signal(signal.SIGTERM, _raise_interrupt)  # clean up on SIGTERM as on Ctrl-C
     collectors: list[CollectorProcess] = []
     workdir = Path(tempfile.mkdtemp(prefix="spanscore-bench-"))

@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _preconditions import need_packages
 from evaluate import SUITE
 from trajectories import build_lake
 
@@ -39,6 +40,7 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=20_000)
     parser.add_argument("--batch-size", type=int, default=1_000)
     args = parser.parse_args()
+    need_packages("ray")
     import ray
 
     cpus = os.cpu_count() or 1

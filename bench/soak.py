@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
+from _preconditions import missing_package
 from ingest import (
     CollectorProcess,
     Exporter,
@@ -54,6 +54,11 @@ from ingest import (
 )
 
 from spanscore.lake import connect
+
+try:
+    import psutil  # the collector's memory and CPU as the soak goes
+except ImportError as exc:
+    missing_package(exc)
 
 SUITE = {
     "name": "soak",

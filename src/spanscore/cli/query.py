@@ -5,12 +5,9 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import decimal
-import http.client
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -204,6 +201,10 @@ def status_command(endpoint: str, token: str | None, as_json: bool, wait: float)
     $ spanscore status --endpoint http://127.0.0.1:4318
     $ spanscore serve --lake my-lake & spanscore status --wait 30   # in a script
     """
+    import http.client  # here, not at the top: the other commands start without them
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(endpoint.rstrip("/") + "/status")
     if token:
         request.add_header("Authorization", f"Bearer {token}")

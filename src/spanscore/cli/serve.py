@@ -9,16 +9,14 @@ import socket
 import threading
 import types
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import click
-from pydantic.fields import FieldInfo
-
-from spanscore.collector import Collector, CollectorConfig, ConfigError, load_config
-from spanscore.collector.config import env_name
-from spanscore.collector.logsetup import configure_logging
 
 from .options import MISSING_LAKE, InputError, LakeUnavailable
+
+if TYPE_CHECKING:
+    from pydantic.fields import FieldInfo
 
 
 class _SettingOption(click.Option):
@@ -30,27 +28,28 @@ class _SettingOption(click.Option):
         return None
 
 
-def _option_for(name: str, info: FieldInfo) -> Any:
+def _option_for(name: str, info: FieldInfo) -> click.Option:
     """One click option per config field, so the command line and the config never drift."""
-    flag = "--" + name.replace("_", "-")
+    from spanscore.collector.config import env_name
+
+    decls = ["--" + name.replace("_", "-"), name]
     annotation = info.annotation
     args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
     kind = args[0]
     help_text = info.description or ""
-    common: dict[str, Any] = {"cls": _SettingOption, "envvar": env_name(name), "show_envvar": True}
+    common: dict[str, Any] = {"envvar": env_name(name), "show_envvar": True}
     if kind is bool:
-        return click.option(flag, name, is_flag=True, default=None, help=help_text, **common)
+        return _SettingOption(decls, is_flag=True, default=None, help=help_text, **common)
     if name == "redact":
-        return click.option(
-            flag,
-            name,
+        return _SettingOption(
+            decls,
             multiple=True,
             default=None,
             help=help_text + " (repeatable; in the variable, comma-separated)",
             **common,
         )
     if name == "lake":
-        return click.option(flag, name, metavar="DIR|POSTGRES_URL", help=help_text, **common)
+        return _SettingOption(decls, metavar="DIR|POSTGRES_URL", help=help_text, **common)
     choices = get_args(kind)
     click_type: Any
     if choices and all(isinstance(c, str) for c in choices):
@@ -61,16 +60,32 @@ def _option_for(name: str, info: FieldInfo) -> Any:
         click_type = click.Path(path_type=Path)
     else:
         click_type = str
-    return click.option(flag, name, type=click_type, default=None, help=help_text, **common)
+    return _SettingOption(decls, type=click_type, default=None, help=help_text, **common)
 
 
-def _with_config_options(fn: Any) -> Any:
-    for name, info in reversed(list(CollectorConfig.model_fields.items())):
-        fn = _option_for(name, info)(fn)
-    return fn
+class _ServeCommand(click.Command):
+    """`serve`, whose options after `--config` are the collector's settings. They are made
+    when first asked for (parsing `serve`, its help), so that the collector (gRPC, the lake)
+    is imported by `serve` alone, not by `spanscore --help` or the other commands."""
+
+    _settings_added = False
+
+    @property
+    def params(self) -> list[click.Parameter]:
+        if not self._settings_added:
+            from spanscore.collector.config import CollectorConfig
+
+            self._settings_added = True
+            fields = CollectorConfig.model_fields.items()
+            self._params.extend(_option_for(name, info) for name, info in fields)
+        return self._params
+
+    @params.setter
+    def params(self, value: list[click.Parameter]) -> None:
+        self._params = value
 
 
-@click.command("serve")
+@click.command("serve", cls=_ServeCommand)
 @click.option(
     "--config",
     "config_file",
@@ -79,7 +94,6 @@ def _with_config_options(fn: Any) -> Any:
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
     help="Settings file (.toml, .json or .yaml).",
 )
-@_with_config_options
 def serve_command(config_file: Path | None, **settings: Any) -> None:
     """Receive OTLP spans and logs (gRPC and HTTP) and commit them to the lake.
 
@@ -91,6 +105,9 @@ def serve_command(config_file: Path | None, **settings: Any) -> None:
     $ spanscore serve --lake ./lake
     $ SPANSCORE_TOKEN_FILE=/run/secrets/otlp spanscore serve --lake ./lake --host 0.0.0.0
     """
+    from spanscore.collector import Collector, ConfigError, load_config
+    from spanscore.collector.logsetup import configure_logging
+
     if settings.get("redact") == ():
         settings["redact"] = None
     try:

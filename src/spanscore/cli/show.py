@@ -90,10 +90,17 @@ def show_command(lake: str, as_json: bool, conversation_id: str) -> None:
     \b
     $ spanscore show cs-cancel-2 --lake ./spanscore-demo
     """
-    from spanscore.evaluation import load_trajectory
+from concurrent.futures import ThreadPoolExecutor
+
     from spanscore.evaluation.simulation import records
 
-    con = open_lake_or_fail(lake)
+    # DuckDB opens the lake (loading its extensions, attaching the catalog) without the GIL,
+    # while this thread imports the trajectory code: the two take about as long each.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        opening = pool.submit(open_lake_or_fail, lake)
+        from spanscore.evaluation.trajectory.load import load_trajectory
+
+        con = opening.result()
     try:
         trajectory = load_trajectory(con, conversation_id)
         simulated = records.simulated_conversation(con, conversation_id)

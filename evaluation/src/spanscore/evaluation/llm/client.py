@@ -9,9 +9,8 @@ import os
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import orjson
 
 from spanscore.evaluation.llm.answers import (
@@ -20,7 +19,6 @@ from spanscore.evaluation.llm.answers import (
     schema_instruction,
     strict_schema,
 )
-from spanscore.evaluation.llm.http import judge_http_client
 from spanscore.evaluation.llm.limits import AdaptiveLimit, backoff_s, retry_after_s
 from spanscore.evaluation.llm.types import (
     OPENAI_URL,
@@ -33,6 +31,12 @@ from spanscore.evaluation.llm.types import (
     _digest,
 )
 from spanscore.evaluation.matching.schema_check import check_arguments
+
+if TYPE_CHECKING:
+    import openai
+
+# `openai` and the http client (0.4 and 0.1 s to import) are imported by the methods that use
+# them, when a judge is asked: a run whose suite judges nothing never imports them.
 
 # --- the client ----------------------------------------------------------------------------
 
@@ -100,6 +104,10 @@ class JudgeClient:
         return self._client
 
     def _new_client(self) -> openai.AsyncOpenAI:
+        import openai
+
+        from spanscore.evaluation.llm.http import judge_http_client
+
         key = self.api_key() or "none"  # a local endpoint needs none; the client wants one
         common: dict[str, Any] = {
             "api_key": key,
@@ -244,6 +252,8 @@ class JudgeClient:
     async def ask(self, request: JudgeRequest) -> JudgeAnswer:
         """Answer one request, retrying what is worth retrying; never raises (but for
         cancellation)."""
+        import openai
+
         model = self.config.model if request.kind == "chat" else self.config.embedding_model
         problem = "no attempt made"
         ticket = self.limit.ticket()
@@ -334,6 +344,8 @@ class JudgeClient:
 
 
 def _describe(exc: Exception) -> str:
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
         message = exc.message if isinstance(exc.message, str) else str(exc)
         return f"HTTP {exc.status_code}: {message[:200]}"
