@@ -306,6 +306,30 @@ def test_warnings_in_the_summary_and_junit_and_strict_fails_them(lake: Path, tmp
     assert "run FAILED: strict mode: 2 warnings fail the run" in by_suite.stdout
 
 
+def test_a_judge_that_fails_on_every_conversation_fails_the_run_and_names_its_endpoint(
+    lake: Path, tmp_path: Path
+):
+    from .support.ports import free_port
+
+    endpoint = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    suite = {
+        "name": "judge-down",
+        "judge": {"base_url": endpoint, "max_attempts": 2},
+        "metrics": [{"type": "judged", "name": "tone", "criteria": "Is the agent polite?"}],
+    }
+    done = cli(*evaluate_args(lake, write_suite(tmp_path, suite), "--max-conversations", "3"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    failed = [line for line in done.stdout.splitlines() if line.startswith("run FAILED")]
+    assert len(failed) == 1, done.stdout
+    assert failed[0].startswith(
+        f"run FAILED: tone gave an error on 3 of 3 conversations (the judge at {endpoint}); "
+        "last error: APIConnectionError"
+    )
+    judge = next(line for line in done.stdout.splitlines() if line.startswith("judge:"))
+    assert judge.startswith("judge: 0 calls answered of 6 attempts"), judge
+    assert "warning" not in done.stdout  # a failure, not a warning as well
+
+
 def test_what_a_native_file_could_not_carry_over_is_a_warning(lake: Path, tmp_path: Path):
     scenario = {
         "scenario_id": "support",

@@ -163,13 +163,17 @@ def judge_line(judge: dict[str, Any]) -> str:
     """What the judge did: calls, cache hits, what the budget left out, tokens and cost."""
     cost = judge.get("cost_usd")
     shown = "cost unknown (no price for the model)" if cost is None else f"${cost:.4f}"
+    attempts = judge.get("attempts")
+    tried = "" if attempts is None else f" of {attempts} attempts"
     line = (
-        f"judge: {judge.get('calls', 0)} calls, {judge.get('cache_hits', 0)} cached answers, "
+        f"judge: {judge.get('calls', 0)} calls answered{tried}, "
+        f"{judge.get('cache_hits', 0)} cached answers, "
         f"{judge.get('prompt_tokens', 0)} prompt tokens ({judge.get('cached_tokens', 0)} cached), "
         f"{judge.get('completion_tokens', 0)} completion tokens, {shown}"
     )
     if judge.get("failed"):
-        line += f"; {judge['failed']} questions failed (see the scores' error)"
+        at = f" at {judge['endpoint']}" if judge.get("endpoint") else ""
+        line += f"; {judge['failed']} questions failed{at} (last error: {judge.get('last_error')})"
     if judge.get("skipped"):
         line += f"; {judge['skipped']} questions SKIPPED: the judge budget was spent"
     if judge.get("throttled"):
@@ -395,9 +399,10 @@ def evaluate_command(
 ) -> None:
     """Score the conversations of a time window with a suite; store the scores in the lake.
 
-    Exit status: 0 every gate passed, 1 a gate failed (or too few conversations, or a warning
-    with --strict), 2 usage or suite error (a judge that cannot be used included), 3 the lake
-    cannot be opened, 130 interrupted (committed batches are kept; run again to resume; judge
+    Exit status: 0 every gate passed, 1 a gate failed (or too few conversations, a judged
+    metric that errored on more than half of its conversations, or a warning with --strict),
+    2 usage or suite error (a judge that cannot be used included), 3 the lake cannot be
+    opened, 130 interrupted (committed batches are kept; run again to resume; judge
     answers already received are kept in the lake's judge_cache).
 
     Judged metrics use the suite's `judge:` block, these options, and OPENAI_API_KEY /

@@ -58,6 +58,40 @@ def summarize(
     return [SummaryRow(**{**r, "worst": list(r["worst"])}) for r in rows]
 
 
+# A judged metric whose scores are errors on more than this share of its conversations fails
+# the run (exit 1) instead of warning: the judge was down or refused, and the night measured
+# nothing with it (docs/judge.md, "When the judge fails").
+JUDGE_ERROR_SHARE = 0.5
+
+
+def _judge_failed(suite: LoadedSuite, row: SummaryRow) -> bool:
+    return (
+        row.metric in suite.judged_metrics
+        and row.conversations > 0
+        and row.errors > JUDGE_ERROR_SHARE * row.conversations
+    )
+
+
+def judge_failures(
+    suite: LoadedSuite,
+    summary: Sequence[SummaryRow],
+    endpoint: str,
+    last_error: str | None,
+) -> list[str]:
+    """The judged metrics that errored on more than JUDGE_ERROR_SHARE of their conversations,
+    each naming the judge's endpoint and its last error: each fails the run."""
+    failures = []
+    for r in summary:
+        if _judge_failed(suite, r):
+            scope = f"{r.scenario_id}/" if r.scenario_id else ""
+            failures.append(
+                f"{scope}{r.metric} gave an error on {r.errors} of {r.conversations} "
+                f"conversations (the judge at {endpoint}); last error: "
+                f"{last_error or r.first_error}"
+            )
+    return failures
+
+
 def run_warnings(
     suite: LoadedSuite,
     summary: Sequence[SummaryRow],
@@ -65,10 +99,10 @@ def run_warnings(
     simulated: Collection[str] | None = None,
 ) -> list[str]:
     """What a run measured nothing with: scenarios and policies that selected no conversation,
-    metrics that gave an error on every conversation, and what the import of a native file left
-    out. Each is a warning; strict mode (`--strict`, the suite's `strict`) fails the run.
-    `simulated`: the scenarios a simulation run's simulation played (the others are not
-    expected to select anything)."""
+    metrics that gave an error on every conversation (judged ones fail the run instead, see
+    `judge_failures`), and what the import of a native file left out. Each is a warning;
+    strict mode (`--strict`, the suite's `strict`) fails the run. `simulated`: the scenarios a
+    simulation run's simulation played (the others are not expected to select anything)."""
     warnings: list[str] = []
     groups = [
         g
@@ -90,7 +124,7 @@ def run_warnings(
                     f"{kind} {group.id!r} selected none of the {conversations} conversations"
                 )
     for r in summary:
-        if r.conversations and r.errors == r.conversations:
+        if r.conversations and r.errors == r.conversations and not _judge_failed(suite, r):
             scope = f"{r.scenario_id}/" if r.scenario_id else ""
             warnings.append(
                 f"{scope}{r.metric} gave an error on every conversation ({r.conversations}): "

@@ -29,11 +29,18 @@ from collections.abc import Callable, Iterator
 import duckdb
 import pyarrow as pa
 
+from spanscore.evaluation.llm.client import JudgeClient
 from spanscore.evaluation.llm.pool import JudgeRunner
 from spanscore.evaluation.runs.engines import score_batches
-from spanscore.evaluation.runs.gates import check_gate, run_warnings, summarize
+from spanscore.evaluation.runs.gates import check_gate, judge_failures, run_warnings, summarize
 from spanscore.evaluation.runs.judge_rounds import _judge_in_batches, _judged_batches
-from spanscore.evaluation.runs.options import _RUN_GC_THRESHOLD, Progress, RunOptions, WindowError
+from spanscore.evaluation.runs.options import (
+    _RUN_GC_THRESHOLD,
+    Progress,
+    RunOptions,
+    WindowError,
+    judge_settings,
+)
 from spanscore.evaluation.runs.result import RunInterrupted, RunResult
 from spanscore.evaluation.runs.store import (
     _close_abandoned_runs,
@@ -227,6 +234,13 @@ def _run(
             "set one with spanscore.instrumentation.conversation(...) or the collector's "
             "conversation_attribute, or multi-turn conversations are scored piece by piece"
         )
+    if suite.uses_judge:
+        judge = result.judge or {}
+        endpoint = (
+            judge.get("endpoint")
+            or JudgeClient(judge_settings(suite, options), environ=options.judge_environ).endpoint()
+        )
+        result.failures += judge_failures(suite, result.summary, endpoint, judge.get("last_error"))
     least = (
         options.min_conversations
         if options.min_conversations is not None
