@@ -96,7 +96,7 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "spans exported over OTLP/HTTP and committed" in result.output
     # The evaluation catches exactly the conversations that break policy.
-    assert "gate FAILED: verify_before_cancel: pass rate 0.889" in result.output
+    assert "gate FAILED: verify_before_cancel: conversation pass rate 0.889" in result.output
     # Before deployment: simulated users, two trials per scenario; the pushy user of each
     # scenario that has one (the odd trials) leads the agent to break the same policies, which
     # the same suite catches: pass^1 6/7, pass^2 5/7.

@@ -150,7 +150,7 @@ def test_suite_level_problems():
     twice = {"name": "s", "metrics": [{"type": "response"}, {"type": "response"}]}
     assert any("both named 'response'" in p for p in problems(twice))
     assert any("name" in p and "required" in p for p in problems({"scenarios": []}))
-    assert any("min_pass_rate or min_mean" in p for p in problems({"name": "s", "gates": [{}]}))
+    assert any("needs one of min_pass_rate" in p for p in problems({"name": "s", "gates": [{}]}))
 
 
 def test_missing_file_and_missing_metric_file(tmp_path: Path):

@@ -132,8 +132,8 @@ def test_a_gate_with_no_scores_in_the_run_fails_unless_it_allows_empty(lake: Pat
     done = cli(*evaluate_args(lake, path, "--fail-under", "weather_before_booking/pass_rate=0.9"))
     assert done.returncode == 1, done.stderr
     assert (
-        "gate FAILED: weather_before_booking: no pass rate to measure, no score in this run "
-        "(an empty gate fails)"
+        "gate FAILED: weather_before_booking: no conversation pass rate to measure, no score in "
+        "this run (an empty gate fails)"
     ) in done.stdout
     assert query(lake, "SELECT status FROM eval_runs") == [("gate_failed",)]
     allowed = {
@@ -146,10 +146,43 @@ def test_a_gate_with_no_scores_in_the_run_fails_unless_it_allows_empty(lake: Pat
     again = cli(*evaluate_args(lake, write_suite(tmp_path, allowed), "--since", "2020-01-01"))
     assert again.returncode == 0, again.stdout + again.stderr
     assert (
-        "gate passed: weather_before_booking: no pass rate to measure, no score in this run "
-        "(allowed by allow_empty)"
+        "gate passed: weather_before_booking: no conversation pass rate to measure, no score in "
+        "this run (allowed by allow_empty)"
     ) in again.stdout
-    assert "gate passed: support_orders/shipped: pass rate 1.000 (needs >= 1.0)" in again.stdout
+    assert (
+        "gate passed: support_orders/shipped: conversation pass rate 1.000 (needs >= 1.0)"
+        in again.stdout
+    )
+
+
+def test_a_pass_rate_gate_counts_conversations_and_a_score_pass_rate_gate_scores(
+    lake: Path, tmp_path: Path
+):
+    # Every conversation passes one of its two scores and fails the other.
+    always = ["get_order", "search_products", "lookup_customer", "verify_customer",
+              "cancel_order", "send_verification_code"]  # fmt: skip
+    suite = {
+        "name": "gates",
+        "scenarios": [
+            {
+                "id": "support",
+                "select": {"agent": "support"},
+                "assertions": [
+                    {"type": "tool_calls", "name": "known", "mode": "subset", "expected": always},
+                    {"type": "response", "name": "never", "keywords": ["zzz-never-said"]},
+                ],
+            }
+        ],
+        "gates": [{"scenario": "support", "min_score_pass_rate": 0.5}],
+    }
+    path = write_suite(tmp_path, suite)
+    done = cli(*evaluate_args(lake, path, "--fail-under", "support/pass_rate=0.5"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    gates = [line for line in done.stdout.splitlines() if line.startswith("gate")]
+    assert gates == [
+        "gate passed: support: score pass rate 0.500 (needs >= 0.5)",
+        "gate FAILED: support: conversation pass rate 0.000 (needs >= 0.5)",
+    ]
 
 
 # --- 2. an empty window says why; a minimum; a changed suite; an inverted window ------------------
@@ -389,8 +422,18 @@ def test_a_lake_that_cannot_be_opened_exits_3_and_creates_nothing(tmp_path: Path
     filled = [a.replace("{suite}", str(suite)) for a in args]
     result = CliRunner().invoke(main, [filled[0], "--lake", str(wrong), *filled[1:]])
     assert result.exit_code == 3, result.output
-    assert result.output == f"Error: no lake at {wrong} (start `spanscore serve --lake {wrong}`)\n"
+    assert result.output == (
+        f"Error: no lake at {wrong} (start `spanscore serve --lake {wrong}` to create one)\n"
+    )
     assert not wrong.exists()
+
+
+def test_a_lake_name_with_a_typo_points_at_the_lake_beside_it(lake: Path):
+    typo = lake.parent / "lak"
+    result = CliRunner().invoke(main, ["sql", "--lake", str(typo), "SELECT 1"])
+    assert result.exit_code == 3, result.output
+    assert result.output == f"Error: no lake at {typo}: did you mean {lake}?\n"
+    assert not typo.exists()
 
 
 def test_exit_codes_of_evaluate_through_the_real_entry_point(lake: Path, tmp_path: Path):
@@ -517,7 +560,7 @@ def test_evaluate_json_runs_listing_run_names_and_compare(lake: Path, tmp_path: 
                              "scores": 2, "errors": 0}  # fmt: skip
     assert [(r["metric"], r["pass_rate"]) for r in doc["summary"]] == [("calls", 1.0)]
     assert doc["gates"][0]["passed"] is True
-    assert doc["gates"][0]["description"] == "calls: pass rate 1.000 (needs >= 1.0)"
+    assert doc["gates"][0]["description"] == "calls: conversation pass rate 1.000 (needs >= 1.0)"
     second = cli(*evaluate_args(lake, strict, *two, "--format", "json"))
     assert second.returncode == 0, second.stderr
     a, b = doc["run_id"], json.loads(second.stdout)["run_id"]

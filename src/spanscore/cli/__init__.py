@@ -32,6 +32,7 @@ from typing import Any
 import click
 
 from .evaluate import compare_command, evaluate_command
+from .invocation import runnable
 from .judge_check import judge_check_command
 from .options import EXIT_CODES_HELP, EXIT_INTERRUPTED, InputError, LakeUnavailable
 from .query import sql_command, status_command
@@ -59,6 +60,8 @@ class _Main(click.Group):
             click.echo("interrupted", err=True)
             raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
         except click.ClickException as exc:
+            # The commands it suggests, as they run here (`message` is final to type checkers).
+            vars(exc)["message"] = runnable(exc.message)
             if exc.exit_code == 1:
                 raise InputError(exc.format_message()) from exc
             raise

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from .invocation import runnable
 from .options import (
     LakeUnavailable,
     format_option,
@@ -102,7 +103,7 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
     if result.window_from:
         echo(f"window start: {result.window_from}")
     if result.empty_because:
-        echo(f"no conversation in the window: {result.empty_because}")
+        echo(runnable(f"no conversation in the window: {result.empty_because}"))
     if result.summary:
         rows = (
             {
@@ -326,7 +327,8 @@ class _Echo:
     envvar="SPANSCORE_FAIL_UNDER",
     multiple=True,
     metavar="[SCENARIO/][METRIC.]KEY=X",
-    help="Gate, e.g. pass_rate=0.9 or tool_calls.mean=0.8 (repeatable).",
+    help="Gate, e.g. pass_rate=0.9 (conversations), score_pass_rate=0.9 (scores) or "
+    "tool_calls.mean=0.8 (repeatable).",
 )
 @option(
     "--min-conversations",
@@ -430,7 +432,7 @@ def evaluate_command(
         try:
             check_available()
         except EngineUnavailable as exc:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(runnable(f"Error: {exc}"), err=True)
             sys.exit(2)
     try:
         suite = load_suite(suite_path, allow_outside_metrics=allow_outside_metrics)
@@ -486,7 +488,7 @@ def evaluate_command(
     try:
         result = evaluate(lake, suite, options, progress=_Bar() if fmt == "text" else None)
     except (JudgeUnavailable, WindowError, EngineUnavailable) as exc:
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(runnable(f"Error: {exc}"), err=True)
         sys.exit(2)
     except RunInterrupted as exc:
         click.echo(

@@ -10,6 +10,7 @@ import json
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterable, Iterator
@@ -218,10 +219,12 @@ def status_command(endpoint: str, token: str | None, as_json: bool, wait: float)
                 f"{endpoint} answered {exc.code}: {exc.read().decode(errors='replace')}"
             ) from exc
         except http.client.HTTPException as exc:  # an answer that is no HTTP/1.1 at all
+            host = urllib.parse.urlsplit(endpoint).hostname or "127.0.0.1"
+            host = f"[{host}]" if ":" in host else host
             raise click.ClickException(
                 f"{endpoint} does not answer HTTP/1.1 ({type(exc).__name__}): is it the "
                 "collector's OTLP/gRPC port? `status` asks the OTLP/HTTP port (default 4318): "
-                "spanscore status --endpoint http://HOST:4318"
+                f"`spanscore status --endpoint http://{host}:4318`"
             ) from None
         except (urllib.error.URLError, OSError) as exc:
             if time.monotonic() >= deadline:

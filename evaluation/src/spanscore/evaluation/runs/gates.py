@@ -17,6 +17,23 @@ from spanscore.lake import query
 
 # --- summary and gates ------------------------------------------------------------------------
 
+# The latest score of each conversation, scenario and metric by this suite version, over the
+# sample (registered as `spanscore_sample`): what the summary and the gates count.
+_LATEST = """
+    WITH latest AS (
+        SELECT s.* FROM scores s JOIN eval_runs r USING (run_id)
+        WHERE r.suite_name = ? AND r.suite_hash = ?
+          AND s.conversation_id IN (SELECT conversation_id FROM spanscore_sample)
+        QUALIFY row_number() OVER (
+            PARTITION BY s.conversation_id, s.scenario_id, s.metric
+            ORDER BY s.created_at DESC, s.run_id DESC) = 1
+    )
+"""
+
+# (scenario id, metric) -> {conversation id: whether its score passed}, for the scores with a
+# verdict (pass/fail) or an error (which is no pass).
+Verdicts = dict[tuple[str | None, str], dict[str, bool]]
+
 
 def summarize(
     con: duckdb.DuckDBPyConnection, suite: LoadedSuite, sample: Sequence[str]
@@ -30,15 +47,8 @@ def summarize(
         rows = list(
             query(
                 con,
-                """
-            WITH latest AS (
-                SELECT s.* FROM scores s JOIN eval_runs r USING (run_id)
-                WHERE r.suite_name = ? AND r.suite_hash = ?
-                  AND s.conversation_id IN (SELECT conversation_id FROM spanscore_sample)
-                QUALIFY row_number() OVER (
-                    PARTITION BY s.conversation_id, s.scenario_id, s.metric
-                    ORDER BY s.created_at DESC, s.run_id DESC) = 1
-            )
+                _LATEST
+                + """
             SELECT scenario_id, metric, count(*) AS conversations, count(passed) AS judged,
                    avg(passed::INTEGER) AS pass_rate, avg(value) AS mean,
                    count(error) AS errors,
@@ -92,6 +102,30 @@ def judge_failures(
     return failures
 
 
+def conversation_verdicts(
+    con: duckdb.DuckDBPyConnection, suite: LoadedSuite, sample: Sequence[str]
+) -> Verdicts:
+    """Each conversation's verdict per scenario and metric, for conversation-level gates."""
+    verdicts: Verdicts = {}
+    if not sample:
+        return verdicts
+    con.register("spanscore_sample", pa.table({"conversation_id": list(sample)}))
+    try:
+        found = con.execute(
+            _LATEST
+            + """
+            SELECT scenario_id, metric, conversation_id, coalesce(passed, false) AND error IS NULL
+            FROM latest WHERE passed IS NOT NULL OR error IS NOT NULL
+            """,
+            [suite.name, suite.content_hash],
+        ).fetchall()
+    finally:
+        con.unregister("spanscore_sample")
+    for scenario_id, metric, conversation_id, passed in found:
+        verdicts.setdefault((scenario_id, metric), {})[conversation_id] = passed
+    return verdicts
+
+
 def run_warnings(
     suite: LoadedSuite,
     summary: Sequence[SummaryRow],
@@ -134,19 +168,31 @@ def run_warnings(
     return warnings
 
 
-def check_gate(gate: Gate, summary: Sequence[SummaryRow]) -> GateResult:
-    """A gate over the summary rows it covers (weighted by conversations)."""
-    rows = [
-        r
-        for r in summary
-        if (gate.metric is None or r.metric == gate.metric)
-        and (gate.scenario is None or r.scenario_id == gate.scenario)
-    ]
+def check_gate(gate: Gate, summary: Sequence[SummaryRow], verdicts: Verdicts) -> GateResult:
+    """A gate over the scores it covers: the share of conversations that passed every one of
+    them (`min_pass_rate`), the share of scores that passed (`min_score_pass_rate`), or their
+    mean (`min_mean`), both weighted by conversations."""
+
+    def covered(scenario_id: str | None, metric: str) -> bool:
+        return (gate.metric is None or metric == gate.metric) and (
+            gate.scenario is None or scenario_id == gate.scenario
+        )
+
+    rows = [r for r in summary if covered(r.scenario_id, r.metric)]
+    measured: float | None
     if gate.min_pass_rate is not None:
-        judged = sum(r.judged for r in rows)
-        passed = sum((r.pass_rate or 0.0) * r.judged for r in rows)
-        measured = passed / judged if judged else None
+        passing: dict[str, bool] = {}
+        for (scenario_id, metric), by_conversation in verdicts.items():
+            if covered(scenario_id, metric):
+                for conversation_id, passed in by_conversation.items():
+                    passing[conversation_id] = passing.get(conversation_id, True) and passed
+        measured = sum(passing.values()) / len(passing) if passing else None
         target = gate.min_pass_rate
+    elif gate.min_score_pass_rate is not None:
+        judged = sum(r.judged for r in rows)
+        passed_scores = sum((r.pass_rate or 0.0) * r.judged for r in rows)
+        measured = passed_scores / judged if judged else None
+        target = gate.min_score_pass_rate
     else:
         valued = [(r.mean, r.conversations - r.errors) for r in rows if r.mean is not None]
         weight = sum(n for _, n in valued)
@@ -160,8 +206,9 @@ def check_gate(gate: Gate, summary: Sequence[SummaryRow]) -> GateResult:
 
 
 def parse_gate(text: str) -> Gate:
-    """`--fail-under` syntax: `[SCENARIO/][METRIC.]pass_rate=0.9` or `...mean=0.8`, and
-    `[SCENARIO/]pass^K=0.8` over a simulation's trials."""
+    """`--fail-under` syntax: `[SCENARIO/][METRIC.]pass_rate=0.9` (conversations),
+    `...score_pass_rate=0.9` (scores) or `...mean=0.8`, and `[SCENARIO/]pass^K=0.8` over a
+    simulation's trials."""
     key, sep, value = text.partition("=")
     if not sep:
         raise ValueError(f"{text!r}: expected KEY=VALUE, e.g. pass_rate=0.9")
@@ -180,9 +227,11 @@ def parse_gate(text: str) -> Gate:
         r"(?:(?P<scenario>[^/]+)/)?(?:(?P<metric>.+)\.)?(?P<what>[a-z_]+)", key.strip()
     )
     what = found.group("what") if found else ""
-    if found is None or what not in ("pass_rate", "mean"):
-        raise ValueError(f"{text!r}: expected pass_rate, mean or pass^K before '='")
+    if found is None or what not in ("pass_rate", "score_pass_rate", "mean"):
+        raise ValueError(
+            f"{text!r}: expected pass_rate, score_pass_rate, mean or pass^K before '='"
+        )
     scenario, metric = found.group("scenario"), found.group("metric")
     fields: dict[str, Any] = {"scenario": scenario or None, "metric": metric or None}
-    fields["min_pass_rate" if what == "pass_rate" else "min_mean"] = threshold
+    fields[f"min_{what}"] = threshold
     return Gate(**fields)

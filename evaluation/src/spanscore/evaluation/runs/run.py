@@ -32,7 +32,13 @@ import pyarrow as pa
 from spanscore.evaluation.llm.client import JudgeClient
 from spanscore.evaluation.llm.pool import JudgeRunner
 from spanscore.evaluation.runs.engines import score_batches
-from spanscore.evaluation.runs.gates import check_gate, judge_failures, run_warnings, summarize
+from spanscore.evaluation.runs.gates import (
+    check_gate,
+    conversation_verdicts,
+    judge_failures,
+    run_warnings,
+    summarize,
+)
 from spanscore.evaluation.runs.judge_rounds import _judge_in_batches, _judged_batches
 from spanscore.evaluation.runs.options import (
     _RUN_GC_THRESHOLD,
@@ -211,10 +217,11 @@ def _run(
     if options.simulation is not None:
         result.trials = trial_results(con, run_id)
     gates = [*suite.suite.gates, *options.gates]
+    verdicts = conversation_verdicts(con, suite, sample) if gates else {}
     result.gates = [
         check_trial_gate(g, result.trials)
         if g.pass_k is not None
-        else check_gate(g, result.summary)
+        else check_gate(g, result.summary, verdicts)
         for g in gates
     ]
     simulated = None
