@@ -392,3 +392,22 @@ def test_a_few_aliases_still_work(tmp_path: Path):
     )
     suite = load_suite(path)
     assert suite.suite.scenarios[0].assertions[0].type == "tool_calls"
+
+
+def test_an_unknown_key_is_reported_on_its_own_line_when_its_value_is_a_block(tmp_path: Path):
+    path = write(
+        tmp_path,
+        "s.yaml",
+        """\
+        name: s
+        scenarios:
+          - id: a
+            assertions:
+              - type: tool_calls
+                mode: strict
+                expectd:
+                  - get_order
+        """,
+    )
+    (problem,) = problems(path)
+    assert problem.startswith(f"{path}:7: scenarios[0].assertions[0].expectd: unknown field")
