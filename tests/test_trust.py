@@ -242,10 +242,19 @@ def test_a_window_that_starts_after_it_ends_is_an_error(lake: Path, tmp_path: Pa
     assert done.returncode == 2, done.stdout
     assert done.stderr == (
         "Error: the window starts at 2024-01-02 00:00:00 UTC (--since) after it ends at "
-        "2024-01-01 00:00:00 UTC (--until): nothing can be in it. Give --since (or --last), "
-        "or a shorter --settle\n"
+        "2024-01-01 00:00:00 UTC (--until): nothing can be in it. Give a --since before "
+        "--until (--since 2h --until 1h: from 2 h to 1 h ago)\n"
     )
     assert query(lake, "SELECT count(*) FROM eval_runs") == [(0,)]
+    # Durations are times ago; the hint is about the two bounds given, not about --settle.
+    ago = CliRunner().invoke(main, evaluate_args(lake, path, "--since", "1h", "--until", "2h"))
+    assert ago.exit_code == 2, ago.output
+    assert ago.output.endswith(
+        "Give a --since before --until (--since 2h --until 1h: from 2 h to 1 h ago)\n"
+    )
+    settled = CliRunner().invoke(main, evaluate_args(lake, path, "--since", "1m", "--settle", "1h"))
+    assert settled.exit_code == 2, settled.output
+    assert settled.output.endswith("Give an earlier --since, or a shorter --settle\n")
 
 
 def test_a_minimum_number_of_conversations_from_the_option_or_the_suite(lake: Path, tmp_path: Path):

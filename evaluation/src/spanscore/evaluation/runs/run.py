@@ -133,10 +133,19 @@ def _run(
     elif since is None:
         since, since_from = _default_since(con, suite)
     if since is not None and since > until:
+        given = options.since is not None
+        if given and options.until is not None and until == options.until:
+            # A duration is a time ago: the longer one is the earlier bound.
+            fix = "Give a --since before --until (--since 2h --until 1h: from 2 h to 1 h ago)"
+        elif given:
+            fix = "Give an earlier --since, or a shorter --settle"
+        elif until_from == "--until":
+            fix = "Give --since (or --last) before --until, or a later --until"
+        else:
+            fix = "Give --since (or --last), or a shorter --settle"
         raise WindowError(
             f"the window starts at {_shown(since)} ({since_from}) after it ends at "
-            f"{_shown(until)} ({until_from}): nothing can be in it. Give --since (or --last), "
-            "or a shorter --settle"
+            f"{_shown(until)} ({until_from}): nothing can be in it. {fix}"
         )
     run_id = uuid.uuid4().hex[:16]
     result = RunResult(
