@@ -125,3 +125,17 @@ def test_demo_refuses_to_clobber_another_directory(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "is not a spanscore lake" in result.output
     assert (tmp_path / "precious.txt").exists()
+
+
+def test_the_command_list_shows_each_summary_whole():
+    from click.testing import CliRunner
+
+    from spanscore.cli import main
+
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output
+    words = " ".join(result.output.split())
+    for name, command in main.commands.items():
+        summary = " ".join((command.help or "").split("\n\n")[0].split()).split(". ")[0]
+        assert f"{name} {summary.rstrip('.')}" in words, name

@@ -660,3 +660,18 @@ def test_a_run_while_the_collector_ingests_at_full_rate(
         )[0][0]
         == 0
     )
+
+
+def test_one_conversation_is_one_conversation(tmp_path: Path):
+    from spanscore.evaluation.runs.result import plural
+
+    assert (plural(1, "conversation"), plural(2, "conversation")) == (
+        "1 conversation",
+        "2 conversations",
+    )
+    lake = tmp_path / "lake"
+    build_lake(lake, 1)
+    path = write_suite(tmp_path, {"name": "one", "metrics": [{"type": "efficiency"}]})
+    done = cli("evaluate", "--lake", str(lake), "--suite", str(path), "--settle", "0")
+    assert done.returncode == 0, done.stderr
+    assert "1 conversation in the window, 1 sampled" in done.stdout

@@ -231,6 +231,9 @@ def test_every_command_the_demo_and_its_errors_suggest_runs_as_printed_in_a_new_
     for command in printed:
         done = _new_shell(command, tmp_path)
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+        if " show " in command:  # as the docs show it: the agent named, turns from 1
+            assert "  agent customer-service  " in done.stdout, done.stdout
+            assert "\nturn 1  user: " in done.stdout, done.stdout
     for command in [h for found in hints for h in found]:
         done = _new_shell(command, tmp_path)  # runs (a collector may not be there to answer)
         assert done.returncode not in (126, 127), f"{command}\n{done.stderr}"

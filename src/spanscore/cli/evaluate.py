@@ -95,8 +95,10 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
     if getattr(result, "simulation_id", None):
         window = f"simulation {result.simulation_id}"
     echo(f"run {result.run_id}: {result.status}  window {window}  snapshot {result.snapshot}")
+    from spanscore.evaluation.runs.result import plural
+
     echo(
-        f"{result.candidates} conversations in the window, {result.sampled} sampled, "
+        f"{plural(result.candidates, 'conversation')} in the window, {result.sampled} sampled, "
         f"{result.skipped} already scored, {result.scored} scored "
         f"({result.score_count} scores, {result.error_count} errors) in {result.elapsed_s:.1f} s"
     )
@@ -419,7 +421,7 @@ def evaluate_command(
     from spanscore.evaluation.runs.gates import parse_gate
     from spanscore.evaluation.runs.junit import junit_xml
     from spanscore.evaluation.runs.options import RunOptions, WindowError, judge_settings
-    from spanscore.evaluation.runs.result import RunInterrupted
+    from spanscore.evaluation.runs.result import RunInterrupted, plural
     from spanscore.evaluation.runs.run import evaluate
     from spanscore.lake import LakeError, connect
 
@@ -492,7 +494,8 @@ def evaluate_command(
         sys.exit(2)
     except RunInterrupted as exc:
         click.echo(
-            f"\ninterrupted: run {exc.result.run_id} scored {exc.result.scored} conversations "
+            f"\ninterrupted: run {exc.result.run_id} scored "
+            f"{plural(exc.result.scored, 'conversation')} "
             "(committed); run the same command again to resume",
             err=True,
         )

@@ -10,7 +10,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from spanscore.evaluation.runs.result import GateResult, SummaryRow
+from spanscore.evaluation.runs.result import GateResult, SummaryRow, plural
 from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.evaluation.suites.model import Gate, Policy
 from spanscore.lake import query
@@ -154,9 +154,8 @@ def run_warnings(
         for group in groups:
             if group.id not in selected:
                 kind = "policy" if isinstance(group, Policy) else "scenario"
-                warnings.append(
-                    f"{kind} {group.id!r} selected none of the {conversations} conversations"
-                )
+                among = plural(conversations, "conversation")
+                warnings.append(f"{kind} {group.id!r} selected none of the {among}")
     for r in summary:
         if r.conversations and r.errors == r.conversations and not _judge_failed(suite, r):
             scope = f"{r.scenario_id}/" if r.scenario_id else ""

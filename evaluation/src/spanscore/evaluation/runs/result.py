@@ -11,6 +11,11 @@ from typing import Any
 from spanscore.evaluation.suites.model import Gate
 
 
+def plural(n: int, noun: str) -> str:
+    """`1 conversation`, `2 conversations`: the count and its noun, as the messages say it."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 @dataclass
 class SummaryRow:
     scenario_id: str | None

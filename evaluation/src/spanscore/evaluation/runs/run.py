@@ -47,7 +47,7 @@ from spanscore.evaluation.runs.options import (
     WindowError,
     judge_settings,
 )
-from spanscore.evaluation.runs.result import RunInterrupted, RunResult
+from spanscore.evaluation.runs.result import RunInterrupted, RunResult, plural
 from spanscore.evaluation.runs.store import (
     _close_abandoned_runs,
     _finish_run,
@@ -264,7 +264,7 @@ def _run(
     )
     if len(sample) < least:
         result.failures.append(
-            f"{len(sample)} conversations in the run, fewer than the {least} required "
+            f"{plural(len(sample), 'conversation')} in the run, fewer than the {least} required "
             "(min_conversations)"
         )
     strict = options.strict if options.strict is not None else suite.suite.strict
