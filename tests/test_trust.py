@@ -45,16 +45,18 @@ SUITE: dict[str, Any] = {
 
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> Any:
-    """`python -m spanscore.cli ARGS` in a child process (the real entry point, real exit code)."""
+    """`spanscore ARGS` in a child process (the real entry point, real exit code), on a PATH
+    that has it, as in an activated environment (so hints print `spanscore ...`)."""
     import os
 
+    bin_dir = Path(sys.executable).parent
     return subprocess.run(
-        [sys.executable, "-m", "spanscore.cli", *args],
+        [str(bin_dir / "spanscore"), *args],
         capture_output=True,
         text=True,
         timeout=300,
         input=stdin,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **(env or {}), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
     )
 
 
@@ -652,8 +654,11 @@ def test_status_pointed_at_the_grpc_port_says_so_in_one_line(tmp_path: Path):
         done = cli("status", "--endpoint", f"http://127.0.0.1:{collector.grpc_port}")
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
-    assert "is it the collector's OTLP/gRPC port?" in done.stderr
-    assert "spanscore status --endpoint http://HOST:4318" in done.stderr
+    assert done.stderr.startswith(
+        f"Error: http://127.0.0.1:{collector.grpc_port} answers HTTP/2 (gRPC): it is the "
+        "collector's OTLP/gRPC port. `status` asks the OTLP/HTTP port"
+    ), done.stderr
+    assert "`spanscore status --endpoint http://127.0.0.1:4318`" in done.stderr
 
 
 def test_lake_mistakes_are_one_line_and_create_nothing(tmp_path: Path):
