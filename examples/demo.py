@@ -57,7 +57,9 @@ def _reset(lake: Path) -> None:
     shutil.rmtree(lake)
 
 
-def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
+def run_demo(lake: Path, echo: Callable[[str], object] = print, command: str = "spanscore") -> None:
+    """The demo, printed through `echo`; `command` is how the reader types `spanscore` (the
+    commands shown are printed so that they run as printed)."""
     import io
 
     import openai
@@ -108,7 +110,7 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
                     run_conversation(client, Store(), plan)
                     flag = "  (breaks policy: " + plan.note + ")" if plan.breaks_policy else ""
                     echo(f"   {plan.conversation_id:<22} {plan.scenario_id}{flag}")
-                simulation = _simulate(lake, suite, client, echo)
+                simulation = _simulate(lake, suite, client, echo, command)
         finally:
             spanscore.instrumentation.uninstrument()  # flushes the spans
             provider.shutdown()
@@ -116,7 +118,7 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
         echo(f"   {stored} spans exported over OTLP/HTTP and committed to the lake")
         with ScriptedLLM(ScriptedJudge()) as judge:
             echo(
-                f"\n3. Evaluate: spanscore evaluate --lake {lake} --suite {SUITE} --settle 0 "
+                f"\n3. Evaluate: {command} evaluate --lake {lake} --suite {SUITE} --settle 0 "
                 f"--judge-base-url {judge.base_url}"
             )
             echo(
@@ -145,7 +147,7 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
     try:
         for n, (title, sql) in enumerate(DEMO_QUERIES, start=5):
             echo(f"\n{n}. {title}")
-            echo("   $ spanscore sql --lake " + str(lake) + ' "' + " ".join(sql.split()) + '"')
+            echo(f"   $ {command} sql --lake {lake} " + '"' + " ".join(sql.split()) + '"')
             rows = list(lakes.query(con, sql))
             out = io.StringIO()
             names = list(rows[0]) if rows else [d[0] for d in (con.description or [])]
@@ -159,11 +161,13 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print) -> None:
         f"\nDone in {time.monotonic() - started:.1f}s. The lake stays at {lake}/ for your own SQL."
     )
     echo("\nNext, try:")
-    for command, why in next_commands(lake):
-        echo(f"  $ {command}\n      {why}")
+    for line, why in next_commands(lake, command):
+        echo(f"  $ {line}\n      {why}")
 
 
-def _simulate(lake: Path, suite: Any, client: Any, echo: Callable[[str], object]) -> str:
+def _simulate(
+    lake: Path, suite: Any, client: Any, echo: Callable[[str], object], command: str
+) -> str:
     """Simulated users (played by a local scripted model) drive the same agent over the
     scenarios, two trials each; returns the simulation id."""
     from spanscore.evaluation.simulation.simulate import SimulationOptions, simulate
@@ -180,7 +184,8 @@ def _simulate(lake: Path, suite: Any, client: Any, echo: Callable[[str], object]
             f"{users.base_url}) drive the same agent, 2 trials per scenario:"
         )
         echo(
-            f"   $ spanscore simulate --lake {lake} --suite {SUITE} --trials 2 "
+            # What runs here, not a command to type: the user model lives only in the demo.
+            f"   as {command} simulate --lake {lake} --suite {SUITE} --trials 2 "
             "--agent spanscore.examples.customer_service.openai_loop:agent_turn "
             f"--user-base-url {users.base_url}"
         )
@@ -197,20 +202,20 @@ def _simulate(lake: Path, suite: Any, client: Any, echo: Callable[[str], object]
     return result.simulation_id
 
 
-def next_commands(lake: Path) -> list[tuple[str, str]]:
+def next_commands(lake: Path, command: str = "spanscore") -> list[tuple[str, str]]:
     """Three commands to type after the demo, each working as printed (a test runs them)."""
     return [
         (
-            f"spanscore show cs-cancel-2 --lake {lake}",
+            f"{command} show cs-cancel-2 --lake {lake}",
             "the conversation that broke the policy, turn by turn, as rebuilt from its spans",
         ),
         (
-            f'spanscore sql --lake {lake} "SELECT tool_name, arguments, error FROM tool_calls '
+            f'{command} sql --lake {lake} "SELECT tool_name, arguments, error FROM tool_calls '
             "WHERE conversation_id = 'cs-missing-order-1'\"",
             "any SQL over the spans, the tool_calls and conversations views, and the scores",
         ),
         (
-            f"spanscore report latest --lake {lake} -o report.html",
+            f"{command} report latest --lake {lake} -o {lake}/report.html",
             "the run's report again (or --baseline RUN to compare with another run)",
         ),
     ]

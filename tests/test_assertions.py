@@ -560,3 +560,23 @@ def test_context_is_not_needed_for_calls():
 
     assertion = ToolCallsAssertion.model_validate(calls("contains", ["a"]))
     assert assertion.evaluate(trajectory("a"), EvalContext()).passed
+
+
+def test_a_call_made_out_of_order_is_reported_out_of_order_with_its_position():
+    from spanscore.evaluation.report.marks import score_marks
+
+    t = trajectory("cancel_order", "get_order", "verify_customer")
+    s = score(calls("strict", ["get_order", "verify_customer", "cancel_order"]), t)
+    assert not s.passed
+    assert s.explanation == (
+        "2 of 3 expected calls made, 2 of 3 calls matched; "
+        "cancel_order out of order: made as call 1 of 3, expected as #3"
+    )
+    marks, missing = score_marks(t.turns[0].steps, 0, s.details)
+    assert missing == []  # made, so not under "expected calls not made"
+    assert [(m["call"], m["kind"], m["note"]) for m in marks if m["kind"] == "extra"] == [
+        (0, "extra", "out of order: made as call 1, expected as #3 (cancel_order)")
+    ]
+    # A call that was not made at all is still missing.
+    s = score(calls("in_order", ["get_order", "refund"]), trajectory("get_order"))
+    assert s.explanation.endswith("; missing refund")

@@ -96,7 +96,7 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "spans exported over OTLP/HTTP and committed" in result.output
     # The evaluation catches exactly the conversations that break policy.
-    assert "gate FAILED: verify_before_cancel: pass rate 0.889" in result.output
+    assert "gate FAILED: verify_before_cancel: conversation pass rate 0.889" in result.output
     # Before deployment: simulated users, two trials per scenario; the pushy user of each
     # scenario that has one (the odd trials) leads the agent to break the same policies, which
     # the same suite catches: pass^1 6/7, pass^2 5/7.
@@ -125,3 +125,17 @@ def test_demo_refuses_to_clobber_another_directory(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "is not a spanscore lake" in result.output
     assert (tmp_path / "precious.txt").exists()
+
+
+def test_the_command_list_shows_each_summary_whole():
+    from click.testing import CliRunner
+
+    from spanscore.cli import main
+
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output
+    words = " ".join(result.output.split())
+    for name, command in main.commands.items():
+        summary = " ".join((command.help or "").split("\n\n")[0].split()).split(". ")[0]
+        assert f"{name} {summary.rstrip('.')}" in words, name

@@ -85,29 +85,58 @@ def test_the_queries_over_the_scores_run_on_an_evaluated_lake(tmp_path: Path) ->
         con.close()
 
 
-def test_the_deploy_files_call_evaluate_with_valid_options() -> None:
-    import shlex
-
-    from spanscore.cli.evaluate import evaluate_command
-
+def _nightly_commands() -> dict[str, str]:
+    """The shell command each scheduler runs, as the shell it starts sees it."""
     unit = (ROOT / "deploy" / "systemd" / "spanscore-evaluate.service").read_text()
     cron = (ROOT / "deploy" / "cron" / "spanscore-evaluate").read_text()
-    commands = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("ExecStart")]
-    commands += [
-        " ".join(line.split()[6:]).split(">>")[0]
+    (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    # systemd: `/bin/sh -c '...'`, with %% and $$ for % and $.
+    systemd = exec_start.split("-c ", 1)[1].strip("'").replace("%%", "%").replace("$$", "$")
+    (entry,) = [
+        line
         for line in cron.splitlines()
         if line and not line.startswith("#") and "=" not in line.split()[0]
     ]
-    assert len(commands) == 2
-    for command in commands:
-        args = shlex.split(command)
-        assert args[0].endswith("spanscore")
-        assert args[1] == "evaluate"
-        context = evaluate_command.make_context(
-            "evaluate", [*args[2:], "--lake", "L", "--suite", "S"]
+    # cron: six fields before the command, and \% for %.
+    return {"systemd": systemd, "cron": entry.split(None, 6)[6].replace("\\%", "%")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheduler", ["systemd", "cron"])
+def test_the_nightly_job_keeps_a_dated_junit_file_and_report_each_night(
+    scheduler: str, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from spanscore.examples.synthetic import build_lake
+
+    command = _nightly_commands()[scheduler]
+    assert "/opt/spanscore/.venv/bin/spanscore evaluate --sample 0.1" in command
+    reports, log = tmp_path / "reports", tmp_path / "evaluate.log"
+    reports.mkdir()
+    command = (
+        command.replace(
+            "/opt/spanscore/.venv/bin/spanscore", str(Path(sys.executable).parent / "spanscore")
         )
-        assert context.params["sample"] == 0.1
-    assert "OnCalendar=" in (ROOT / "deploy" / "systemd" / "spanscore-evaluate.timer").read_text()
+        .replace("/var/lib/spanscore/reports", str(reports))
+        .replace("/var/log/spanscore/evaluate.log", str(log))
+    )
+    build_lake(tmp_path / "lake", 20)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("name: nightly\nmetrics: [{type: efficiency}]\n")
+    env = {**os.environ, "SPANSCORE_LAKE": str(tmp_path / "lake"), "SPANSCORE_SUITE": str(suite)}
+    done = subprocess.run(
+        ["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, (
+        done.stdout + done.stderr + (log.read_text() if log.exists() else "")
+    )
+    written = sorted(p.name for p in reports.iterdir())
+    assert len(written) == 2, written
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d\.html", written[0]), written
+    assert written[1] == written[0].replace(".html", ".xml")
 
 
 def test_the_readme_is_short_enough_to_read_to_the_end() -> None:

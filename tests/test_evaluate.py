@@ -388,7 +388,7 @@ def test_usage_errors_exit_2(synthetic_lake: Path, tmp_path: Path):
         "pass_rat=0.5",
     )
     assert bad_gate.returncode == 2
-    assert "pass_rate or mean" in bad_gate.stderr
+    assert "pass_rate, score_pass_rate or mean" in bad_gate.stderr
     bad_time = cli(
         "evaluate", "--lake", str(synthetic_lake), "--suite", str(path), "--since", "yesterday"
     )
@@ -404,7 +404,7 @@ def test_gates_exit_codes_and_junit(synthetic_lake: Path, tmp_path: Path):
     base = ["evaluate", "--lake", str(synthetic_lake), "--suite", str(path), "--settle", "0"]
     failing = cli(*base, "--fail-under", "ord1.pass_rate=0.5", "--junit", str(junit))
     assert failing.returncode == 1, failing.stderr
-    assert "gate FAILED: ord1: pass rate 0.370 (needs >= 0.5)" in failing.stdout
+    assert "gate FAILED: ord1: conversation pass rate 0.370 (needs >= 0.5)" in failing.stdout
     assert "gate passed" not in failing.stdout
     tree = ElementTree.parse(junit).getroot()
     scored = [s for s in tree.findall("testsuite") if s.get("name") != "(run)"]
@@ -412,7 +412,7 @@ def test_gates_exit_codes_and_junit(synthetic_lake: Path, tmp_path: Path):
     assert len(cases) == 300 * 6
     failures = [f for s in scored for f in s.findall(".//failure")]
     (gate,) = tree.findall("testsuite[@name='(run)']/testcase/failure")
-    assert gate.get("message") == "ord1: pass rate 0.370 (needs >= 0.5)"
+    assert gate.get("message") == "ord1: conversation pass rate 0.370 (needs >= 0.5)"
     stored = query(synthetic_lake, "SELECT count(*) FROM scores WHERE passed = false")[0][0]
     assert len(failures) == stored > 0
     assert len(failures) == 300 - 111
@@ -660,3 +660,18 @@ def test_a_run_while_the_collector_ingests_at_full_rate(
         )[0][0]
         == 0
     )
+
+
+def test_one_conversation_is_one_conversation(tmp_path: Path):
+    from spanscore.evaluation.runs.result import plural
+
+    assert (plural(1, "conversation"), plural(2, "conversation")) == (
+        "1 conversation",
+        "2 conversations",
+    )
+    lake = tmp_path / "lake"
+    build_lake(lake, 1)
+    path = write_suite(tmp_path, {"name": "one", "metrics": [{"type": "efficiency"}]})
+    done = cli("evaluate", "--lake", str(lake), "--suite", str(path), "--settle", "0")
+    assert done.returncode == 0, done.stderr
+    assert "1 conversation in the window, 1 sampled" in done.stdout

@@ -175,7 +175,7 @@ def test_a_new_row_is_all_a_new_mode_needs(monkeypatch: pytest.MonkeyPatch) -> N
     assert in_order.details["mode"] == "ordered_subset"
     reordered = _score("ordered_subset", "c", "a")
     assert (reordered.passed, reordered.value) == (False, 0.5)
-    assert "extra" in (reordered.explanation or "")
+    assert "c out of order: made as call 1" in (reordered.explanation or "")
     assert _score("subset", "c", "a").passed  # the same calls, unordered
     # ordered: one model response's calls are taken sorted, and the details say where each is
     parallel = _score("ordered_subset", ["b", "a"])

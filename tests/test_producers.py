@@ -1190,7 +1190,7 @@ def test_show(run: Run) -> None:
     assert [line for line in lines if line.startswith(("turn ", "  answer: "))] == [
         line
         for index, turn in enumerate(PLAN.turns)
-        for line in (f"turn {index}  user: {turn.user}", f"  answer: {turn.reply}")
+        for line in (f"turn {index + 1}  user: {turn.user}", f"  answer: {turn.reply}")
     ]
     assert not [line for line in lines if line.startswith("warning:")]
     for _, name, arguments in planned_calls():

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,15 +134,29 @@ def _environment() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def demo_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What `./run demo` leaves behind, which the pages use."""
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`./run demo` in a new shell: a checkout's folder with `.venv/` beside the reader, not on
+    their PATH; the folder and what the demo printed."""
     folder = tmp_path_factory.mktemp("demo")
-    demo = subprocess.run(
-        [str(Path(sys.executable).parent / "spanscore"), "demo"], cwd=folder, env=_environment(),
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    (folder / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    demo = _new_shell(".venv/bin/spanscore demo", folder)
     assert demo.returncode == 0, demo.stdout + demo.stderr
-    return folder / "spanscore-demo"
+    return folder, demo.stdout
+
+
+@pytest.fixture(scope="module")
+def demo_lake(demo_run: tuple[Path, str]) -> Path:
+    """What `./run demo` leaves behind, which the pages use."""
+    return demo_run[0] / "spanscore-demo"
+
+
+def _new_shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`command` in a new shell that has not activated .venv (the PATH of a fresh login)."""
+    env = {k: v for k, v in _environment().items() if k != "PATH"}
+    env["PATH"] = os.pathsep.join(["/usr/local/bin", "/usr/bin", "/bin"])
+    return subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.slow
@@ -184,3 +200,52 @@ def test_the_next_steps_the_demo_prints_are_the_readmes():
 
     printed = [command for command, _ in next_commands(Path("spanscore-demo"))]
     assert any(b.commands == printed for b in blocks(ROOT / "README.md") if b.runs)
+
+
+# --- hints run as printed, in a new shell --------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_every_command_the_demo_and_its_errors_suggest_runs_as_printed_in_a_new_shell(
+    demo_run: tuple[Path, str],
+):
+    tmp_path, stdout = demo_run
+    printed = [
+        line.split("$ ", 1)[1] for line in stdout.splitlines() if line.lstrip().startswith("$ ")
+    ]
+    assert len(printed) >= 6, stdout  # the SQL shown, and the three next steps
+    # Errors whose message suggests a command: an unknown run, a collector's gRPC port.
+    unknown = _new_shell(".venv/bin/spanscore report nosuchrun --lake spanscore-demo", tmp_path)
+    assert unknown.returncode == 2, unknown.stderr
+    grpc = free_port()
+    with socket.socket() as listener:  # answers nothing HTTP/1.1 can read
+        listener.bind(("127.0.0.1", grpc))
+        listener.listen()
+        threading.Thread(target=_answer_like_http2, args=(listener,), daemon=True).start()
+        status = _new_shell(
+            f".venv/bin/spanscore status --endpoint http://127.0.0.1:{grpc}", tmp_path
+        )
+    assert status.returncode == 2, status.stderr
+    hints = [re.findall(r"`([^`]*spanscore [^`]*)`", e.stderr) for e in (unknown, status)]
+    assert all(hints), (unknown.stderr, status.stderr)
+    for command in printed:
+        done = _new_shell(command, tmp_path)
+        assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+        if " show " in command:  # as the docs show it: the agent named, turns from 1
+            assert "  agent customer-service  " in done.stdout, done.stdout
+            assert "\nturn 1  user: " in done.stdout, done.stdout
+    for command in [h for found in hints for h in found]:
+        done = _new_shell(command, tmp_path)  # runs (a collector may not be there to answer)
+        assert done.returncode not in (126, 127), f"{command}\n{done.stderr}"
+    # What they write stays in the demo's lake folder (ignored by git, unlike a report.html
+    # in the checkout).
+    written = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()]
+    assert written, written
+    assert all(w.startswith("spanscore-demo/") for w in written), written
+
+
+def _answer_like_http2(listener: socket.socket) -> None:
+    connection, _ = listener.accept()
+    with connection:
+        connection.recv(1024)
+        connection.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # an HTTP/2 SETTINGS frame

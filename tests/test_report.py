@@ -225,8 +225,9 @@ def test_the_judges_calls_tokens_and_cost_are_shown(evaluated_lake: EvaluatedLak
         assert judge is not None
         assert (judge["calls"], judge["cost_usd"]) == (calls, pytest.approx(cost))
         assert judge["figures"]["judge.cache_hits"] == hits
-        shown = f'<dt>judge</dt><dd title="judge.cache_hits {hits}; '
-        assert shown in render(doc)
+        title = re.search(r'<dt>judge</dt><dd title="([^"]*)"', render(doc))
+        assert title is not None
+        assert f"judge.cache_hits {hits}; " in title.group(1)
         assert f"{calls:,} calls" in render(doc)
         assert f"{prompt:,} prompt tokens" in render(doc)
     first = build_report_doc(evaluated_lake, evaluated_lake.baseline_run)["run"]["judge"]
@@ -293,15 +294,21 @@ def test_each_verdict_lands_on_its_tool_call(evaluated_lake: EvaluatedLake):
         }
 
     # cancel_order came first: the order policy was broken there, and the strict trajectory
-    # found it extra (it was expected last, after get_order, which never came).
+    # found it out of order (it was expected last, after get_order, which never came).
     assert marks_of(0) >= {
         ("verify_before_cancel/order", "violation"),
         ("auth_cancel_order/tool_calls", "extra"),
     }
+    (out_of_order,) = [
+        m["note"]
+        for m in detail["marks"]
+        if m["call"] == 0 and scores[m["score"]]["metric"] == "tool_calls"
+    ]
+    assert out_of_order == "out of order: made as call 1, expected as #4 (cancel_order)"
     assert ("auth_cancel_order/tool_calls", "matched") in marks_of(1)
+    # Only what was not made is missing (cancel_order was made, out of order).
     assert {(scores[m["score"]]["metric"], m["name"]) for m in detail["missing"]} == {
         ("tool_calls", "get_order"),
-        ("tool_calls", "cancel_order"),
     }
 
 

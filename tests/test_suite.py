@@ -150,7 +150,7 @@ def test_suite_level_problems():
     twice = {"name": "s", "metrics": [{"type": "response"}, {"type": "response"}]}
     assert any("both named 'response'" in p for p in problems(twice))
     assert any("name" in p and "required" in p for p in problems({"scenarios": []}))
-    assert any("min_pass_rate or min_mean" in p for p in problems({"name": "s", "gates": [{}]}))
+    assert any("needs one of min_pass_rate" in p for p in problems({"name": "s", "gates": [{}]}))
 
 
 def test_missing_file_and_missing_metric_file(tmp_path: Path):
@@ -392,3 +392,22 @@ def test_a_few_aliases_still_work(tmp_path: Path):
     )
     suite = load_suite(path)
     assert suite.suite.scenarios[0].assertions[0].type == "tool_calls"
+
+
+def test_an_unknown_key_is_reported_on_its_own_line_when_its_value_is_a_block(tmp_path: Path):
+    path = write(
+        tmp_path,
+        "s.yaml",
+        """\
+        name: s
+        scenarios:
+          - id: a
+            assertions:
+              - type: tool_calls
+                mode: strict
+                expectd:
+                  - get_order
+        """,
+    )
+    (problem,) = problems(path)
+    assert problem.startswith(f"{path}:7: scenarios[0].assertions[0].expectd: unknown field")

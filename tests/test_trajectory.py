@@ -335,7 +335,7 @@ def test_show_prints_the_tree(collector: Collector, lake_dir: Path) -> None:
     result = CliRunner().invoke(main, ["show", "conv-show", "--lake", str(lake_dir)])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "turn 0  user: Find a mouse and a keyboard" in out
+    assert "turn 1  user: Find a mouse and a keyboard" in out  # from 1, as in the report
     assert "[parallel group 1]" in out
     assert "ERROR  ToolError" in out
     assert "answer: Sorry, it failed." in out

@@ -45,16 +45,18 @@ SUITE: dict[str, Any] = {
 
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> Any:
-    """`python -m spanscore.cli ARGS` in a child process (the real entry point, real exit code)."""
+    """`spanscore ARGS` in a child process (the real entry point, real exit code), on a PATH
+    that has it, as in an activated environment (so hints print `spanscore ...`)."""
     import os
 
+    bin_dir = Path(sys.executable).parent
     return subprocess.run(
-        [sys.executable, "-m", "spanscore.cli", *args],
+        [str(bin_dir / "spanscore"), *args],
         capture_output=True,
         text=True,
         timeout=300,
         input=stdin,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **(env or {}), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
     )
 
 
@@ -132,8 +134,8 @@ def test_a_gate_with_no_scores_in_the_run_fails_unless_it_allows_empty(lake: Pat
     done = cli(*evaluate_args(lake, path, "--fail-under", "weather_before_booking/pass_rate=0.9"))
     assert done.returncode == 1, done.stderr
     assert (
-        "gate FAILED: weather_before_booking: no pass rate to measure, no score in this run "
-        "(an empty gate fails)"
+        "gate FAILED: weather_before_booking: no conversation pass rate to measure, no score in "
+        "this run (an empty gate fails)"
     ) in done.stdout
     assert query(lake, "SELECT status FROM eval_runs") == [("gate_failed",)]
     allowed = {
@@ -146,10 +148,43 @@ def test_a_gate_with_no_scores_in_the_run_fails_unless_it_allows_empty(lake: Pat
     again = cli(*evaluate_args(lake, write_suite(tmp_path, allowed), "--since", "2020-01-01"))
     assert again.returncode == 0, again.stdout + again.stderr
     assert (
-        "gate passed: weather_before_booking: no pass rate to measure, no score in this run "
-        "(allowed by allow_empty)"
+        "gate passed: weather_before_booking: no conversation pass rate to measure, no score in "
+        "this run (allowed by allow_empty)"
     ) in again.stdout
-    assert "gate passed: support_orders/shipped: pass rate 1.000 (needs >= 1.0)" in again.stdout
+    assert (
+        "gate passed: support_orders/shipped: conversation pass rate 1.000 (needs >= 1.0)"
+        in again.stdout
+    )
+
+
+def test_a_pass_rate_gate_counts_conversations_and_a_score_pass_rate_gate_scores(
+    lake: Path, tmp_path: Path
+):
+    # Every conversation passes one of its two scores and fails the other.
+    always = ["get_order", "search_products", "lookup_customer", "verify_customer",
+              "cancel_order", "send_verification_code"]  # fmt: skip
+    suite = {
+        "name": "gates",
+        "scenarios": [
+            {
+                "id": "support",
+                "select": {"agent": "support"},
+                "assertions": [
+                    {"type": "tool_calls", "name": "known", "mode": "subset", "expected": always},
+                    {"type": "response", "name": "never", "keywords": ["zzz-never-said"]},
+                ],
+            }
+        ],
+        "gates": [{"scenario": "support", "min_score_pass_rate": 0.5}],
+    }
+    path = write_suite(tmp_path, suite)
+    done = cli(*evaluate_args(lake, path, "--fail-under", "support/pass_rate=0.5"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    gates = [line for line in done.stdout.splitlines() if line.startswith("gate")]
+    assert gates == [
+        "gate passed: support: score pass rate 0.500 (needs >= 0.5)",
+        "gate FAILED: support: conversation pass rate 0.000 (needs >= 0.5)",
+    ]
 
 
 # --- 2. an empty window says why; a minimum; a changed suite; an inverted window ------------------
@@ -209,10 +244,19 @@ def test_a_window_that_starts_after_it_ends_is_an_error(lake: Path, tmp_path: Pa
     assert done.returncode == 2, done.stdout
     assert done.stderr == (
         "Error: the window starts at 2024-01-02 00:00:00 UTC (--since) after it ends at "
-        "2024-01-01 00:00:00 UTC (--until): nothing can be in it. Give --since (or --last), "
-        "or a shorter --settle\n"
+        "2024-01-01 00:00:00 UTC (--until): nothing can be in it. Give a --since before "
+        "--until (--since 2h --until 1h: from 2 h to 1 h ago)\n"
     )
     assert query(lake, "SELECT count(*) FROM eval_runs") == [(0,)]
+    # Durations are times ago; the hint is about the two bounds given, not about --settle.
+    ago = CliRunner().invoke(main, evaluate_args(lake, path, "--since", "1h", "--until", "2h"))
+    assert ago.exit_code == 2, ago.output
+    assert ago.output.endswith(
+        "Give a --since before --until (--since 2h --until 1h: from 2 h to 1 h ago)\n"
+    )
+    settled = CliRunner().invoke(main, evaluate_args(lake, path, "--since", "1m", "--settle", "1h"))
+    assert settled.exit_code == 2, settled.output
+    assert settled.output.endswith("Give an earlier --since, or a shorter --settle\n")
 
 
 def test_a_minimum_number_of_conversations_from_the_option_or_the_suite(lake: Path, tmp_path: Path):
@@ -306,6 +350,30 @@ def test_warnings_in_the_summary_and_junit_and_strict_fails_them(lake: Path, tmp
     assert "run FAILED: strict mode: 2 warnings fail the run" in by_suite.stdout
 
 
+def test_a_judge_that_fails_on_every_conversation_fails_the_run_and_names_its_endpoint(
+    lake: Path, tmp_path: Path
+):
+    from .support.ports import free_port
+
+    endpoint = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    suite = {
+        "name": "judge-down",
+        "judge": {"base_url": endpoint, "max_attempts": 2},
+        "metrics": [{"type": "judged", "name": "tone", "criteria": "Is the agent polite?"}],
+    }
+    done = cli(*evaluate_args(lake, write_suite(tmp_path, suite), "--max-conversations", "3"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    failed = [line for line in done.stdout.splitlines() if line.startswith("run FAILED")]
+    assert len(failed) == 1, done.stdout
+    assert failed[0].startswith(
+        f"run FAILED: tone gave an error on 3 of 3 conversations (the judge at {endpoint}); "
+        "last error: APIConnectionError"
+    )
+    judge = next(line for line in done.stdout.splitlines() if line.startswith("judge:"))
+    assert judge.startswith("judge: 0 calls answered of 6 attempts"), judge
+    assert "warning" not in done.stdout  # a failure, not a warning as well
+
+
 def test_what_a_native_file_could_not_carry_over_is_a_warning(lake: Path, tmp_path: Path):
     scenario = {
         "scenario_id": "support",
@@ -365,8 +433,18 @@ def test_a_lake_that_cannot_be_opened_exits_3_and_creates_nothing(tmp_path: Path
     filled = [a.replace("{suite}", str(suite)) for a in args]
     result = CliRunner().invoke(main, [filled[0], "--lake", str(wrong), *filled[1:]])
     assert result.exit_code == 3, result.output
-    assert result.output == f"Error: no lake at {wrong} (start `spanscore serve --lake {wrong}`)\n"
+    assert result.output == (
+        f"Error: no lake at {wrong} (start `spanscore serve --lake {wrong}` to create one)\n"
+    )
     assert not wrong.exists()
+
+
+def test_a_lake_name_with_a_typo_points_at_the_lake_beside_it(lake: Path):
+    typo = lake.parent / "lak"
+    result = CliRunner().invoke(main, ["sql", "--lake", str(typo), "SELECT 1"])
+    assert result.exit_code == 3, result.output
+    assert result.output == f"Error: no lake at {typo}: did you mean {lake}?\n"
+    assert not typo.exists()
 
 
 def test_exit_codes_of_evaluate_through_the_real_entry_point(lake: Path, tmp_path: Path):
@@ -493,7 +571,7 @@ def test_evaluate_json_runs_listing_run_names_and_compare(lake: Path, tmp_path: 
                              "scores": 2, "errors": 0}  # fmt: skip
     assert [(r["metric"], r["pass_rate"]) for r in doc["summary"]] == [("calls", 1.0)]
     assert doc["gates"][0]["passed"] is True
-    assert doc["gates"][0]["description"] == "calls: pass rate 1.000 (needs >= 1.0)"
+    assert doc["gates"][0]["description"] == "calls: conversation pass rate 1.000 (needs >= 1.0)"
     second = cli(*evaluate_args(lake, strict, *two, "--format", "json"))
     assert second.returncode == 0, second.stderr
     a, b = doc["run_id"], json.loads(second.stdout)["run_id"]
@@ -576,8 +654,11 @@ def test_status_pointed_at_the_grpc_port_says_so_in_one_line(tmp_path: Path):
         done = cli("status", "--endpoint", f"http://127.0.0.1:{collector.grpc_port}")
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
-    assert "is it the collector's OTLP/gRPC port?" in done.stderr
-    assert "spanscore status --endpoint http://HOST:4318" in done.stderr
+    assert done.stderr.startswith(
+        f"Error: http://127.0.0.1:{collector.grpc_port} answers HTTP/2 (gRPC): it is the "
+        "collector's OTLP/gRPC port. `status` asks the OTLP/HTTP port"
+    ), done.stderr
+    assert "`spanscore status --endpoint http://127.0.0.1:4318`" in done.stderr
 
 
 def test_lake_mistakes_are_one_line_and_create_nothing(tmp_path: Path):

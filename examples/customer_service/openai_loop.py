@@ -67,6 +67,9 @@ def instrumented_tools(store: Store) -> Tools:
     return {name: tool(name=name)(getattr(store, name)) for name in names}
 
 
+AGENT_NAME = "customer-service"
+
+
 def run_conversation(
     client: openai.OpenAI,
     store: Store,
@@ -82,8 +85,14 @@ def run_conversation(
     chat_history: list[ChatCompletionMessageParam] = []
     responses_history: list[ResponseInputItemParam] = []
     tools = instrumented_tools(store)
-    # Every span inside carries the conversation id and the scenario it belongs to.
-    with conversation(plan.conversation_id, scenario_id=plan.scenario_id, user_id=plan.user_id):
+    # Every span inside carries the conversation id, the scenario it belongs to, and the
+    # agent's name (a plain tool loop has no framework to name it).
+    with conversation(
+        plan.conversation_id,
+        scenario_id=plan.scenario_id,
+        user_id=plan.user_id,
+        **{"gen_ai.agent.name": AGENT_NAME},
+    ):
         for turn in plan.turns:
             transcript.append({"type": "user", "text": turn.user})
             if api == "chat":

@@ -32,6 +32,7 @@ from typing import Any
 import click
 
 from .evaluate import compare_command, evaluate_command
+from .invocation import runnable
 from .judge_check import judge_check_command
 from .options import EXIT_CODES_HELP, EXIT_INTERRUPTED, InputError, LakeUnavailable
 from .query import sql_command, status_command
@@ -48,6 +49,17 @@ class _Main(click.Group):
     commands that only raise `click.ClickException` (1 is reserved for a failed gate or
     comparison, so any other error is 2) or let a lake or Ctrl-C error through."""
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with its whole first sentence, wrapped (click cuts it at the width)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context) -> Any:
         from spanscore.lake import LakeError
 
@@ -59,6 +71,8 @@ class _Main(click.Group):
             click.echo("interrupted", err=True)
             raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
         except click.ClickException as exc:
+            # The commands it suggests, as they run here (`message` is final to type checkers).
+            vars(exc)["message"] = runnable(exc.message)
             if exc.exit_code == 1:
                 raise InputError(exc.format_message()) from exc
             raise

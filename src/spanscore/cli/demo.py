@@ -26,7 +26,9 @@ def demo_command(lake: Path) -> None:
     """
     from spanscore.examples.demo import run_demo
 
+    from .invocation import spanscore_command
+
     try:
-        run_demo(lake, echo=click.echo)
+        run_demo(lake, echo=click.echo, command=spanscore_command())
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from exc

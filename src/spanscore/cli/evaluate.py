@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from .invocation import runnable
 from .options import (
     LakeUnavailable,
     format_option,
@@ -94,15 +95,17 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
     if getattr(result, "simulation_id", None):
         window = f"simulation {result.simulation_id}"
     echo(f"run {result.run_id}: {result.status}  window {window}  snapshot {result.snapshot}")
+    from spanscore.evaluation.runs.result import plural
+
     echo(
-        f"{result.candidates} conversations in the window, {result.sampled} sampled, "
+        f"{plural(result.candidates, 'conversation')} in the window, {result.sampled} sampled, "
         f"{result.skipped} already scored, {result.scored} scored "
         f"({result.score_count} scores, {result.error_count} errors) in {result.elapsed_s:.1f} s"
     )
     if result.window_from:
         echo(f"window start: {result.window_from}")
     if result.empty_because:
-        echo(f"no conversation in the window: {result.empty_because}")
+        echo(runnable(f"no conversation in the window: {result.empty_because}"))
     if result.summary:
         rows = (
             {
@@ -163,13 +166,17 @@ def judge_line(judge: dict[str, Any]) -> str:
     """What the judge did: calls, cache hits, what the budget left out, tokens and cost."""
     cost = judge.get("cost_usd")
     shown = "cost unknown (no price for the model)" if cost is None else f"${cost:.4f}"
+    attempts = judge.get("attempts")
+    tried = "" if attempts is None else f" of {attempts} attempts"
     line = (
-        f"judge: {judge.get('calls', 0)} calls, {judge.get('cache_hits', 0)} cached answers, "
+        f"judge: {judge.get('calls', 0)} calls answered{tried}, "
+        f"{judge.get('cache_hits', 0)} cached answers, "
         f"{judge.get('prompt_tokens', 0)} prompt tokens ({judge.get('cached_tokens', 0)} cached), "
         f"{judge.get('completion_tokens', 0)} completion tokens, {shown}"
     )
     if judge.get("failed"):
-        line += f"; {judge['failed']} questions failed (see the scores' error)"
+        at = f" at {judge['endpoint']}" if judge.get("endpoint") else ""
+        line += f"; {judge['failed']} questions failed{at} (last error: {judge.get('last_error')})"
     if judge.get("skipped"):
         line += f"; {judge['skipped']} questions SKIPPED: the judge budget was spent"
     if judge.get("throttled"):
@@ -322,7 +329,8 @@ class _Echo:
     envvar="SPANSCORE_FAIL_UNDER",
     multiple=True,
     metavar="[SCENARIO/][METRIC.]KEY=X",
-    help="Gate, e.g. pass_rate=0.9 or tool_calls.mean=0.8 (repeatable).",
+    help="Gate, e.g. pass_rate=0.9 (conversations), score_pass_rate=0.9 (scores) or "
+    "tool_calls.mean=0.8 (repeatable).",
 )
 @option(
     "--min-conversations",
@@ -395,9 +403,10 @@ def evaluate_command(
 ) -> None:
     """Score the conversations of a time window with a suite; store the scores in the lake.
 
-    Exit status: 0 every gate passed, 1 a gate failed (or too few conversations, or a warning
-    with --strict), 2 usage or suite error (a judge that cannot be used included), 3 the lake
-    cannot be opened, 130 interrupted (committed batches are kept; run again to resume; judge
+    Exit status: 0 every gate passed, 1 a gate failed (or too few conversations, a judged
+    metric that errored on more than half of its conversations, or a warning with --strict),
+    2 usage or suite error (a judge that cannot be used included), 3 the lake cannot be
+    opened, 130 interrupted (committed batches are kept; run again to resume; judge
     answers already received are kept in the lake's judge_cache).
 
     Judged metrics use the suite's `judge:` block, these options, and OPENAI_API_KEY /
@@ -412,7 +421,7 @@ def evaluate_command(
     from spanscore.evaluation.runs.gates import parse_gate
     from spanscore.evaluation.runs.junit import junit_xml
     from spanscore.evaluation.runs.options import RunOptions, WindowError, judge_settings
-    from spanscore.evaluation.runs.result import RunInterrupted
+    from spanscore.evaluation.runs.result import RunInterrupted, plural
     from spanscore.evaluation.runs.run import evaluate
     from spanscore.lake import LakeError, connect
 
@@ -425,7 +434,7 @@ def evaluate_command(
         try:
             check_available()
         except EngineUnavailable as exc:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(runnable(f"Error: {exc}"), err=True)
             sys.exit(2)
     try:
         suite = load_suite(suite_path, allow_outside_metrics=allow_outside_metrics)
@@ -481,11 +490,12 @@ def evaluate_command(
     try:
         result = evaluate(lake, suite, options, progress=_Bar() if fmt == "text" else None)
     except (JudgeUnavailable, WindowError, EngineUnavailable) as exc:
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(runnable(f"Error: {exc}"), err=True)
         sys.exit(2)
     except RunInterrupted as exc:
         click.echo(
-            f"\ninterrupted: run {exc.result.run_id} scored {exc.result.scored} conversations "
+            f"\ninterrupted: run {exc.result.run_id} scored "
+            f"{plural(exc.result.scored, 'conversation')} "
             "(committed); run the same command again to resume",
             err=True,
         )

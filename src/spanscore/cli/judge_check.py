@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from .evaluate import judge_line
+from .invocation import runnable
 from .options import format_option, judge_options, lake_option, option, suite_options
 
 
@@ -70,7 +71,7 @@ def judge_check_command(
         labels = load_labels(labels_path)
         result = check_judge(lake, suite, metric, labels, judge=judge)
     except (SuiteError, LabelsError, JudgeCheckError, JudgeUnavailable) as exc:
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(runnable(f"Error: {exc}"), err=True)
         sys.exit(2)
     stats = result.agreement
     if fmt == "json":

@@ -203,6 +203,7 @@ def status_command(endpoint: str, token: str | None, as_json: bool, wait: float)
     """
     import http.client  # here, not at the top: the other commands start without them
     import urllib.error
+    import urllib.parse
     import urllib.request
 
     request = urllib.request.Request(endpoint.rstrip("/") + "/status")
@@ -219,10 +220,20 @@ def status_command(endpoint: str, token: str | None, as_json: bool, wait: float)
                 f"{endpoint} answered {exc.code}: {exc.read().decode(errors='replace')}"
             ) from exc
         except http.client.HTTPException as exc:  # an answer that is no HTTP/1.1 at all
+            host = urllib.parse.urlsplit(endpoint).hostname or "127.0.0.1"
+            host = f"[{host}]" if ":" in host else host
+            # A gRPC server opens with an HTTP/2 SETTINGS frame: a 9-byte header of type 4.
+            line = str(exc.args[0]) if exc.args else ""
+            if len(line) >= 4 and line.startswith("\x00") and line[3] == "\x04":
+                what = "answers HTTP/2 (gRPC): it is the collector's OTLP/gRPC port."
+            else:
+                what = (
+                    f"does not answer HTTP/1.1 ({type(exc).__name__}): is it the collector's "
+                    "OTLP/gRPC port?"
+                )
             raise click.ClickException(
-                f"{endpoint} does not answer HTTP/1.1 ({type(exc).__name__}): is it the "
-                "collector's OTLP/gRPC port? `status` asks the OTLP/HTTP port (default 4318): "
-                "spanscore status --endpoint http://HOST:4318"
+                f"{endpoint} {what} `status` asks the OTLP/HTTP port (default 4318): "
+                f"`spanscore status --endpoint http://{host}:4318`"
             ) from None
         except (urllib.error.URLError, OSError) as exc:
             if time.monotonic() >= deadline:

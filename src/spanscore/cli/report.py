@@ -35,6 +35,7 @@ def write_report_file(
 ) -> None:
     """Write the report and say where (shared by `report` and `evaluate --report`)."""
     from spanscore.evaluation.report import ReportError, ReportOptions, write_report
+    from spanscore.evaluation.runs.result import plural
     from spanscore.lake import LakeError
 
     options = ReportOptions(
@@ -50,7 +51,7 @@ def write_report_file(
     size = written.bytes / 1e6
     click.echo(
         f"report of run {written.run_id} written to {written.path} "
-        f"({written.conversations} conversations, {size:.1f} MB)"
+        f"({plural(written.conversations, 'conversation')}, {size:.1f} MB)"
     )
 
 

@@ -37,7 +37,8 @@ def render_trajectory(trajectory: Any, width: int = 100) -> list[str]:
         else f"  agent {t.agent_name or '-'}  service {t.service_name or '-'}",
     ]
     for turn in t.turns:
-        lines.append(f"turn {turn.index}  user: {_short(turn.user_message or '-', width)}")
+        # Turns count from 1, as in the report (`turn.index` counts from 0).
+        lines.append(f"turn {turn.index + 1}  user: {_short(turn.user_message or '-', width)}")
         steps = turn.steps
         group_sizes: dict[int, int] = {}
         for call in turn.tool_calls:
@@ -90,7 +91,7 @@ def show_command(lake: str, as_json: bool, conversation_id: str) -> None:
     \b
     $ spanscore show cs-cancel-2 --lake ./spanscore-demo
     """
-from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
     from spanscore.evaluation.simulation import records
 

@@ -69,6 +69,22 @@ def load_extension(con: duckdb.DuckDBPyConnection, extension: str) -> None:
             ) from exc
 
 
+def _no_lake(directory: Path, catalog: str) -> str:
+    """Why `directory` is no lake, and what to do: a lake beside it with a close name is most
+    likely the one meant (a typo must not lead to a new, empty lake)."""
+    import difflib
+
+    parent = directory.parent
+    try:
+        lakes = [p.name for p in parent.iterdir() if (p / catalog).is_file()]
+    except OSError:
+        lakes = []
+    close = difflib.get_close_matches(directory.name, lakes, n=1, cutoff=0.6)
+    if close:
+        return f"no lake at {directory}: did you mean {parent / close[0]}?"
+    return f"no lake at {directory} (start `spanscore serve --lake {directory}` to create one)"
+
+
 def _prepare_sqlite_catalog(path: Path, create: bool) -> None:
     """Create the catalog file in WAL mode: readers then never block the writer (or vice versa).
 
@@ -78,7 +94,7 @@ def _prepare_sqlite_catalog(path: Path, create: bool) -> None:
     if path.exists():
         return
     if not create:
-        raise LakeError(f"no lake at {path.parent} (start `spanscore serve --lake {path.parent}`)")
+        raise LakeError(_no_lake(path.parent, path.name))
     path.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(path)
     try:

@@ -388,7 +388,7 @@ def _score_calls(
     counts = Counts(pairing.required, made, pairing.matched, pairing.matched_required)
     value = mode.value(counts)
     passed = mode.passes(counts) and not parallel
-    details = _pairing_details(mode.name, items, actual, pairing, matcher)
+    details = _pairing_details(mode, items, actual, pairing, matcher)
     details["parallel_problems"] = parallel
     details["actual_index"] = order
     return assertion.graded(
@@ -400,7 +400,7 @@ def _score_calls(
 
 
 def _pairing_details(
-    mode: str,
+    mode: MatchMode,
     items: Sequence[_Item],
     actual: Sequence[ToolCall],
     pairing: _Pairing,
@@ -410,10 +410,22 @@ def _pairing_details(
     for slot, _, _ in pairing.pairs:
         paired_items[slot.item.index] = paired_items.get(slot.item.index, 0) + 1
     used = {index for _, index, _ in pairing.pairs}
+    claimed: set[int] = set()  # unpaired calls already named as out of order
     missing = []
     for item in items:
         count = paired_items.get(item.index, 0)
         if count < item.low:
+            # In an ordered mode, a call that fits but could not be paired in order was made
+            # out of order: say where, rather than that it was not made.
+            misplaced = [
+                i
+                for i, call in enumerate(actual)
+                if mode.ordered
+                and i not in used
+                and i not in claimed
+                and matcher.weight(item.call, call) is not None
+            ][: item.low - count]
+            claimed.update(misplaced)
             near = [
                 problem
                 for call in actual
@@ -421,11 +433,14 @@ def _pairing_details(
                 for problem in result.problems
             ]
             entry: dict[str, Any] = {"name": item.call.name, "expected": item.low, "made": count}
-            if near:
+            if misplaced:
+                entry["out_of_order"] = misplaced  # positions in `actual`
+                entry["position"] = item.index  # in `expected`
+            if near and not misplaced:
                 entry["argument_problems"] = near[:5]
             missing.append(entry)
     return {
-        "mode": mode,
+        "mode": mode.name,
         "expected": [i.call.name for i in items],
         "actual": [c.name for c in actual],
         "pairs": [
@@ -445,13 +460,22 @@ def _explain(
         f"{pairing.matched_required} of {pairing.required} expected calls made, "
         f"{pairing.matched} of {pairing.actual} calls matched"
     ]
-    if details["missing"]:
-        missing = details["missing"]
+    misplaced = {i for m in details["missing"] for i in m.get("out_of_order", [])}
+    for m in details["missing"]:
+        if m.get("out_of_order"):
+            made = ", ".join(str(i + 1) for i in m["out_of_order"])
+            parts.append(
+                f"{m['name']} out of order: made as call {made} of {pairing.actual}, "
+                f"expected as #{m['position'] + 1}"
+            )
+    missing = [m for m in details["missing"] if not m.get("out_of_order")]
+    if missing:
         parts.append("missing " + ", ".join(m["name"] for m in missing))
         problems = [p for m in missing for p in m.get("argument_problems", [])]
         if problems:
             parts.append("arguments: " + "; ".join(problems[:3]))
-    if pairing.extra and not mode.extras_allowed:
-        parts.append("extra " + ", ".join(e["name"] for e in details["extra"]))
+    extra = [e for e in details["extra"] if e["index"] not in misplaced]
+    if extra and not mode.extras_allowed:
+        parts.append("extra " + ", ".join(e["name"] for e in extra))
     parts += parallel
     return "; ".join(parts)

@@ -50,6 +50,8 @@ class JudgeStats:
     calls: int = 0  # answered by the endpoint (paid)
     failed: int = 0  # gave up after retries
     retries: int = 0
+    attempts: int = 0  # requests sent (or tried), retries included
+    last_error: str | None = None  # why the latest attempt that failed did
     throttled: int = 0  # 429s received
     structured_fallback: bool = False
 
@@ -80,6 +82,12 @@ class JudgeClient:
 
     def base_url(self) -> str | None:
         return self.config.base_url or self._env.get("OPENAI_BASE_URL") or None
+
+    def endpoint(self) -> str:
+        """The URL the judge's requests go to (what an operator checks when they fail)."""
+        if self._azure:
+            return self.config.base_url or self._env.get("AZURE_OPENAI_ENDPOINT") or ""
+        return self.base_url() or OPENAI_URL
 
     def check(self) -> None:
         """Refuse early what would fail every call."""
@@ -261,6 +269,7 @@ class JudgeClient:
             if attempt > 1:
                 self.stats.retries += 1
             epoch = await self.limit.acquire(ticket)
+            self.stats.attempts += 1
             structured = self._structured  # what this attempt sends
             throttled = False
             wait: float | None = None
@@ -315,6 +324,7 @@ class JudgeClient:
             if attempt < self.config.max_attempts:
                 await asyncio.sleep(wait)
         self.stats.failed += 1
+        self.stats.last_error = problem
         return JudgeAnswer(
             error=f"judge failed after {attempt} attempt{'s' if attempt > 1 else ''}: {problem}",
             model=model,

@@ -279,6 +279,9 @@ class JudgeRunner:
             "peak_in_flight": limit.peak,
             "throttled": self.client.stats.throttled,
             "retries": self.client.stats.retries,
+            "attempts": self.client.stats.attempts,
+            "endpoint": self.client.endpoint(),
+            "last_error": self.client.stats.last_error,
             "lowest_limit_after_429": limit.lowest_after_throttle,
             "structured_output_fallback": self.client.stats.structured_fallback,
         }

@@ -74,7 +74,7 @@ def resolve_run(con: duckdb.DuckDBPyConnection, spec: str | None = "latest") -> 
     if spec in ids:
         return spec
     if not ids:
-        raise ReportError(f"no evaluation run {spec!r} in this lake (see: SELECT * FROM eval_runs)")
+        raise ReportError(f"no evaluation run {spec!r} in this lake (`spanscore runs` lists them)")
     if len(ids) > 1:
         shown = ", ".join(ids[:5])
         raise ReportError(f"{spec!r} is the start of {len(ids)} run ids ({shown}): give more")
@@ -126,10 +126,11 @@ def _gates(details: dict[str, Any]) -> list[GateDoc]:
         listed = entry.get("gate")
         gate: dict[str, Any] = listed if isinstance(listed, dict) else {}
         scope = "/".join(str(gate[k]) for k in ("scenario", "metric") if gate.get(k))
+        rate = gate.get("min_pass_rate", gate.get("min_score_pass_rate"))
         kind: Literal["pass_rate", "mean"] = (
-            "mean" if gate.get("min_pass_rate") is None and "min_mean" in gate else "pass_rate"
+            "mean" if rate is None and "min_mean" in gate else "pass_rate"
         )
-        target = gate.get("min_pass_rate") if kind == "pass_rate" else gate.get("min_mean")
+        target = rate if kind == "pass_rate" else gate.get("min_mean")
         out.append(
             {
                 "scope": scope or "all scores",

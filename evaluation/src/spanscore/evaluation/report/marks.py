@@ -99,6 +99,24 @@ def _index(value: Any) -> int | None:
     return None
 
 
+def _out_of_order(details: dict[str, Any], expected: list[Any]) -> dict[int, str]:
+    """The note of each call made out of order (by its position among the scored calls)."""
+    notes: dict[int, str] = {}
+    for item in details.get("missing") or []:
+        if not isinstance(item, dict) or not isinstance(item.get("out_of_order"), list):
+            continue
+        e = item.get("position")
+        where = (
+            f", expected as #{e + 1} ({expected[e]})"
+            if isinstance(e, int) and 0 <= e < len(expected)
+            else ""
+        )
+        for at in item["out_of_order"]:
+            if isinstance(at, int):
+                notes[at] = f"out of order: made as call {at + 1}{where}"
+    return notes
+
+
 def score_marks(
     calls: Sequence[ToolCall], score_index: int, details: Any
 ) -> tuple[list[MarkDoc], list[MissingDoc]]:
@@ -137,6 +155,7 @@ def score_marks(
                         "note": f"matches {what}{partly}",
                     }
                 )
+            misplaced = _out_of_order(details, expected)
             for extra in details.get("extra") or []:
                 at = _index(extra)
                 if at is not None and 0 <= at < len(where):
@@ -145,12 +164,12 @@ def score_marks(
                             "call": where[at],
                             "score": score_index,
                             "kind": "extra",
-                            "note": "not expected here",
+                            "note": misplaced.get(at, "not expected here"),
                         }
                     )
         for item in details.get("missing") or []:
-            if not isinstance(item, dict):
-                continue
+            if not isinstance(item, dict) or item.get("out_of_order"):
+                continue  # made, out of order: its call says so
             note = f"expected {item.get('expected', 1)}, made {item.get('made', 0)}"
             problems = item.get("argument_problems")
             if isinstance(problems, list) and problems:

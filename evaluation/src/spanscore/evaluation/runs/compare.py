@@ -102,7 +102,7 @@ def compare_runs(
     for run in (run_a, run_b):
         if run not in known:
             raise ValueError(
-                f"no evaluation run {run!r} in this lake (see: SELECT * FROM eval_runs)"
+                f"no evaluation run {run!r} in this lake (`spanscore runs` lists them)"
             )
     notes = [n for n in (_no_scores(con, run) for run in dict.fromkeys((run_a, run_b))) if n]
     rows = paired_scores(con, run_a, run_b)

@@ -11,6 +11,11 @@ from typing import Any
 from spanscore.evaluation.suites.model import Gate
 
 
+def plural(n: int, noun: str) -> str:
+    """`1 conversation`, `2 conversations`: the count and its noun, as the messages say it."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 @dataclass
 class SummaryRow:
     scenario_id: str | None
@@ -68,12 +73,9 @@ class GateResult:
     passed: bool
 
     def describe(self) -> str:
-        what = "pass rate" if self.gate.min_pass_rate is not None else "mean"
+        what, target = self.gate.measure
         if self.gate.pass_k is not None:
             what = f"pass^{self.gate.pass_k}"
-        target = (
-            self.gate.min_pass_rate if self.gate.min_pass_rate is not None else self.gate.min_mean
-        )
         scope = "/".join(x for x in (self.gate.scenario, self.gate.metric) if x) or (
             "all scenarios" if self.gate.pass_k is not None else "all scores"
         )

@@ -29,12 +29,25 @@ from collections.abc import Callable, Iterator
 import duckdb
 import pyarrow as pa
 
+from spanscore.evaluation.llm.client import JudgeClient
 from spanscore.evaluation.llm.pool import JudgeRunner
 from spanscore.evaluation.runs.engines import score_batches
-from spanscore.evaluation.runs.gates import check_gate, run_warnings, summarize
+from spanscore.evaluation.runs.gates import (
+    check_gate,
+    conversation_verdicts,
+    judge_failures,
+    run_warnings,
+    summarize,
+)
 from spanscore.evaluation.runs.judge_rounds import _judge_in_batches, _judged_batches
-from spanscore.evaluation.runs.options import _RUN_GC_THRESHOLD, Progress, RunOptions, WindowError
-from spanscore.evaluation.runs.result import RunInterrupted, RunResult
+from spanscore.evaluation.runs.options import (
+    _RUN_GC_THRESHOLD,
+    Progress,
+    RunOptions,
+    WindowError,
+    judge_settings,
+)
+from spanscore.evaluation.runs.result import RunInterrupted, RunResult, plural
 from spanscore.evaluation.runs.store import (
     _close_abandoned_runs,
     _finish_run,
@@ -120,10 +133,19 @@ def _run(
     elif since is None:
         since, since_from = _default_since(con, suite)
     if since is not None and since > until:
+        given = options.since is not None
+        if given and options.until is not None and until == options.until:
+            # A duration is a time ago: the longer one is the earlier bound.
+            fix = "Give a --since before --until (--since 2h --until 1h: from 2 h to 1 h ago)"
+        elif given:
+            fix = "Give an earlier --since, or a shorter --settle"
+        elif until_from == "--until":
+            fix = "Give --since (or --last) before --until, or a later --until"
+        else:
+            fix = "Give --since (or --last), or a shorter --settle"
         raise WindowError(
             f"the window starts at {_shown(since)} ({since_from}) after it ends at "
-            f"{_shown(until)} ({until_from}): nothing can be in it. Give --since (or --last), "
-            "or a shorter --settle"
+            f"{_shown(until)} ({until_from}): nothing can be in it. {fix}"
         )
     run_id = uuid.uuid4().hex[:16]
     result = RunResult(
@@ -204,10 +226,11 @@ def _run(
     if options.simulation is not None:
         result.trials = trial_results(con, run_id)
     gates = [*suite.suite.gates, *options.gates]
+    verdicts = conversation_verdicts(con, suite, sample) if gates else {}
     result.gates = [
         check_trial_gate(g, result.trials)
         if g.pass_k is not None
-        else check_gate(g, result.summary)
+        else check_gate(g, result.summary, verdicts)
         for g in gates
     ]
     simulated = None
@@ -227,6 +250,13 @@ def _run(
             "set one with spanscore.instrumentation.conversation(...) or the collector's "
             "conversation_attribute, or multi-turn conversations are scored piece by piece"
         )
+    if suite.uses_judge:
+        judge = result.judge or {}
+        endpoint = (
+            judge.get("endpoint")
+            or JudgeClient(judge_settings(suite, options), environ=options.judge_environ).endpoint()
+        )
+        result.failures += judge_failures(suite, result.summary, endpoint, judge.get("last_error"))
     least = (
         options.min_conversations
         if options.min_conversations is not None
@@ -234,7 +264,7 @@ def _run(
     )
     if len(sample) < least:
         result.failures.append(
-            f"{len(sample)} conversations in the run, fewer than the {least} required "
+            f"{plural(len(sample), 'conversation')} in the run, fewer than the {least} required "
             "(min_conversations)"
         )
     strict = options.strict if options.strict is not None else suite.suite.strict

@@ -13,7 +13,7 @@ import duckdb
 
 from spanscore.evaluation.llm.pool import JudgeRunner
 from spanscore.evaluation.runs.options import UTC, RunOptions, judge_settings
-from spanscore.evaluation.runs.result import RunResult
+from spanscore.evaluation.runs.result import RunResult, plural
 from spanscore.evaluation.runs.store import COMPLETED, _set_details, runs, scored_conversations
 from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.lake import (
@@ -251,7 +251,7 @@ def _why_empty(
                 else " (or were simulated: `evaluate --simulation ID` scores those)"
             )
         )
-    return f"the lake holds {total} conversations: " + "; ".join(parts)
+    return f"the lake holds {plural(total, 'conversation')}: " + "; ".join(parts)
 
 
 def _duration(seconds: float) -> str:

@@ -376,18 +376,22 @@ def _locate(
     location is a union member the value does not have the shape of (unless `lenient`)."""
     parts: list[str] = []
     node = root
+    key_node: yaml.Node | None = None  # the key the location ends on: its line is the key's
     value = data
     for key in loc:
         if isinstance(key, int) and isinstance(value, list) and 0 <= key < len(value):
             parts.append(f"[{key}]")
             value = value[key]
+            key_node = None
             if isinstance(node, yaml.SequenceNode) and key < len(node.value):
                 node = node.value[key]
         elif isinstance(key, str) and isinstance(value, dict) and key in value:
             parts.append(f".{key}" if parts else key)
             value = value[key]
             if isinstance(node, yaml.MappingNode):
-                node = next((v for k, v in node.value if k.value == key), node)
+                found = next(((k, v) for k, v in node.value if k.value == key), None)
+                if found is not None:
+                    key_node, node = found
         elif isinstance(value, dict) and value.get("type") == key:
             continue  # the tag of a discriminated union member
         elif isinstance(key, str) and "[" in key:  # a union member: `list[...]`, `function-...`
@@ -397,7 +401,9 @@ def _locate(
         else:  # a missing field, named after the mapping it is missing from
             parts.append(f".{key}" if parts else str(key))
             break
-    line = node.start_mark.line + 1 if node is not None else None
+    # A key's value may start on the next line (a block under `expected:`): the key's line.
+    at = key_node if key_node is not None else node
+    line = at.start_mark.line + 1 if at is not None else None
     return Problem(label, line, "".join(parts), message)
 
 

@@ -78,6 +78,11 @@ class LoadedSuite:
         """Whether scoring may ask the LLM judge."""
         return bool(self._judged)
 
+    @property
+    def judged_metrics(self) -> set[str]:
+        """Names of the metrics that may ask the LLM judge."""
+        return {self.assertions[i].metric_name for i in self._judged}
+
     def judge_config(self) -> JudgeConfig:
         return self.suite.judge or JudgeConfig()
 

@@ -162,12 +162,37 @@ class Policy(_Model):
 
 
 class Gate(_Model):
-    """A threshold the run must meet; a missed gate makes `spanscore evaluate` exit 1."""
+    """A threshold the run must meet; a missed gate makes `spanscore evaluate` exit 1. A gate
+    covers the scores of its scenario and metric (both default to all) and sets one of
+    `min_pass_rate`, `min_score_pass_rate` and `min_mean`."""
 
-    metric: str | None = Field(None, description="metric name; default: every metric")
-    scenario: str | None = Field(None, description="scenario or policy id; default: all")
-    min_pass_rate: float | None = Field(None, ge=0, le=1)
-    min_mean: float | None = Field(None, description="minimum mean value")
+    metric: str | None = Field(
+        None, description="the metric (assertion name) the gate covers; default: every metric"
+    )
+    scenario: str | None = Field(
+        None, description="the scenario or policy id the gate covers; default: all of them"
+    )
+    min_pass_rate: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="minimum share of conversations that pass: a conversation passes when "
+        "every pass/fail score it has in the gate's scope passed (an error is no pass); 1.0: "
+        "every conversation must pass",
+    )
+    min_score_pass_rate: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="minimum share of the pass/fail scores in the gate's scope that passed, "
+        "counted score by score (a conversation that failed one of its two scores counts "
+        "half); errors are left out",
+    )
+    min_mean: float | None = Field(
+        None,
+        description="minimum mean value of the scores in the gate's scope, each conversation "
+        "counted once per metric (errors left out)",
+    )
     pass_k: int | None = Field(
         None,
         ge=1,
@@ -182,14 +207,32 @@ class Gate(_Model):
 
     @model_validator(mode="after")
     def _has_threshold(self) -> Gate:
-        if self.min_pass_rate is None and self.min_mean is None:
-            raise ValueError("a gate needs min_pass_rate or min_mean")
+        set_ = [
+            name
+            for name in ("min_pass_rate", "min_score_pass_rate", "min_mean")
+            if getattr(self, name) is not None
+        ]
+        if len(set_) != 1:
+            raise ValueError(
+                "a gate needs one of min_pass_rate (conversations), min_score_pass_rate "
+                f"(scores) or min_mean{f'; it sets {len(set_)}' if set_ else ''}"
+            )
         if self.pass_k is not None and (self.min_pass_rate is None or self.metric is not None):
             raise ValueError(
                 "a pass_k gate needs min_pass_rate, and no metric (a trial passes "
                 "when all its scores pass)"
             )
         return self
+
+    @property
+    def measure(self) -> tuple[str, float]:
+        """(what the gate measures, in words; its threshold)."""
+        if self.min_pass_rate is not None:
+            return "conversation pass rate", self.min_pass_rate
+        if self.min_score_pass_rate is not None:
+            return "score pass rate", self.min_score_pass_rate
+        assert self.min_mean is not None
+        return "mean", self.min_mean
 
 
 class Suite(_Model):
