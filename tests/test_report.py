@@ -343,6 +343,8 @@ def test_tools_are_broken_down_by_the_assertions_that_failed_on_them(
     assert cells["cancel_order", "verify_before_cancel", "order"]["conversation_ids"] == [
         "cs-cancel-2"
     ]
+    # Read from the embedded conversations' marks, or placed afresh: the same.
+    assert _doc(evaluated_lake, max_trajectories=0)["tool_failures"] == found
 
 
 def test_label_metrics_are_listed_with_their_labels(evaluated_lake: EvaluatedLake):

@@ -9,7 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from spanscore.evaluation.report.marks import score_marks
-from spanscore.evaluation.report.schema import ToolFailureDoc, ToolFailuresDoc
+from spanscore.evaluation.report.schema import (
+    ConversationDetailDoc,
+    MarkDoc,
+    MissingDoc,
+    ToolFailureDoc,
+    ToolFailuresDoc,
+)
 from spanscore.evaluation.report.values import _json
 from spanscore.evaluation.runs.store import ScoreRecord
 from spanscore.evaluation.trajectory.model import ToolCall
@@ -31,16 +37,32 @@ class ToolFailures:
         self.unmarked = 0
 
     def add(
-        self, conversation_id: str, calls: Sequence[ToolCall] | None, scores: Sequence[ScoreRecord]
+        self,
+        conversation_id: str,
+        calls: Sequence[ToolCall] | None,
+        scores: Sequence[ScoreRecord],
+        detail: ConversationDetailDoc | None = None,
     ) -> None:
-        """The failed scores of one conversation (`calls` None: its trajectory is gone)."""
-        for s in scores:
+        """The failed scores of one conversation (`calls` None: its trajectory is gone). The
+        marks are read from its `detail` when it was embedded (made from the same scores),
+        else placed here."""
+        placed: dict[int, tuple[list[MarkDoc], list[MissingDoc]]] = {}
+        if detail is not None:
+            for mark in detail["marks"]:
+                placed.setdefault(mark["score"], ([], []))[0].append(mark)
+            for gone in detail["missing"]:
+                placed.setdefault(gone["score"], ([], []))[1].append(gone)
+        for k, s in enumerate(scores):
             if s.passed is not False:
                 continue
             self.failed += 1
             involved: dict[str, dict[str, int]] = {}
             if calls is not None:
-                marks, missing = score_marks(calls, 0, _json(s.details))
+                marks, missing = (
+                    placed.get(k, ([], []))
+                    if detail is not None
+                    else score_marks(calls, k, _json(s.details))
+                )
                 for m in marks:
                     if m["kind"] != "matched":
                         kinds = involved.setdefault(calls[m["call"]].name, {})

@@ -484,7 +484,6 @@ def build_report(
         if i is None:
             continue
         tools.add(t.tool_calls)
-        failures.add(t.conversation_id, t.tool_calls, by_conversation[t.conversation_id])
         scenario = t.attributes.get("scenario.id")
         meta[t.conversation_id] = (
             str(scenario) if scenario is not None else None,
@@ -494,8 +493,10 @@ def build_report(
             _clip(t.first_user_message, 500),
             _first_trace(t),
         )
+        mine = by_conversation[t.conversation_id]
         if i in embedded:
-            details[i] = _detail(t, by_conversation[t.conversation_id], options.max_value_chars)
+            details[i] = _detail(t, mine, options.max_value_chars)
+        failures.add(t.conversation_id, t.tool_calls, mine, details[i])
     for cid in ids:
         scenario, agent, service, start, message, trace = meta.get(cid, (None,) * 6)
         if scenario is None:

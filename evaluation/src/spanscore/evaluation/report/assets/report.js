@@ -67,12 +67,15 @@
       return v === null && named ? named[i] : v;
     } });
   });
-  // An agent or service that is the same for every conversation is said once, above the table.
+  // An agent or service that is the same for every conversation (or none recorded) is said
+  // once, above the table, instead of a column.
   var constant = [];
   ["agent", "service"].forEach(function (k) {
     var values = distinct(C[k]);
     if (N > 1 && values.length === 1 && C[k].every(function (v) { return v === values[0]; })) {
       constant.push(k + " " + values[0]);
+    } else if (N > 0 && !values.length) {
+      constant.push(k + " not recorded");
     }
   });
   function shownColumn(k) { return !constant.some(function (c) { return c.indexOf(k + " ") === 0; }); }
