@@ -5,7 +5,9 @@ The page itself, in a browser, is tested in test_report_browser.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import html
 import json
 import re
 from pathlib import Path
@@ -28,6 +30,7 @@ from spanscore.evaluation.report import (
 from spanscore.evaluation.report.html import script_json
 from spanscore.evaluation.report.marks import positions, score_marks
 from spanscore.evaluation.report.schema import schema_text
+from spanscore.evaluation.report.trends import run_labels
 from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.runs.run import evaluate
 from spanscore.examples.synthetic import build_lake
@@ -208,6 +211,155 @@ def test_the_trend_marks_this_run_among_the_suites_runs(evaluated_lake: Evaluate
         [evaluated_lake.run],
     )[0][0]
     assert trend[1]["pass_rate"] == pytest.approx(rate, abs=1e-4)
+
+
+def test_each_scenario_and_metric_has_its_trend_on_its_own_scale(evaluated_lake: EvaluatedLake):
+    doc = _doc(evaluated_lake)
+    runs = [t["run_id"] for t in doc["trend"]]
+    assert "mean" not in doc["trend"][0]  # no mean over metrics of different scales
+    rows = query(
+        evaluated_lake.lake,
+        "SELECT run_id, scenario_id, metric, conversation_id, passed, value FROM scores "
+        "WHERE list_contains(?, run_id)",
+        [runs],
+    )
+
+    def average(values: list[Any]) -> float | None:
+        known = [float(v) for v in values if v is not None]
+        return round(sum(known) / len(known), 4) if known else None
+
+    series = {(s["scenario_id"], s["metric"]): s for s in doc["trend_series"]}
+    keys = {(s["scenario_id"], s["metric"]) for s in doc["summary"]}
+    assert set(series) == keys | {(scenario, None) for scenario, _ in keys}
+    for (scenario, metric), item in series.items():
+        assert len(item["pass_rate"]) == len(item["mean"]) == len(runs)
+        for i, run in enumerate(runs):
+            mine = [r for r in rows if r[0] == run and r[1] == scenario]
+            if metric is not None:
+                mine = [r for r in mine if r[2] == metric]
+                assert item["pass_rate"][i] == average([r[4] for r in mine]), (metric, run)
+                assert item["mean"][i] == average([r[5] for r in mine]), (metric, run)
+                continue
+            # A scenario: the share of its conversations whose judged scores all passed.
+            verdicts: dict[str, list[bool]] = {}
+            for r in mine:
+                if r[4] is not None:
+                    verdicts.setdefault(r[3], []).append(r[4])
+            assert item["pass_rate"][i] == average([all(v) for v in verdicts.values()])
+    # The cs-budget-search-2 regression is on its scenario's trend and on its metric's.
+    assert series["product_search_with_budget", None]["pass_rate"] == [1.0, 0.5]
+    assert series["product_search_with_budget", "tool_calls"]["pass_rate"] == [1.0, 0.5]
+    # The judged rubrics are drawn on the scale they declare, 0-5, even where every value is
+    # 5; the other metrics on 0-1.
+    efficiency = series[None, "tool_usage_efficiency"]
+    assert efficiency["mean"] == [5.0, 5.0]
+    assert efficiency["scale"] == {"low": 0.0, "high": 5.0}
+    assert series[None, "verification_compliance"]["scale"] == {"low": 0.0, "high": 5.0}
+    assert series["order_status_check", "response"]["scale"] == {"low": 0.0, "high": 1.0}
+    summary = {(s["scenario_id"], s["metric"]): s["scale"] for s in doc["summary"]}
+    assert summary[None, "tool_usage_efficiency"] == {"low": 0.0, "high": 5.0}
+    assert summary[None, "data_privacy"] is None  # labels only, no value
+    histogram = next(d for d in doc["distributions"] if d["metric"] == "tool_usage_efficiency")
+    assert (histogram["histogram"]["low"], histogram["histogram"]["high"]) == (0.0, 5.0)
+    assert histogram["histogram"]["counts"][-1] == histogram["values"] == 10
+
+
+def test_runs_started_close_together_get_distinct_labels():
+    def at(*parts: int) -> dt.datetime:
+        return dt.datetime(*parts, tzinfo=dt.UTC)
+
+    ids = ["aaaa1111", "bbbb2222", "cccc3333"]
+    assert run_labels([at(2026, 1, 1), at(2026, 1, 2), at(2026, 1, 3)], ids) == [
+        "01-01",
+        "01-02",
+        "01-03",
+    ]
+    same_day = [at(2026, 1, 2, 1, 0), at(2026, 1, 2, 3, 30), at(2026, 1, 3, 3, 30)]
+    assert run_labels(same_day, ids) == ["01-02 01:00", "01-02 03:30", "01-03 03:30"]
+    same_minute = [at(2026, 1, 2, 3, 30, 5), at(2026, 1, 2, 3, 30, 9), at(2026, 1, 2, 4)]
+    assert run_labels(same_minute, ids) == [
+        "01-02 03:30:05",
+        "01-02 03:30:09",
+        "01-02 04:00:00",
+    ]
+    same_second = [at(2026, 1, 2, 3, 30, 5), at(2026, 1, 2, 3, 30, 5), at(2026, 1, 3)]
+    assert run_labels(same_second, ids) == [
+        "01-02 03:30:05 aaaa11",
+        "01-02 03:30:05 bbbb22",
+        "01-03 00:00:00 cccc33",
+    ]
+    assert run_labels([at(2025, 12, 31), at(2026, 1, 1), None], ids) == [
+        "2025-12-31",
+        "2026-01-01",
+        "cccc3333",
+    ]
+
+
+def test_runs_of_one_day_are_told_apart_on_the_trend(small_lake: tuple[Path, str]):
+    lake, first = small_lake
+    since = RunOptions(settle_s=0, workers=1, since=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
+    second = evaluate(lake, load_suite(SMALL_SUITE), dataclasses.replace(since, rescore=True))
+    con = connect(lake)
+    try:  # the two runs started on the same day, in the same minute
+        con.execute(
+            "UPDATE eval_runs SET started_at = TIMESTAMPTZ '2026-03-04 05:06:07+00' "
+            "+ to_seconds(CASE WHEN run_id = ? THEN 0 ELSE 30 END)",
+            [first],
+        )
+    finally:
+        con.close()
+    doc = build_report_doc(EvaluatedLake(lake, first, second.run_id), second.run_id)
+    labels = [t["label"] for t in doc["trend"]]
+    assert labels == ["03-04 05:06:07", "03-04 05:06:37"]
+    page = render(doc)
+    trend = page.split('class="plot trend"')[1].split("</svg>")[0]
+    assert re.findall(r'class="xlabel"[^>]*>([^<]*)<', trend) == labels
+
+
+def test_tools_are_broken_down_by_the_assertions_that_failed_on_them(
+    evaluated_lake: EvaluatedLake,
+):
+    found = _doc(evaluated_lake)["tool_failures"]
+    failed = query(
+        evaluated_lake.lake,
+        "SELECT scenario_id, metric, conversation_id FROM scores WHERE run_id = ? AND NOT passed",
+        [evaluated_lake.run],
+    )
+    assert found["failed_scores"] == len(failed)
+    # verification_compliance (a judged rubric) fails cs-cancel-2 without marking a call.
+    assert found["unmarked"] == 1
+    cells = {(c["tool"], c["scenario_id"], c["metric"]): c for c in found["cells"]}
+    by_key = {(r[0], r[1]): set() for r in failed}
+    for scenario, metric, conversation in failed:
+        by_key[scenario, metric].add(conversation)
+    for (tool, scenario, metric), cell in cells.items():
+        assert set(cell["conversation_ids"]) <= by_key[scenario, metric], (tool, metric)
+        assert cell["conversations"] == len(cell["conversation_ids"])
+    assert cells["lookup_customer", "product_search_with_budget", "tool_calls"]["marks"] == {
+        "extra": 1
+    }
+    assert cells["cancel_order", "verify_before_cancel", "order"]["marks"] == {"violation": 1}
+    assert cells["get_order", "auth_cancel_order", "tool_calls"]["marks"] == {"missing": 1}
+    assert cells["cancel_order", "verify_before_cancel", "order"]["conversation_ids"] == [
+        "cs-cancel-2"
+    ]
+    # Read from the embedded conversations' marks, or placed afresh: the same.
+    assert _doc(evaluated_lake, max_trajectories=0)["tool_failures"] == found
+
+
+def test_label_metrics_are_listed_with_their_labels(evaluated_lake: EvaluatedLake):
+    columns = _doc(evaluated_lake)["conversations"]
+    expected = dict(
+        query(
+            evaluated_lake.lake,
+            "SELECT conversation_id, label FROM scores "
+            "WHERE run_id = ? AND metric = 'data_privacy'",
+            [evaluated_lake.run],
+        )
+    )
+    assert set(columns["labels"]) == {"data_privacy", "unauthorized_action"}  # no value, labels
+    assert dict(zip(columns["id"], columns["labels"]["data_privacy"], strict=True)) == expected
+    assert set(expected.values()) == {"compliant"}
 
 
 def test_the_judges_calls_tokens_and_cost_are_shown(evaluated_lake: EvaluatedLake):
@@ -595,3 +747,52 @@ def test_the_demo_writes_the_report_and_prints_its_path(tmp_path: Path):
     page = (lake / "report.html").read_text()
     assert f"run {run_id}" in page
     assert "verify_before_cancel" in page  # its failed gate, in the header
+
+
+def test_a_strict_run_that_failed_on_warnings_says_why_in_json_and_header(tmp_path: Path):
+    """Every gate passed, yet the run failed: its warnings fail a strict run. The summary,
+    the evaluate JSON, and later the report of that run (read back from the lake) all say
+    so, each warning with its reason."""
+    lake = tmp_path / "lake"
+    build_lake(lake, 20)
+    suite = tmp_path / "suite.json"
+    nobody = [{"id": f"nobody-{n}", "assertions": [{"type": "tool_errors"}]} for n in (1, 2)]
+    suite.write_text(
+        json.dumps({**SMALL_SUITE, "scenarios": nobody, "gates": [{"min_pass_rate": 0}]})
+    )
+    runner = CliRunner()
+    common = ["--lake", str(lake), "--suite", str(suite), "--since", "2000-01-01"]
+    ran = runner.invoke(main, ["evaluate", *common, "--settle", "0", "--workers", "1", "--strict"])
+    assert ran.exit_code == 1, ran.output
+    warnings = [f"scenario 'nobody-{n}' selected none of the 20 conversations" for n in (1, 2)]
+    for warning in warnings:
+        assert f"warning (strict: fails the run): {warning}" in ran.output
+    assert "run FAILED: strict mode: 2 warnings fail the run" in ran.output
+    run_id = re.search(r"^run (\w+):", ran.output, re.M).group(1)  # type: ignore[union-attr]
+
+    as_json = tmp_path / "r.json"
+    made = runner.invoke(
+        main, ["report", run_id, "--lake", str(lake), "--format", "json", "-o", str(as_json)]
+    )
+    assert made.exit_code == 0, made.output
+    run = json.loads(as_json.read_text())["run"]
+    jsonschema.validate(
+        json.loads(as_json.read_text()),
+        json.loads((ROOT / "docs" / "report.schema.json").read_text()),
+    )
+    assert run["status"] == "gate_failed"
+    assert [g["passed"] for g in run["gates"]] == [True]
+    assert (run["strict"], run["warnings"]) == (True, warnings)
+    assert run["failures"] == ["strict mode: 2 warnings fail the run"]
+    assert run["status_reasons"] == ["strict mode: 2 warnings fail the run"]
+
+    page = tmp_path / "r.html"
+    made = runner.invoke(main, ["report", run_id, "--lake", str(lake), "-o", str(page)])
+    assert made.exit_code == 0, made.output
+    header = page.read_text().split("</header>")[0]
+    why = header.split('<div class="why">')[1].split("</div>")[0]
+    assert "gate_failed because:" in why
+    assert "strict mode: 2 warnings fail the run" in why
+    listed = re.findall(r'<ul class="warnings">(.*?)</ul>', header)[0]
+    for warning in warnings:
+        assert f"fails the run (strict)</span> {html.escape(warning)}</li>" in listed

@@ -153,8 +153,10 @@ def open_report(browser: Any) -> Iterator[Any]:
         context.close()
 
 
-def screenshot(opened: Opened, artifacts: Path, name: str, **options: Any) -> Path:
-    """Save a screenshot as an artifact; fail if it is blank."""
+def screenshot(
+    opened: Opened, artifacts: Path, name: str, inked: float = 0.02, **options: Any
+) -> Path:
+    """Save a screenshot as an artifact; fail if it is blank (less than `inked` of it drawn)."""
     from PIL import Image
 
     data = opened.page.screenshot(**options)
@@ -167,9 +169,9 @@ def screenshot(opened: Opened, artifacts: Path, name: str, **options: Any) -> Pa
     image = Image.open(io.BytesIO(data)).convert("RGB").resize((280, 200))
     raw = image.tobytes()
     pixels = [raw[i : i + 3] for i in range(0, len(raw), 3)]
-    inked = sum(1 for p in pixels if sum(p) < 600) / len(pixels)
+    drawn = sum(1 for p in pixels if sum(p) < 600) / len(pixels)
     assert len(set(pixels)) > 16, f"{path} is blank (one colour)"
-    assert inked > 0.02, f"{path} is blank ({inked:.1%} of it has anything drawn)"
+    assert drawn > inked, f"{path} is blank ({drawn:.1%} of it has anything drawn)"
     return path
 
 
@@ -218,6 +220,79 @@ def test_the_plots_are_drawn_and_nothing_leaves_the_page(
     assert page.locator("svg.plot.trend circle.point.current").count() == 1
     assert page.locator("ul.gates li.fail").count() == 1
     screenshot(opened, artifacts, "report-page", full_page=True)
+    assert_stayed_offline(opened)
+
+
+def test_the_operators_sections_fit_a_1400_px_page(open_report: Any, report: Path, artifacts: Path):
+    """Trends per scenario and per metric (each metric on its own scale), distinct run labels,
+    tools by failed assertions, labels in the table, and nothing wider than the page."""
+    opened = open_report(report)
+    page = opened.page
+    doc = page.evaluate("JSON.parse(document.getElementById('report-data').textContent).doc")
+    # No horizontal scroll: not the page, not the conversations table.
+    widths = page.evaluate(
+        """() => ({
+            page: document.documentElement.scrollWidth,
+            view: document.documentElement.clientWidth,
+            box: document.getElementById('table').clientWidth,
+            boxScroll: document.getElementById('table').scrollWidth,
+            table: document.querySelector('table.convs').getBoundingClientRect().width,
+            widest: Math.max(...[...document.querySelectorAll('main > section > *')]
+                .map(e => e.getBoundingClientRect().right)),
+        })"""
+    )
+    assert widths["view"] == 1400
+    assert widths["page"] <= widths["view"], widths
+    assert widths["boxScroll"] <= widths["box"], widths
+    assert widths["table"] <= widths["box"], widths
+    assert widths["widest"] <= widths["view"], widths
+    # A small chart per scenario and per metric, side by side, none squeezed.
+    charts = page.eval_on_selector_all(
+        "#trend .series-grid svg.plot.series",
+        "s => s.map(e => ({title: e.querySelector('title').textContent,"
+        " width: e.getBoundingClientRect().width, top: e.getBoundingClientRect().top,"
+        " drawn: e.querySelectorAll('circle.point').length,"
+        " scale: [...e.querySelectorAll('text.scale')].map(t => t.textContent)}))",
+    )
+    assert len(charts) == len(doc["trend_series"])
+    assert all(300 <= c["width"] <= 400 and c["drawn"] >= 2 for c in charts), charts
+    assert len({c["top"] for c in charts}) < len(charts)  # several to a row
+    rubric = next(c for c in charts if c["title"].startswith("suite-wide / tool_usage_efficiency"))
+    assert rubric["scale"] == ["5", "0"]  # every value 5, drawn at the top of 0-5
+    labels = page.eval_on_selector_all(
+        "svg.plot.trend text.xlabel", "t => t.map(x => x.textContent)"
+    )
+    assert len(labels) == len(set(labels)) == len(doc["trend"])
+    # Tools by failed assertions: a number opens the first conversation it counts.
+    cell = page.locator("table.toolfail tr", has_text="product_search_with_budget/tool_calls")
+    cell.locator("td.n a").click()
+    page.wait_for_selector('#conversation[data-loaded="cs-budget-search-2"]')
+    page.keyboard.press("Escape")
+    # Label metrics show their labels.
+    column = next(
+        i
+        for i, k in enumerate(
+            page.eval_on_selector_all("table.convs th", "t => t.map(x => x.dataset.key)")
+        )
+        if k == "m:data_privacy"
+    )
+    shown = page.eval_on_selector_all(
+        f"table.convs tbody td:nth-child({column + 1})", "t => t.map(x => x.textContent)"
+    )
+    assert set(shown) == {"compliant"}
+    assert "gate_failed because:" in page.inner_text("header .why")
+    top = page.eval_on_selector("#trend", "e => e.getBoundingClientRect().top + window.scrollY")
+    bottom = page.eval_on_selector(
+        "#conversations", "e => e.getBoundingClientRect().bottom + window.scrollY"
+    )
+    screenshot(
+        opened,
+        artifacts,
+        "report-1400",
+        inked=0.01,  # line charts on white: less ink than the whole page
+        full_page=True,
+        clip={"x": 0, "y": top, "width": 1400, "height": bottom - top},
+    )
     assert_stayed_offline(opened)
 
 

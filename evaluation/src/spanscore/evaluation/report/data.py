@@ -17,7 +17,9 @@ from typing import Any, Literal
 
 import duckdb
 
+from spanscore.evaluation.report.breakdown import ToolFailures
 from spanscore.evaluation.report.conversations import _clip, _detail, _first_trace
+from spanscore.evaluation.report.scales import declared_scales, scale_of
 from spanscore.evaluation.report.schema import (
     FORMAT,
     VERSION,
@@ -31,17 +33,17 @@ from spanscore.evaluation.report.schema import (
     MetricChangeDoc,
     ReportDoc,
     RunDoc,
+    ScaleDoc,
     SummaryDoc,
     ToolDoc,
-    TrendDoc,
 )
+from spanscore.evaluation.report.trends import trend, trend_series
 from spanscore.evaluation.report.values import _float, _iso, _json, _round
 from spanscore.evaluation.runs import store
 from spanscore.evaluation.runs.compare import compare_runs
 from spanscore.evaluation.runs.store import ScoreRecord
 from spanscore.evaluation.trajectory.load import load_trajectories
 from spanscore.evaluation.trajectory.model import ToolCall
-from spanscore.lake import query
 
 
 class ReportError(ValueError):
@@ -143,6 +145,29 @@ def _gates(details: dict[str, Any]) -> list[GateDoc]:
     return out
 
 
+def _status_reasons(status: str | None, gates: Sequence[GateDoc], failures: list[str]) -> list[str]:
+    """Why the run has its status, one reason a line: the gates that failed, then what else
+    failed it (the run's recorded failures); nothing for a run that succeeded."""
+    if status == "gate_failed":
+        reasons = [
+            f"gate {g['scope']}: "
+            + (
+                "measured nothing"
+                if g["measured"] is None
+                else f"{g['kind'].replace('_', ' ')} {g['measured']:.3f} below {g['target']}"
+            )
+            for g in gates
+            if not g["passed"]
+        ]
+        reasons += failures
+        return reasons or ["no failed gate or other failure was recorded for this run"]
+    return {
+        "interrupted": ["interrupted before it scored its whole window (its scores are kept)"],
+        "failed": ["stopped on an error before it finished (its log says which)"],
+        "running": ["still running, or its process ended without recording the end"],
+    }.get(status or "", failures)
+
+
 def _run_doc(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
     run = store.run_row(con, run_id)
     if run is None:
@@ -157,6 +182,8 @@ def _run_doc(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
     def count(key: str) -> int | None:
         value = details.get(key)
         return int(value) if isinstance(value, int | float) else None
+
+    gates = _gates(details)
 
     return {
         "run_id": run.run_id,
@@ -176,7 +203,11 @@ def _run_doc(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
         "skipped": count("skipped"),
         "sample": sample if isinstance(sample, dict) else {},
         "judge": _judge(_float(run.judge_cost_usd), details),
-        "gates": _gates(details),
+        "gates": gates,
+        "strict": run.strict,
+        "warnings": run.warnings,
+        "failures": run.failures,
+        "status_reasons": _status_reasons(run.status, gates, run.failures),
         "spanscore_version": run.spanscore_version,
         "host": run.host,
     }
@@ -201,7 +232,9 @@ def _scores(con: duckdb.DuckDBPyConnection, run_id: str) -> list[ScoreRecord]:
     return scores
 
 
-def _summary(scores: Sequence[ScoreRecord]) -> list[SummaryDoc]:
+def _summary(
+    scores: Sequence[ScoreRecord], declared: dict[tuple[str | None, str], ScaleDoc]
+) -> list[SummaryDoc]:
     groups: dict[tuple[str, str], list[ScoreRecord]] = {}
     for s in scores:
         groups.setdefault((s.scenario_id or "", s.metric), []).append(s)
@@ -209,6 +242,7 @@ def _summary(scores: Sequence[ScoreRecord]) -> list[SummaryDoc]:
     for (_, metric), group in sorted(groups.items()):
         judged = [s.passed for s in group if s.passed is not None]
         values = [s.value for s in group if s.value is not None]
+        own = declared.get((group[0].scenario_id, metric))
         out.append(
             {
                 "scenario_id": group[0].scenario_id,
@@ -219,23 +253,23 @@ def _summary(scores: Sequence[ScoreRecord]) -> list[SummaryDoc]:
                 "pass_rate": _round(sum(judged) / len(judged)) if judged else None,
                 "mean": _round(sum(values) / len(values)) if values else None,
                 "errors": sum(1 for s in group if s.error is not None),
+                "scale": scale_of(values, [own] if own else []) if values else None,
             }
         )
     return out
 
 
-def _distributions(scores: Sequence[ScoreRecord], bins: int) -> list[DistributionDoc]:
+def _distributions(
+    scores: Sequence[ScoreRecord], bins: int, declared: dict[tuple[str | None, str], ScaleDoc]
+) -> list[DistributionDoc]:
     by_metric: dict[str, list[float]] = {}
     for s in scores:
         if s.value is not None:
             by_metric.setdefault(s.metric, []).append(s.value)
     out: list[DistributionDoc] = []
     for metric, values in sorted(by_metric.items()):
-        low, high = min(values), max(values)
-        if low >= 0 and high <= 1:  # the usual [0, 1] scores share one scale
-            low, high = 0.0, 1.0
-        elif high == low:
-            high = low + 1
+        scale = scale_of(values, [d for (_, m), d in declared.items() if m == metric])
+        low, high = scale["low"], scale["high"]
         counts = [0] * bins
         for v in values:
             counts[min(bins - 1, int((v - low) / (high - low) * bins))] += 1
@@ -247,38 +281,6 @@ def _distributions(scores: Sequence[ScoreRecord], bins: int) -> list[Distributio
             }
         )
     return out
-
-
-def _trend(con: duckdb.DuckDBPyConnection, run_id: str, runs: int) -> list[TrendDoc]:
-    rows = query(
-        con,
-        """
-        WITH picked AS (
-            SELECT p.run_id, p.started_at, p.status FROM eval_runs p, eval_runs r
-            WHERE r.run_id = ? AND p.suite_name = r.suite_name
-              AND (p.run_id = r.run_id OR (p.started_at <= r.started_at
-                   AND p.status IN ('succeeded', 'gate_failed')))
-            ORDER BY p.started_at DESC LIMIT ?)
-        SELECT p.run_id AS run_id, p.started_at AS started_at, p.status AS status,
-               count(DISTINCT s.conversation_id) AS conversations,
-               avg(s.passed::INTEGER) AS pass_rate, avg(s.value) AS mean
-        FROM picked p LEFT JOIN scores s ON s.run_id = p.run_id
-        GROUP BY ALL ORDER BY p.started_at, p.run_id
-        """,
-        [run_id, runs],
-    )
-    return [
-        {
-            "run_id": str(r["run_id"]),
-            "started_at": _iso(r["started_at"]),
-            "status": r["status"],
-            "conversations": int(r["conversations"]),
-            "pass_rate": _round(_float(r["pass_rate"])),
-            "mean": _round(_float(r["mean"])),
-            "current": r["run_id"] == run_id,
-        }
-        for r in rows
-    ]
 
 
 # --- baseline ----------------------------------------------------------------------------------
@@ -422,6 +424,7 @@ def build_report(
     keys = sorted({_key(s) for s in scores})
     key_index = {k: i for i, k in enumerate(keys)}
     metrics = sorted({s.metric for s in scores})
+    labelled = sorted({s.metric for s in scores if s.label is not None and s.value is None})
     columns: ConversationsDoc = {
         "id": ids,
         "scenario": [],
@@ -437,6 +440,7 @@ def build_report(
         "metrics": metrics,
         "values": {m: [] for m in metrics},
         "passed": {m: [] for m in metrics},
+        "labels": {m: [] for m in labelled},
     }
     for cid in ids:
         mine = by_conversation[cid]
@@ -456,6 +460,11 @@ def build_report(
             judged = [s.passed for s in of_metric if s.passed is not None]
             columns["values"][m].append(_round(min(values)) if values else None)
             columns["passed"][m].append(all(judged) if judged else None)
+        for m in labelled:
+            named = sorted(
+                (s.passed is not False, s.label) for s in mine if s.metric == m and s.label
+            )
+            columns["labels"][m].append(named[0][1] if named else None)
     # Failing and regressed conversations are embedded first when not all can be.
     priority = sorted(
         range(len(ids)),
@@ -469,6 +478,7 @@ def build_report(
     details: list[ConversationDetailDoc | None] = [None] * len(ids)
     meta: dict[str, tuple[Any, ...]] = {}
     tools = _ToolFigures()
+    failures = ToolFailures()
     position = {cid: i for i, cid in enumerate(ids)}
     for t in load_trajectories(con, conversation_ids=ids):
         i = position.get(t.conversation_id)
@@ -484,8 +494,10 @@ def build_report(
             _clip(t.first_user_message, 500),
             _first_trace(t),
         )
+        mine = by_conversation[t.conversation_id]
         if i in embedded:
-            details[i] = _detail(t, by_conversation[t.conversation_id], options.max_value_chars)
+            details[i] = _detail(t, mine, options.max_value_chars)
+        failures.add(t.conversation_id, t.tool_calls, mine, details[i])
     for cid in ids:
         scenario, agent, service, start, message, trace = meta.get(cid, (None,) * 6)
         if scenario is None:
@@ -499,6 +511,9 @@ def build_report(
         columns["start"].append(start)
         columns["first_message"].append(message)
         columns["trace_id"].append(trace)
+    for cid in ids:
+        if cid not in meta:
+            failures.add(cid, None, by_conversation[cid])
     gone = len(ids) - len(meta)
     if gone:
         notes.append(f"{gone} scored conversations have no spans in the lake any more")
@@ -507,6 +522,11 @@ def build_report(
             f"trajectories embedded for {len(embedded)} of {len(ids)} conversations "
             "(failing and regressed first); see the others with `spanscore show`"
         )
+    declared = declared_scales(scores)
+    summary = _summary(scores, declared)
+    scales = {(r["scenario_id"], r["metric"]): r["scale"] for r in summary if r["scale"]}
+    series_keys = [(r["scenario_id"], r["metric"]) for r in summary]
+    points = trend(con, run_id, options.trend_runs)
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -515,10 +535,12 @@ def build_report(
         "notes": notes,
         "run": run_doc,
         "baseline": baseline_doc,
-        "summary": _summary(scores),
-        "distributions": _distributions(scores, options.bins),
-        "trend": _trend(con, run_id, options.trend_runs),
+        "summary": summary,
+        "distributions": _distributions(scores, options.bins, declared),
+        "trend": points,
+        "trend_series": trend_series(con, run_id, points, series_keys, scales),
         "tools": tools.docs(),
+        "tool_failures": failures.doc(),
         "conversations": columns,
         "details": details,
     }

@@ -26,7 +26,7 @@ from urllib.parse import quote
 import orjson
 
 from spanscore.evaluation.report import svg
-from spanscore.evaluation.report.schema import JudgeDoc, ReportDoc
+from spanscore.evaluation.report.schema import JudgeDoc, ReportDoc, RunDoc, ToolFailureDoc
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
 _ESCAPES = {
@@ -62,10 +62,10 @@ def _num(value: float | None, pattern: str = "{:.3f}") -> str:
     return "-" if value is None else pattern.format(value)
 
 
-def _link(conversation_id: str) -> str:
-    return (
-        f'<a class="conv" href="#c={_e(quote(conversation_id, safe=""))}">{_e(conversation_id)}</a>'
-    )
+def _link(conversation_id: str, text: object = None) -> str:
+    """A link that opens the conversation (its id, or `text`, shown)."""
+    shown = conversation_id if text is None else text
+    return f'<a class="conv" href="#c={_e(quote(conversation_id, safe=""))}">{_e(shown)}</a>'
 
 
 def _judge_text(judge: JudgeDoc) -> str:
@@ -150,11 +150,35 @@ def _header(doc: ReportDoc) -> str:
         f'<header><h1>{_e(run["suite_name"])} <span class="status {_e(status)}">'
         f"{_e(status)}</span></h1>"
         f'<p class="sub">spanscore evaluation report, generated {_e(_when(doc["generated_at"]))}'
-        f'</p><dl class="facts">{rows}</dl>'
+        f"</p>{_reasons(run)}"
+        f'<dl class="facts">{rows}</dl>'
         + (f'<h3>Gates</h3><ul class="gates">{gates}</ul>' if gates else "")
+        + _warnings(run)
         + (f'<ul class="notes">{notes}</ul>' if notes else "")
         + "</header>"
     )
+
+
+def _reasons(run: RunDoc) -> str:
+    """Why the run has its status, next to the badge (a run can fail with every gate passed)."""
+    reasons = run["status_reasons"]
+    if not reasons:
+        return ""
+    items = "".join(f"<li>{_e(r)}</li>" for r in reasons)
+    return f'<div class="why"><b>{_e(run["status"])} because:</b><ul>{items}</ul></div>'
+
+
+def _warnings(run: RunDoc) -> str:
+    """The run's warnings, each saying whether it failed the run."""
+    if not run["warnings"]:
+        return ""
+    verdict = {
+        True: '<span class="tag fails">fails the run (strict)</span> ',
+        False: '<span class="tag">does not fail the run (not strict)</span> ',
+        None: "",
+    }[run["strict"]]
+    items = "".join(f"<li>{verdict}{_e(w)}</li>" for w in run["warnings"])
+    return f'<h3>Warnings ({len(run["warnings"])})</h3><ul class="warnings">{items}</ul>'
 
 
 def _baseline(doc: ReportDoc) -> str:
@@ -215,7 +239,10 @@ def _plots(doc: ReportDoc) -> str:
     if doc["trend"]:
         parts += [
             '<section id="trend"><h2>Trend over the suite\'s runs</h2>',
+            '<p class="sub">The share of each run\'s judged scores that passed: this run and '
+            "the suite's completed runs before it.</p>",
             svg.trend(doc["trend"]),
+            _series(doc),
             "</section>",
         ]
     if doc["tools"]:
@@ -224,7 +251,105 @@ def _plots(doc: ReportDoc) -> str:
             svg.tools(doc["tools"]),
             "</section>",
         ]
+    parts.append(_tool_failures(doc))
     return "".join(parts)
+
+
+def _series(doc: ReportDoc) -> str:
+    """Small multiples: each scenario, then each scenario's metric, failing ones first."""
+    points = doc["trend"]
+    if len(points) < 2:
+        return (
+            '<p class="note">The first run of this suite: the trends per scenario and metric '
+            "start with the next one.</p>"
+        )
+    now = next((i for i, p in enumerate(points) if p["current"]), len(points) - 1)
+
+    def grid(items: list[Any]) -> str:
+        items.sort(key=lambda s: not (s["pass_rate"][now] is not None and s["pass_rate"][now] < 1))
+        return (
+            '<div class="series-grid">' + "".join(svg.series(s, points) for s in items) + "</div>"
+        )
+
+    scenarios = [s for s in doc["trend_series"] if s["metric"] is None]
+    metrics = [s for s in doc["trend_series"] if s["metric"] is not None]
+    return (
+        '<h3>Per scenario</h3><p class="sub">The share of the scenario\'s conversations whose '
+        "scores in it all passed. Failing ones first.</p>"
+        + grid(scenarios)
+        + '<h3>Per scenario and metric</h3><p class="sub">Pass rate (solid, 0 to 100 % on the '
+        "left) and mean (dashed, on the metric's own scale, on the right). Failing ones first."
+        "</p>" + grid(metrics)
+    )
+
+
+_TOOL_COLUMNS = 20  # tools shown side by side in the failed-assertion table
+
+
+def _tool_failures(doc: ReportDoc) -> str:
+    """Failed assertions (rows) by the tools they are about (columns): how many conversations."""
+    found = doc["tool_failures"]
+    head = '<section id="tool-failures"><h2>Tools in failed assertions</h2>'
+    unmarked = (
+        f" {found['unmarked']} of the {found['failed_scores']} failed scores mark no tool call "
+        "(response checks, judged rubrics, goals)."
+        if found["unmarked"]
+        else ""
+    )
+    if not found["cells"]:
+        said = "No assertion failed." if not found["failed_scores"] else unmarked.strip()
+        return head + f'<p class="sub">{_e(said)}</p></section>'
+    per_tool: dict[str, int] = {}
+    per_key: dict[str, int] = {}
+    cells: dict[tuple[str, str], ToolFailureDoc] = {}
+    for c in found["cells"]:
+        key = f"{c['scenario_id']}/{c['metric']}" if c["scenario_id"] else c["metric"]
+        per_tool[c["tool"]] = per_tool.get(c["tool"], 0) + c["conversations"]
+        per_key[key] = per_key.get(key, 0) + c["conversations"]
+        cells[key, c["tool"]] = c
+    tools = sorted(per_tool, key=lambda t: (-per_tool[t], t))
+    shown, hidden = tools[:_TOOL_COLUMNS], tools[_TOOL_COLUMNS:]
+    most = max(c["conversations"] for c in found["cells"])
+    header = "".join(f'<th class="tool" title="{_e(t)}"><span>{_e(t)}</span></th>' for t in shown)
+    rows = []
+    for key in sorted(per_key, key=lambda k: (-per_key[k], k)):
+        tds = []
+        for tool in shown:
+            cell = cells.get((key, tool))
+            if cell is None:
+                tds.append('<td class="n"></td>')
+                continue
+            marks = ", ".join(f"{n} {kind}" for kind, n in cell["marks"].items())
+            tip = (
+                f"{key} failed on {tool} in {cell['conversations']} conversations ({marks}): "
+                + ", ".join(cell["conversation_ids"])
+            )
+            alpha = 0.15 + 0.6 * cell["conversations"] / most
+            first = _link(cell["conversation_ids"][0], cell["conversations"])
+            tds.append(
+                f'<td class="n" style="background: rgba(198, 40, 40, {alpha:.2f})" '
+                f'title="{_e(tip)}">{first}</td>'
+            )
+        rows.append(f'<tr><td class="key">{_e(key)}</td>{"".join(tds)}</tr>')
+    more = (
+        f'<p class="note">and {len(hidden)} more tools: {_e(", ".join(hidden))} '
+        "(every cell is in the JSON report, `tool_failures`).</p>"
+        if hidden
+        else ""
+    )
+    return (
+        head
+        + '<p class="sub">How many conversations a failed assertion (row) marked a call of the '
+        "tool (column) in: not expected, not allowed, breaking a rule, or missing. A number "
+        "opens the first of them; the tooltip lists more."
+        + _e(unmarked)
+        + "</p>"
+        + '<table class="toolfail"><thead><tr><th>failed assertion</th>'
+        + header
+        + f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        + more
+        + "</section>"
+    )
 
 
 def _chunks(doc: ReportDoc, chunk_size: int) -> tuple[list[int | None], list[str]]:

@@ -51,6 +51,10 @@ class RunDoc(TypedDict):
     sample: dict[str, Any]
     judge: JudgeDoc | None
     gates: list[GateDoc]
+    strict: bool | None  # its warnings fail the run (null: recorded before this was kept)
+    warnings: list[str]  # what the run measured nothing with, each with its reason
+    failures: list[str]  # what failed the run besides its gates (strict mode, too few...)
+    status_reasons: list[str]  # why it has its status: failed gates, then failures
     spanscore_version: str | None
     host: str | None
 
@@ -59,6 +63,14 @@ class HistogramDoc(TypedDict):
     low: float
     high: float
     counts: list[int]
+
+
+class ScaleDoc(TypedDict):
+    """The range a metric's values are drawn on: the scale its scores declare (a judged
+    rubric's), else 0-1 when its values lie in it, else 0 to the highest value."""
+
+    low: float
+    high: float
 
 
 class SummaryDoc(TypedDict):
@@ -70,6 +82,7 @@ class SummaryDoc(TypedDict):
     pass_rate: float | None
     mean: float | None
     errors: int
+    scale: ScaleDoc | None  # of the values (null: no value)
 
 
 class DistributionDoc(TypedDict):
@@ -81,11 +94,41 @@ class DistributionDoc(TypedDict):
 class TrendDoc(TypedDict):
     run_id: str
     started_at: str | None
+    label: str  # the run on the x axis: distinct from every other run's label
     status: str | None
     conversations: int
-    pass_rate: float | None
-    mean: float | None
+    pass_rate: float | None  # share of the run's judged scores that passed
     current: bool
+
+
+class TrendSeriesDoc(TypedDict):
+    """One scenario's or one metric's course over the runs of `trend` (lists aligned with it)."""
+
+    scenario_id: str | None  # null: the suite-wide metrics
+    metric: str | None  # null: the scenario as a whole
+    # A metric: the share of its judged scores that passed. A scenario: the share of its
+    # conversations whose judged scores in it all passed.
+    pass_rate: list[float | None]
+    mean: list[float | None]  # a metric's mean value, on `scale`; null for a scenario
+    scale: ScaleDoc | None
+
+
+class ToolFailureDoc(TypedDict):
+    """One tool in one failed assertion: the failing scores of `scenario_id/metric` that marked
+    a call of this tool (not expected, not allowed, breaking a rule...) or found it missing."""
+
+    tool: str
+    scenario_id: str | None
+    metric: str
+    conversations: int
+    marks: dict[str, int]  # by kind (extra, violation, missing): how many
+    conversation_ids: list[str]  # the first few
+
+
+class ToolFailuresDoc(TypedDict):
+    cells: list[ToolFailureDoc]
+    failed_scores: int  # scores that failed in the run
+    unmarked: int  # of them, those that marked no tool (responses, judged rubrics, goals...)
 
 
 class ToolDoc(TypedDict):
@@ -149,6 +192,8 @@ class ConversationsDoc(TypedDict):
     keys: list[str]  # "scenario/metric" (or "metric" for suite-wide metrics)
     metrics: list[str]  # metric names, one column each in `values` and `passed`
     values: dict[str, list[float | None]]  # the lowest value of that metric in the conversation
+    # For the metrics scored with labels and no value: the label (a failing one first).
+    labels: dict[str, list[str | None]]
     passed: dict[str, list[bool | None]]  # False when any of its scores failed
 
 
@@ -246,7 +291,9 @@ class ReportDoc(TypedDict):
     summary: list[SummaryDoc]
     distributions: list[DistributionDoc]
     trend: list[TrendDoc]
+    trend_series: list[TrendSeriesDoc]
     tools: list[ToolDoc]
+    tool_failures: ToolFailuresDoc
     conversations: ConversationsDoc
     # Aligned with `conversations.id`; null when the trajectory was not embedded.
     details: list[ConversationDetailDoc | None]

@@ -7,9 +7,16 @@ Every label comes from the lake (scenario, metric and tool names), so every one 
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
-from spanscore.evaluation.report.schema import DistributionDoc, SummaryDoc, ToolDoc, TrendDoc
+from spanscore.evaluation.report.schema import (
+    DistributionDoc,
+    SummaryDoc,
+    ToolDoc,
+    TrendDoc,
+    TrendSeriesDoc,
+)
 
 PASS = "#2e7d32"
 FAIL = "#c62828"
@@ -44,19 +51,24 @@ def pass_rates(summary: Sequence[SummaryDoc]) -> str:
     """Pass rate (bar) and mean score (diamond) per scenario and metric."""
     rows = list(summary)
     label_w, bar_w, row_h, top = 300, 360, 24, 28
-    width, height = label_w + bar_w + 130, top + row_h * max(1, len(rows)) + 8
+    width, height = label_w + bar_w + 170, top + row_h * max(1, len(rows)) + 8
     body = [
-        f'<text x="{label_w}" y="16" fill="{MUTED}">pass rate (bar) and mean score (◆), 0 to 1'
-        "</text>"
+        f'<text x="{label_w}" y="16" fill="{MUTED}">pass rate (bar) and mean score (◆), '
+        "each mean on its metric's scale</text>"
     ]
     for i, r in enumerate(rows):
         y = top + i * row_h
         label = f"{r['scenario_id'] or '(all)'} / {r['metric']}"
-        rate, mean = r["pass_rate"], r["mean"]
+        rate, mean, scale = r["pass_rate"], r["mean"], r["scale"]
+        of = (
+            ""
+            if scale is None or (scale["low"], scale["high"]) == (0, 1)
+            else f" of {scale['low']:.3g}-{scale['high']:.3g}"
+        )
         colour = PASS if rate is not None and rate >= 1 else FAIL
         tip = (
             f"{label}: pass rate {_pct(rate)} ({r['passed']} of {r['judged']}), mean "
-            f"{'n/a' if mean is None else f'{mean:.3f}'}, {r['conversations']} conversations, "
+            f"{'n/a' if mean is None else f'{mean:.3f}{of}'}, {r['conversations']} conversations, "
             f"{r['errors']} errors"
         )
         body.append(f'<g class="bar"><title>{_text(tip)}</title>')
@@ -70,13 +82,13 @@ def pass_rates(summary: Sequence[SummaryDoc]) -> str:
                 f'<rect class="value" x="{label_w}" y="{y + 4}" width="{rate * bar_w:.1f}" '
                 f'height="14" fill="{colour}"/>'
             )
-        if mean is not None and 0 <= mean <= 1:
-            x = label_w + mean * bar_w
+        if mean is not None and scale is not None:
+            x = label_w + (mean - scale["low"]) / (scale["high"] - scale["low"]) * bar_w
             body.append(
                 f'<path d="M{x:.1f} {y + 5} l5 6 l-5 6 l-5 -6 z" fill="{MEAN}" '
                 'stroke="white" stroke-width="1"/>'
             )
-        shown = _pct(rate) + ("" if mean is None else f"  mean {mean:.2f}")
+        shown = _pct(rate) + ("" if mean is None else f"  mean {mean:.2f}{of}")
         body.append(f'<text x="{label_w + bar_w + 8}" y="{y + 15}" fill="{INK}">{shown}</text>')
         body.append("</g>")
     return _svg(width, height, "Pass rate and mean score per scenario and metric", body, "rates")
@@ -122,8 +134,15 @@ def distributions(items: Sequence[DistributionDoc]) -> str:
     return _svg(width, height, "Score distribution per metric", body, "dists")
 
 
+def _x_every(labels: Sequence[str], spacing: float) -> int:
+    """Label every k-th run so that labels (about 7 px a character) do not overlap."""
+    widest = max((len(label) for label in labels), default=1) * 7 + 12
+    return max(1, math.ceil(widest / spacing)) if spacing > 0 else 1
+
+
 def trend(points: Sequence[TrendDoc]) -> str:
-    """Pass rate (line) and mean score (dashed) of the suite's runs, this run marked."""
+    """The share of each run's judged scores that passed, over the suite's runs, this run
+    marked. (No overall mean: metrics have scales of their own; see `series`.)"""
     width, height, left, right, top, bottom = 800, 230, 48, 64, 16, 50
     plot_w, plot_h = width - left - right, height - top - bottom
     n = len(points)
@@ -141,24 +160,22 @@ def trend(points: Sequence[TrendDoc]) -> str:
             f'stroke="{TRACK}"/><text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end" '
             f'fill="{MUTED}">{tick:.0%}</text>'
         )
-    for key, colour, dash in (("pass_rate", PASS, ""), ("mean", MEAN, ' stroke-dasharray="5 4"')):
-        coords = [
-            f"{x(i):.1f},{y(float(v)):.1f}"
-            for i, p in enumerate(points)
-            if (v := p[key]) is not None and 0 <= float(v) <= 1  # type: ignore[literal-required]
-        ]
-        if len(coords) > 1:
-            body.append(
-                f'<polyline class="line" points="{" ".join(coords)}" fill="none" '
-                f'stroke="{colour}" stroke-width="2"{dash}/>'
-            )
-    every = max(1, n // 8)
+    coords = [
+        f"{x(i):.1f},{y(rate):.1f}"
+        for i, p in enumerate(points)
+        if (rate := p["pass_rate"]) is not None
+    ]
+    if len(coords) > 1:
+        body.append(
+            f'<polyline class="line" points="{" ".join(coords)}" fill="none" '
+            f'stroke="{PASS}" stroke-width="2"/>'
+        )
+    every = _x_every([p["label"] for p in points], plot_w / max(1, n - 1))
     for i, p in enumerate(points):
         rate = p["pass_rate"]
-        day = (p["started_at"] or "")[:16].replace("T", " ")
         tip = (
-            f"run {p['run_id']} ({p['status']}), {day}: pass rate {_pct(rate)}, "
-            f"{p['conversations']} conversations"
+            f"run {p['run_id']} ({p['status']}), {p['label']}: {_pct(rate)} of its judged "
+            f"scores passed, {p['conversations']} conversations"
         )
         if rate is not None:
             r, fill = (7, FAIL if rate < 1 else PASS) if p["current"] else (4, PASS)
@@ -173,12 +190,94 @@ def trend(points: Sequence[TrendDoc]) -> str:
                 f'<text x="{x(i):.1f}" y="{height - 6}" text-anchor="middle" fill="{INK}" '
                 'font-weight="600">this run</text>'
             )
-        if i % every == 0 or p["current"]:
+        if (n - 1 - i) % every == 0:  # counted from this run (the last), which is always shown
             body.append(
-                f'<text x="{x(i):.1f}" y="{height - bottom + 20}" text-anchor="middle" '
-                f'fill="{MUTED}">{_text(day[5:] if day else p["run_id"][:8])}</text>'
+                f'<text class="xlabel" x="{x(i):.1f}" y="{height - bottom + 20}" '
+                f'text-anchor="middle" fill="{MUTED}">{_text(p["label"])}</text>'
             )
-    return _svg(width, height, "Pass rate per run of this suite", body, "trend")
+    return _svg(width, height, "Share of judged scores passed per run of this suite", body, "trend")
+
+
+def series(item: TrendSeriesDoc, points: Sequence[TrendDoc]) -> str:
+    """One scenario's or metric's course over the runs, small: the pass rate (line, 0-100 %
+    on the left) and a metric's mean (dashed, on its own scale, on the right)."""
+    width, height, left, right, top, bottom = 330, 132, 38, 44, 26, 22
+    plot_w, plot_h = width - left - right, height - top - bottom
+    n = len(points)
+    name = (item["scenario_id"] or "suite-wide") + (
+        f" / {item['metric']}" if item["metric"] is not None else " (conversations)"
+    )
+    scale = item["scale"]
+
+    def x(i: int) -> float:
+        return left + (plot_w / 2 if n == 1 else plot_w * i / (n - 1))
+
+    def y(v: float) -> float:
+        return top + plot_h * (1 - v)
+
+    def on_scale(v: float) -> float:
+        assert scale is not None
+        return y((v - scale["low"]) / (scale["high"] - scale["low"]))
+
+    rates, means = item["pass_rate"], item["mean"]
+    now = next((i for i, p in enumerate(points) if p["current"]), n - 1)
+    failing = rates[now] is not None and (rates[now] or 0) < 1
+    body = [
+        f'<text x="2" y="14" fill="{FAIL if failing else INK}" font-weight="600">'
+        f"{_text(_short(name, 46))}<title>{_text(name)}</title></text>"
+    ]
+    for tick in (0, 0.5, 1):
+        body.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" '
+            f'stroke="{TRACK}"/>'
+        )
+    if any(r is not None for r in rates):
+        body += [
+            f'<text x="{left - 4}" y="{y(1) + 4:.1f}" text-anchor="end" fill="{PASS}">100%</text>',
+            f'<text x="{left - 4}" y="{y(0) + 4:.1f}" text-anchor="end" fill="{PASS}">0%</text>',
+        ]
+    if scale is not None and any(m is not None for m in means):
+        for v, at in ((scale["high"], y(1)), (scale["low"], y(0))):
+            body.append(
+                f'<text class="scale" x="{left + plot_w + 4}" y="{at + 4:.1f}" fill="{MEAN}">'
+                f"{v:.3g}</text>"
+            )
+    lines: list[tuple[list[float | None], Callable[[float], float], str, str, str]] = [
+        (rates, y, PASS, "", "rate")
+    ]
+    if scale is not None:
+        lines.append((means, on_scale, MEAN, ' stroke-dasharray="4 3"', "mean"))
+    for values, place, colour, dash, cls in lines:
+        coords = [(x(i), place(v)) for i, v in enumerate(values) if v is not None]
+        if len(coords) > 1:
+            shown = " ".join(f"{a:.1f},{b:.1f}" for a, b in coords)
+            body.append(
+                f'<polyline class="line {cls}" points="{shown}" fill="none" '
+                f'stroke="{colour}" stroke-width="2"{dash}/>'
+            )
+        for i, value in enumerate(values):
+            if value is None:
+                continue
+            v, p = value, points[i]
+            what = f"pass rate {_pct(v)}" if cls == "rate" else f"mean {v:.3g}"
+            if cls == "mean" and scale is not None:
+                what += f" (scale {scale['low']:.3g} to {scale['high']:.3g})"
+            tip = f"{name}, run {p['label']}{' (this run)' if p['current'] else ''}: {what}"
+            r = 4.5 if p["current"] else 2.5
+            body.append(
+                f'<circle class="point {cls}{" current" if p["current"] else ""}" '
+                f'cx="{x(i):.1f}" cy="{place(v):.1f}" r="{r}" fill="{colour}">'
+                f"<title>{_text(tip)}</title></circle>"
+            )
+    ends = [0] if n == 1 else [0, n - 1]
+    for i in ends:
+        anchor = "middle" if n == 1 else "start" if i == 0 else "end"
+        at = x(i) if n == 1 else left if i == 0 else left + plot_w
+        body.append(
+            f'<text class="xlabel" x="{at:.1f}" y="{height - 5}" text-anchor="{anchor}" '
+            f'fill="{MUTED}">{_text(points[i]["label"])}</text>'
+        )
+    return _svg(width, height, f"{name} over the suite's runs", body, "series")
 
 
 def tools(items: Sequence[ToolDoc]) -> str:

@@ -101,6 +101,23 @@ class RunRow:
         """`sample_spec` parsed; {} when unset."""
         return _json_object(self.sample_spec)
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the run measured nothing with (scenarios that selected nothing, metrics that
+        errored everywhere...), as recorded when it finished; [] before it finished."""
+        return _strings(self.facts.get("warnings"))
+
+    @property
+    def failures(self) -> list[str]:
+        """What failed the run besides its gates (strict mode, too few conversations...)."""
+        return _strings(self.facts.get("failures"))
+
+    @property
+    def strict(self) -> bool | None:
+        """Whether the run's warnings failed it; None for runs recorded before it was kept."""
+        value = self.facts.get("strict")
+        return value if isinstance(value, bool) else None
+
 
 @dataclass(slots=True)
 class ScorePair:
@@ -113,6 +130,10 @@ class ScorePair:
     value_b: float | None
     passed_a: bool | None
     passed_b: bool | None
+
+
+def _strings(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def _json_object(text: str | None) -> dict[str, Any]:
@@ -389,6 +410,7 @@ def _finish_run(
             "empty_because": result.empty_because,
             "warnings": result.warnings,
             "failures": result.failures,
+            "strict": result.strict,
         }
     )
     judge = result.judge or {}

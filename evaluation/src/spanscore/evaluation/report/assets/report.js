@@ -58,15 +58,31 @@
     { key: "scenario", title: "scenario", get: function (i) { return C.scenario[i]; } },
     { key: "result", title: "result", get: function (i) { return C.result[i]; } },
   ];
+  var labels = C.labels || {};
   C.metrics.forEach(function (m) {
-    columns.push({ key: "m:" + m, title: m, metric: m, get: function (i) { return C.values[m][i]; } });
+    // A metric scored with labels shows its label where it has no value.
+    var named = labels[m];
+    columns.push({ key: "m:" + m, title: m, metric: m, get: function (i) {
+      var v = C.values[m][i];
+      return v === null && named ? named[i] : v;
+    } });
   });
-  columns.push(
-    { key: "failing", title: "failing", get: function (i) { return C.failing[i].length; } },
-    { key: "agent", title: "agent", get: function (i) { return C.agent[i]; } },
-    { key: "service", title: "service", get: function (i) { return C.service[i]; } },
-    { key: "start", title: "time", get: function (i) { return C.start[i]; } }
-  );
+  // An agent or service that is the same for every conversation (or none recorded) is said
+  // once, above the table, instead of a column.
+  var constant = [];
+  ["agent", "service"].forEach(function (k) {
+    var values = distinct(C[k]);
+    if (N > 1 && values.length === 1 && C[k].every(function (v) { return v === values[0]; })) {
+      constant.push(k + " " + values[0]);
+    } else if (N > 0 && !values.length) {
+      constant.push(k + " not recorded");
+    }
+  });
+  function shownColumn(k) { return !constant.some(function (c) { return c.indexOf(k + " ") === 0; }); }
+  columns.push({ key: "failing", title: "failing", get: function (i) { return C.failing[i].length; } });
+  if (shownColumn("agent")) columns.push({ key: "agent", title: "agent", get: function (i) { return C.agent[i]; } });
+  if (shownColumn("service")) columns.push({ key: "service", title: "service", get: function (i) { return C.service[i]; } });
+  columns.push({ key: "start", title: "time", get: function (i) { return C.start[i]; } });
   if (doc.baseline) {
     columns.splice(3, 0, { key: "change", title: "change", get: function (i) { return C.change[i]; } });
   }
@@ -101,11 +117,15 @@
       select("scenario", "scenario", distinct(C.scenario)),
       select("result", "result", distinct(C.result)),
       select("failing", "failing", C.keys.map(function (_, k) { return k; }), C.keys),
-      select("agent", "agent", distinct(C.agent)),
-      select("service", "service", distinct(C.service)),
+      shownColumn("agent") ? select("agent", "agent", distinct(C.agent)) : null,
+      shownColumn("service") ? select("service", "service", distinct(C.service)) : null,
       doc.baseline ? select("change", "change", ["regressed", "fixed", "changed"]) : null);
   var counter = el("span", "count");
   filters.appendChild(counter);
+  if (constant.length) {
+    filters.parentNode.insertBefore(
+      el("p", "constant", "Every conversation: " + constant.join(", ") + "."), filters.nextSibling);
+  }
 
   function matches(i) {
     if (state.q && hay[i].indexOf(state.q) < 0) return false;
@@ -128,7 +148,9 @@
   var thead = el("thead");
   var headRow = el("tr");
   columns.forEach(function (c) {
-    var th = el("th", null, c.title);
+    // A zero-width space after _ . / - lets a long metric name wrap there, not mid-word.
+    var th = el("th");
+    th.appendChild(el("span", null, c.title.replace(/([_./-])/g, "$1\u200b")));
     th.dataset.key = c.key;
     th.title = "sort by " + c.title;
     th.addEventListener("click", function () {
@@ -167,7 +189,8 @@
         var td;
         if (c.metric) {
           var ok = C.passed[c.metric][i];
-          td = el("td", ok === false ? "num fail" : ok === true ? "num pass" : "num", num(v));
+          var verdict = ok === false ? " fail" : ok === true ? " pass" : "";
+          td = typeof v === "string" ? el("td", "label" + verdict, v) : el("td", "num" + verdict, num(v));
         } else if (c.key === "failing") {
           td = el("td", "failing", C.failing[i].map(function (k) { return C.keys[k]; }).join(", "));
         } else if (c.key === "start") {
@@ -179,7 +202,7 @@
           td.appendChild(a);
           if (C.first_message[i]) td.title = C.first_message[i];
         } else {
-          td = el("td", c.key === "result" || c.key === "change" ? "tag " + (v || "") : null, v);
+          td = el("td", c.key === "result" || c.key === "change" ? "tag " + (v || "") : "text " + c.key, v);
         }
         tr.appendChild(td);
       });
