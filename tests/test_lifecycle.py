@@ -278,9 +278,14 @@ def test_rows_past_retention_are_gone_from_every_file(
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_an_erased_conversation_is_gone_from_a_shared_lakes_bucket(
-    shared_lake: str, s3_server: S3Server, make_collector: Callable[..., Collector], tmp_path: Path
+    shared_lake: str,
+    postgres_database: str,
+    s3_server: S3Server,
+    make_collector: Callable[..., Collector],
+    tmp_path: Path,
 ) -> None:
-    """The same on a lake whose catalog is on PostgreSQL and whose data is in a bucket."""
+    """The same on a lake whose catalog is on PostgreSQL and whose data is in a bucket; and
+    the catalog's own rows (its column statistics) hold no marker either."""
     _uncompressed_lake(shared_lake)
     collector = make_collector(lake=shared_lake, maintenance_interval_s=0)
     marker, kept = _write_marked_lake(collector, shared_lake, tmp_path, marked_at=NOW - MINUTES)
@@ -296,6 +301,24 @@ def test_an_erased_conversation_is_gone_from_a_shared_lakes_bucket(
     assert erased.returncode == 0, erased.stdout + erased.stderr
     assert marker_hits(bucket(), marker) == []
     assert {name: _show(shared_lake, name) for name in kept} == shown
+    import psycopg
+
+    with psycopg.connect(postgres_database, autocommit=True) as catalog:
+        tables = catalog.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            "WHERE table_name LIKE 'ducklake%'"
+        ).fetchall()
+        assert tables
+        holding = [
+            name
+            for schema, name in tables
+            if catalog.execute(
+                f'SELECT count(*) FROM "{schema}"."{name}" AS t WHERE t::text LIKE %s',
+                [f"%{marker}%"],
+            ).fetchone()
+            != (0,)
+        ]
+    assert holding == []
 
 
 def test_an_unknown_id_is_reported_and_nothing_is_touched(
@@ -376,3 +399,83 @@ def test_an_erase_killed_midway_leaves_a_consistent_lake_and_a_rerun_finishes_it
         assert lifecycle.pending_erasures(con) == []
     finally:
         con.close()
+
+
+def test_a_running_evaluation_keeps_its_snapshot_through_erase_and_retention(
+    tmp_path: Path,
+) -> None:
+    """An erase while a run runs takes the rows out of the current data at once, and their
+    files off the disk only once the run ends; retention never expires the run's snapshot."""
+    where = tmp_path / "lake"
+    con = lake.connect(where, create=True)
+    try:
+        for conversation, started in (("old", OLD), ("gone", NOW), ("kept", NOW)):
+            con.execute(
+                "INSERT INTO spans (trace_id, span_id, conversation_id, start_time) "
+                "VALUES (?, 's', ?, ?)",
+                [conversation, conversation, started],
+            )
+        pinned = lake.current_snapshot(con)
+        con.execute(
+            "INSERT INTO eval_runs (run_id, status, started_at, details) "
+            "VALUES ('r', 'running', now(), ?)",
+            [f'{{"snapshot": {pinned}}}'],
+        )
+        selection = lifecycle.select_conversations(con, ["gone"])
+        lifecycle.erase(con, selection, selection_kind="ids")
+
+        def step(sql: Any, what: str) -> list[tuple[Any, ...]]:
+            return con.execute(sql).fetchall() if isinstance(sql, str) else sql()  # type: ignore[no-any-return]
+
+        assert lifecycle.finish_erasures(con, step)["purge_deferred"] == 1
+        done = lake.maintain(con, retention_days=30, expire_older_than_s=0, delete_older_than_s=0)
+        assert done["retention_rows_deleted"] == 1
+        assert done["purge_deferred"] == 1, done
+        reader = lake.connect(where, snapshot=pinned)  # the run's workers attach it
+        try:
+            assert reader.execute("SELECT count(*) FROM spans").fetchone() == (3,)
+        finally:
+            reader.close()
+        assert con.execute("SELECT count(*) FROM spans").fetchone() == (1,)
+        assert lifecycle.pending_erasures(con, "erase") != []
+
+        con.execute("UPDATE eval_runs SET status = 'succeeded'")
+        done = lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)
+        assert done["erasures_finished"] == 1, done
+        assert done["retention_finished"] == 1, done
+        assert lifecycle.pending_erasures(con) == []
+    finally:
+        con.close()
+
+
+def test_status_shows_the_oldest_data_kept_and_the_retention(
+    lake_dir: Path, make_collector: Callable[..., Collector]
+) -> None:
+    from spanscore.collector import load_config
+
+    assert (
+        load_config(
+            overrides={"lake": "x"}, environ={"SPANSCORE_RETENTION_DAYS": "30"}
+        ).retention_days
+        == 30
+    )
+    first = make_collector()
+    _conversation(first, "early", "a street", OLD)
+    first.stop(timeout=10)
+    collector = make_collector(maintenance_interval_s=3600, retention_days=90)
+
+    def status() -> str:
+        shown = subprocess.run(
+            [*CLI, "status", "--endpoint", f"http://127.0.0.1:{collector.http_port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return shown.stdout
+
+    wait_for(lambda: OLD.date().isoformat() in status(), timeout=60)
+    lines = status().splitlines()
+    assert any(re.match(rf"\s+oldest_span\s+{OLD.date().isoformat()}T", line) for line in lines)
+    assert any(re.match(r"\s+retention_days\s+90$", line) for line in lines), lines
+    assert any(re.match(r"\s+score_retention_days\s+unlimited$", line) for line in lines)

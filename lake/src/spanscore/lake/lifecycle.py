@@ -309,21 +309,18 @@ def purge(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, int]:
 # A table's text columns' bounds, set again from the files it has now: DuckLake widens them
 # with each insert and never narrows them, so a deleted value could stay as a bound.
 _TABLE_TEXT_BOUNDS = """
-UPDATE ducklake_table_column_stats SET
+UPDATE {m}ducklake_table_column_stats AS s SET
     min_value = (
-        SELECT min(f.min_value) FROM ducklake_file_column_stats f
-        JOIN ducklake_data_file d ON d.data_file_id = f.data_file_id AND d.end_snapshot IS NULL
-        WHERE f.table_id = ducklake_table_column_stats.table_id
-            AND f.column_id = ducklake_table_column_stats.column_id),
+        SELECT min(f.min_value) FROM {m}ducklake_file_column_stats f
+        JOIN {m}ducklake_data_file d ON d.data_file_id = f.data_file_id AND d.end_snapshot IS NULL
+        WHERE f.table_id = s.table_id AND f.column_id = s.column_id),
     max_value = (
-        SELECT max(f.max_value) FROM ducklake_file_column_stats f
-        JOIN ducklake_data_file d ON d.data_file_id = f.data_file_id AND d.end_snapshot IS NULL
-        WHERE f.table_id = ducklake_table_column_stats.table_id
-            AND f.column_id = ducklake_table_column_stats.column_id)
+        SELECT max(f.max_value) FROM {m}ducklake_file_column_stats f
+        JOIN {m}ducklake_data_file d ON d.data_file_id = f.data_file_id AND d.end_snapshot IS NULL
+        WHERE f.table_id = s.table_id AND f.column_id = s.column_id)
 WHERE EXISTS (
-    SELECT 1 FROM ducklake_column c
-    WHERE c.table_id = ducklake_table_column_stats.table_id
-        AND c.column_id = ducklake_table_column_stats.column_id
+    SELECT 1 FROM {m}ducklake_column c
+    WHERE c.table_id = s.table_id AND c.column_id = s.column_id
         AND c.end_snapshot IS NULL AND c.column_type IN ('varchar', 'json'))
 """
 
@@ -336,6 +333,8 @@ def scrub_catalog(con: duckdb.DuckDBPyConnection, deadline_s: float = 60.0) -> b
     free pages until then). Retried while another process holds the catalog; False when that
     took longer than `deadline_s`, or the catalog is not SQLite."""
     catalog_type, _ = _lake_settings(con)
+    if catalog_type == "postgres":
+        return _scrub_postgres_catalog(con)
     row = con.execute(
         "SELECT path FROM duckdb_databases() WHERE database_name = ?", [ALIAS]
     ).fetchone()
@@ -348,7 +347,7 @@ def scrub_catalog(con: duckdb.DuckDBPyConnection, deadline_s: float = 60.0) -> b
             catalog = sqlite3.connect(path, timeout=5.0, isolation_level=None)
             try:
                 catalog.execute("BEGIN IMMEDIATE")
-                catalog.execute(_TABLE_TEXT_BOUNDS)
+                catalog.execute(_TABLE_TEXT_BOUNDS.format(m=""))
                 catalog.execute("COMMIT")
                 catalog.execute("VACUUM")
                 catalog.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -360,6 +359,30 @@ def scrub_catalog(con: duckdb.DuckDBPyConnection, deadline_s: float = 60.0) -> b
                 log.warning("could not scrub the lake's catalog: %s", exc)
                 return False
             time.sleep(0.2)
+
+
+def _scrub_postgres_catalog(con: duckdb.DuckDBPyConnection) -> bool:
+    """A PostgreSQL catalog's text bounds set again (`_TABLE_TEXT_BOUNDS`, one statement run
+    by PostgreSQL itself), and its tables of statistics vacuumed, so that the dead rows holding
+    deleted values go too. False when PostgreSQL refused."""
+    metadata = f"__ducklake_metadata_{ALIAS}"
+    row = con.execute(
+        "SELECT schema_name FROM duckdb_tables() "
+        "WHERE database_name = ? AND table_name = 'ducklake_table_column_stats'",
+        [metadata],
+    ).fetchone()
+    if row is None:
+        return False
+    schema = quote_identifier(str(row[0]))
+    statement = _TABLE_TEXT_BOUNDS.format(m=schema + ".")
+    try:
+        con.execute("CALL postgres_execute(?, ?)", [metadata, statement])
+        for table in ("ducklake_table_column_stats", "ducklake_file_column_stats"):
+            con.execute("CALL postgres_execute(?, ?)", [metadata, f"VACUUM {schema}.{table}"])
+    except duckdb.Error as exc:
+        log.warning("could not scrub the lake's PostgreSQL catalog: %s", exc)
+        return False
+    return True
 
 
 def apply_retention(

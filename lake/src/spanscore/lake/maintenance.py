@@ -14,7 +14,12 @@ from typing import Any
 import duckdb
 
 from spanscore.lake import schema
-from spanscore.lake.lifecycle import apply_retention, finish_erasures, finish_retention
+from spanscore.lake.lifecycle import (
+    apply_retention,
+    finish_erasures,
+    finish_retention,
+    pending_erasures,
+)
 from spanscore.lake.location import ALIAS, _sql_string, log
 from spanscore.lake.migrate import _has_views, _view_marks
 from spanscore.lake.retry import is_interrupt, retrying
@@ -263,7 +268,12 @@ def maintain(
             "delete orphaned files",
         )
     )
-    if not done["deletion_deferred"]:
+    # Erasures whose files an evaluation kept on disk, and retention passes whose old files
+    # the expiry and cleanup above have deleted, are finished (after the run, if one runs).
+    done["purge_deferred"] = 0
+    if done["deletion_deferred"]:
+        done["purge_deferred"] = int(bool(pending_erasures(con)))
+    else:
         done |= finish_erasures(con, step)
         done |= finish_retention(con, step)
     return done
