@@ -333,6 +333,7 @@ def test_an_unknown_id_is_reported_and_nothing_is_touched(
     assert [r[0] for r in _counts(lake_dir, ["known"])] == ["known"]
 
 
+@pytest.mark.slow
 def test_a_where_matching_everything_needs_yes_and_a_dry_run_erases_nothing(
     collector: Collector, lake_dir: Path
 ) -> None:
@@ -354,6 +355,7 @@ def test_a_where_matching_everything_needs_yes_and_a_dry_run_erases_nothing(
     assert [r[0] for r in _counts(lake_dir, ["w-1", "w-2"])] == ["w-2"]
 
 
+@pytest.mark.slow
 def test_an_erase_killed_midway_leaves_a_consistent_lake_and_a_rerun_finishes_it(
     collector: Collector, lake_dir: Path
 ) -> None:
