@@ -295,12 +295,16 @@ ERASURES: tuple[Column, ...] = (
 )
 
 
-# Tables holding what a conversation said, or what was made of it (stored trajectories, judge
-# answers that may quote it), by `conversation_id`. `spanscore erase` deletes a conversation's
-# rows from each, and retention those of the conversations whose spans or records it deletes:
-# a new table of conversation content (a cache of simulated users' turns...) is added here,
-# and only here.
-CONVERSATION_CONTENT: tuple[str, ...] = ("trajectory_steps", "judge_cache")
+# Tables holding what a conversation said, or what was made of it (stored trajectories; judge
+# answers, the simulated user's included, which may quote it; simulated users' turns and the
+# agent's replies), by `conversation_id`. `spanscore erase` deletes a conversation's rows from
+# each, and retention those of the conversations whose spans or records it deletes: a new table
+# of conversation content is added here, and only here.
+CONVERSATION_CONTENT: tuple[str, ...] = (
+    "trajectory_steps",
+    "judge_cache",
+    "simulated_turns",
+)
 
 
 SCHEMA_INFO: tuple[Column, ...] = (
