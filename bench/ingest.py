@@ -34,6 +34,8 @@ Run (from the repository root)::
     .venv/bin/python bench/ingest.py --collector-arg=--batch-delay-ms=20   # try a setting
     .venv/bin/python bench/ingest.py --baseline-flatten e4bc8a8   # flatten against a revision
     .venv/bin/python bench/ingest.py --baseline-collector e4bc8a8 # end to end against one
+    .venv/bin/python bench/ingest.py --quick --collector-arg=--maintenance-interval-s=1 \
+        --compare-collector-arg=--retention-days=30   # a setting's cost, same run
 
 ``--baseline-collector REV`` runs each protocol's phase against git revision REV's collector
 too (its sources extracted to a temporary directory and put first on the collector's
@@ -57,6 +59,7 @@ import math
 import os
 import pickle
 import random
+import re
 import shutil
 import signal
 import socket
@@ -812,11 +815,13 @@ def run_network_phase(
     workdir: Path,
     collectors: list[CollectorProcess],
     sources: str = "",
+    extra_args: Sequence[str] = (),
 ) -> PhaseResult:
-    slug = name.lower().replace(" ", "-")
-    lake_dir = workdir / f"lake-{slug}"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower())
+    lake_dir = workdir / f"lake-{slug}-{len(collectors)}"
     collector = CollectorProcess(lake_dir, workdir / f"collector-{slug}.log", sources=sources)
     collector.args.extend(args.collector_arg or [])
+    collector.args.extend(extra_args)
     collectors.append(collector)
     collector.start()
     sampler = RssSampler(collector.pid).start()
@@ -1132,6 +1137,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "alternating with today's (--baseline-rounds rounds each)",
     )
     parser.add_argument("--baseline-rounds", type=int, default=2, metavar="N")
+    parser.add_argument(
+        "--compare-collector-arg",
+        action="append",
+        metavar="ARG",
+        help="also run each protocol's phase with this extra `spanscore serve` argument "
+        "(repeatable), alternating with the run without it (--baseline-rounds rounds each), "
+        "and print both rates (e.g. --compare-collector-arg=--retention-days=30)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds = min(args.seconds, 3.0)
@@ -1198,7 +1211,7 @@ def print_summary(phases: list[PhaseResult], ceiling: Ceiling, args: argparse.Na
 def print_baseline(compared: dict[tuple[str, str], list[PhaseResult]], rev: str) -> None:
     """Each protocol's accepted spans/s with today's collector and with `rev`'s (best of the
     alternating rounds, and every round), and their ratio."""
-    print(f"\nToday's collector against {rev}'s (same run, alternating; best of the rounds):")
+    print(f"\nToday's collector against {rev!r} (same run, alternating; best of the rounds):")
     for name in ("gRPC", "HTTP"):
         today = [p.rate for p in compared.get((name, ""), [])]
         then = [p.rate for p in compared.get((name, rev), [])]
@@ -1348,12 +1361,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         # Today's collector, and with --baseline-collector another revision's, alternating.
         rev = args.baseline_collector
-        runs = [("", "")] if not rev else [("", ""), (rev, revision_sources(rev, workdir))]
-        rounds = args.baseline_rounds if rev else 1
+        runs: list[tuple[str, str, list[str]]] = [("", "", [])]
+        if rev:
+            runs.append((rev, revision_sources(rev, workdir), []))
+        compare = args.compare_collector_arg or []
+        if compare:
+            runs.append((" ".join(compare), "", compare))
+        rounds = args.baseline_rounds if rev or compare else 1
         compared: dict[tuple[str, str], list[PhaseResult]] = {}
         for name, factory, port_of in protocols:
             for _ in range(rounds):
-                for label, sources in runs:
+                for label, sources, extra in runs:
                     title = f"{name} {label}".strip()
                     print(f"\n== OTLP/{name}" + (f", the collector of {label}" if label else ""))
                     generated = time.perf_counter()
@@ -1365,13 +1383,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         flush=True,
                     )
                     phase = run_network_phase(
-                        title, factory, port_of, bodies, args, workdir, collectors, sources
+                        title, factory, port_of, bodies, args, workdir, collectors, sources, extra
                     )
                     compared.setdefault((name, label), []).append(phase)
                     phases.append(phase)
         print_summary([p for p in phases if p.name in ("gRPC", "HTTP")], ceiling, args)
         if rev:
             print_baseline(compared, rev)
+        if compare:
+            print_baseline(compared, " ".join(compare))
         print(f"\n(total run time {time.perf_counter() - started:.0f}s)")
         return 0 if all(p.count_ok for p in phases) else 1
     except KeyboardInterrupt:

@@ -538,11 +538,21 @@ def open_state(lake_dir: Path) -> LakeState:
         con.close()
 
 
+# `--retention-days`: the retention every maintenance of the run applies (None: none).
+RETENTION_DAYS: list[float | None] = [None]
+
+
 def run_maintain(lake_dir: Path, *, sort_spans: bool = True) -> tuple[float, dict[str, int]]:
     con = connect(lake_dir)
     try:
         started = time.perf_counter()
-        done = maintain(con, expire_older_than_s=0, delete_older_than_s=0, sort_spans=sort_spans)
+        done = maintain(
+            con,
+            expire_older_than_s=0,
+            delete_older_than_s=0,
+            sort_spans=sort_spans,
+            retention_days=RETENTION_DAYS[0],
+        )
         return time.perf_counter() - started, done
     finally:
         con.close()
@@ -879,6 +889,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=1, help="picks the conversation queried")
     parser.add_argument(
+        "--retention-days",
+        type=float,
+        help="retention every maintenance applies (spans start at FIRST_ARRIVAL: a limit "
+        "past its age deletes nothing and measures what checking costs)",
+    )
+    parser.add_argument(
         "--baseline-views",
         metavar="REV",
         help="also time the views as defined at this git revision, beside today's",
@@ -1003,6 +1019,7 @@ def _raise_interrupt(signum: int, frame: types.FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    RETENTION_DAYS[0] = args.retention_days
     signal.signal(signal.SIGTERM, _raise_interrupt)  # clean up on SIGTERM as on Ctrl-C
     workdir = Path(tempfile.mkdtemp(prefix="spanscore-query-bench-"))
     rng = random.Random(args.seed)

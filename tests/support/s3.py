@@ -83,6 +83,20 @@ class S3Server:
                 return keys
             token = next_token.text
 
+    def read(self, key: str) -> bytes:
+        """The object's content (a signed request, as the lake's own reads are)."""
+        import boto3
+
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        data: bytes = client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return data
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()

@@ -31,6 +31,7 @@ from typing import Any
 
 import click
 
+from .erase import erase_command
 from .evaluate import compare_command, evaluate_command
 from .invocation import runnable
 from .judge_check import judge_check_command
@@ -104,6 +105,7 @@ main.add_command(serve_command)
 main.add_command(sql_command)
 main.add_command(status_command)
 main.add_command(show_command)
+main.add_command(erase_command)
 main.add_command(evaluate_command)
 main.add_command(compare_command)
 main.add_command(report_command)

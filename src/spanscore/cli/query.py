@@ -252,6 +252,15 @@ def status_command(endpoint: str, token: str | None, as_json: bool, wait: float)
             click.echo(f"{section}:")
             for key, value in values.items():
                 click.echo(f"  {key:<36} {value}")
+    data = doc.get("data") or {}
+    if data:
+        click.echo("data kept:")
+        for key in ("oldest_span", "oldest_log_record", "oldest_score", "oldest_run"):
+            if key in data:
+                click.echo(f"  {key:<36} {data[key] or 'none (or not measured yet)'}")
+        for key in ("retention_days", "score_retention_days"):
+            value = data.get(key)
+            click.echo(f"  {key:<36} {'unlimited' if value is None else f'{value:g}'}")
     counters = doc.get("counters") or {}
     without = counters.get("spans_without_conversation_id", 0)
     if without:

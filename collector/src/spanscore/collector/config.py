@@ -152,6 +152,20 @@ class CollectorConfig(BaseModel):
         "compaction replaced stay on disk for readers that listed them (files in no snapshot, "
         "a commit's in flight or a crashed one's, are kept a day whatever this is)",
     )
+    retention_days: float | None = Field(
+        None,
+        gt=0,
+        description="spans and log records older than this many days are deleted by "
+        "maintenance, with the trajectories stored and the judge answers made from them and "
+        "older scores' explanations and details (unset: kept for ever); they leave the disk "
+        "once the snapshots before them expire (snapshot_retention_s, twice)",
+    )
+    score_retention_days: float | None = Field(
+        None,
+        gt=0,
+        description="scores and finished evaluation runs older than this many days are "
+        "deleted by maintenance (unset: kept for ever, so that trends outlive raw traces)",
+    )
     dedup_keys: int = Field(
         1_000_000,
         ge=0,

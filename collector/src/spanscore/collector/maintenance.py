@@ -28,6 +28,13 @@ from .writer import GroupCommitWriter
 
 log = logging.getLogger("spanscore.collector")
 
+
+def _data_kept(con: Any) -> dict[str, str | None]:
+    from spanscore.lake.lifecycle import oldest_kept
+
+    return {k: v.isoformat() if v is not None else None for k, v in oldest_kept(con).items()}
+
+
 # Longest a maintenance step retries while it holds the writer (see `Maintenance.run`).
 MAINTENANCE_STEP_DEADLINE_S = 5.0
 
@@ -55,6 +62,8 @@ class Maintenance:
         self.compaction_due = threading.Event()
         self.commits_since_compaction = 0
         self.spans_since_compaction = 0
+        # The oldest rows of each kind, as the last full maintenance left them (/status).
+        self.kept: dict[str, str | None] = {}
 
     def count_commit(self, spans: int) -> None:
         """The writer committed `spans` spans (its thread): past `compact_after_commits`
@@ -77,6 +86,10 @@ class Maintenance:
         since the last (a busy lake then never holds more small files than that, whatever the
         interval)."""
         con = self._con.cursor()
+        try:
+            self.kept = _data_kept(con)
+        except Exception as exc:  # measured again after each maintenance
+            log.warning("could not measure the oldest data kept: %s", secrets.describe_error(exc))
         interval = self.config.maintenance_interval_s
         next_full = time.monotonic() + interval
         while True:
@@ -112,7 +125,11 @@ class Maintenance:
                         # a first run over a large lake goes on next time
                         store_deadline_s=max(self.config.maintenance_interval_s / 2, 1.0),
                         compact_only=not full,
+                        retention_days=self.config.retention_days,
+                        score_retention_days=self.config.score_retention_days,
                     )
+                    if full:
+                        self.kept = _data_kept(con)
                 self.stats.add("maintenance_runs" if full else "compactions")
                 for counted in ("span_files_sorted", "log_files_sorted", "records_resolved"):
                     self.stats.add(counted, done.get(counted, 0))
@@ -130,6 +147,14 @@ class Maintenance:
             except Exception as exc:  # maintenance must never stop ingestion
                 self.stats.add("maintenance_failed")
                 log.warning("maintenance failed: %s", secrets.describe_error(exc))
+
+    def data_kept(self) -> dict[str, Any]:
+        """What /status says of the data: its retention, and the oldest rows kept."""
+        return {
+            "retention_days": self.config.retention_days,
+            "score_retention_days": self.config.score_retention_days,
+            **self.kept,
+        }
 
     def stop(self) -> None:
         """End `run` at its next wake-up (now, unless a step is running)."""

@@ -207,4 +207,5 @@ class Collector:
     def status(self) -> dict[str, Any]:
         snapshot = self.stats.snapshot()
         snapshot["gauges"]["receiving_bytes"] = self.admission.receiving.used  # type: ignore[index]
-        return {**self.health(detailed=True), **snapshot}
+        data = self.maintenance.data_kept() if self.maintenance is not None else {}
+        return {**self.health(detailed=True), **snapshot, "data": data}

@@ -6,8 +6,6 @@ retried on a conflict; a failed step costs readers time, never data."""
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -16,10 +14,21 @@ from typing import Any
 import duckdb
 
 from spanscore.lake import schema
-from spanscore.lake.connection import _is_remote
-from spanscore.lake.location import _METADATA, ALIAS, _sql_string, log
+from spanscore.lake.lifecycle import (
+    apply_retention,
+    finish_erasures,
+    finish_retention,
+    pending_erasures,
+)
+from spanscore.lake.location import ALIAS, _sql_string, log
 from spanscore.lake.migrate import _has_views, _view_marks
 from spanscore.lake.retry import is_interrupt, retrying
+from spanscore.lake.snapshots import (
+    _delete_old_files,
+    _evaluation_running,
+    _expirable_snapshots,
+    _lake_settings,
+)
 
 # Compaction leaves alone files of this size or more: the collector's commits write small
 # files, and a merged file past this size is done (a run then rewrites at most this much of
@@ -58,6 +67,8 @@ def maintain(
     sort_spans: bool | None = None,
     compact_only: bool = False,
     orphans_kept_s: float = ORPHANS_KEPT_S,
+    retention_days: float | None = None,
+    score_retention_days: float | None = None,
 ) -> dict[str, int]:
     """Compact small data files, expire old snapshots and delete files nobody can read any more;
     given `store_settled_after_s`, first store the trajectories of the conversations without a
@@ -96,6 +107,13 @@ def maintain(
     run reads its window at that snapshot, in every worker, for as long as it runs; and no
     file is deleted while it runs (`deletion_deferred`: its queries may be reading files
     compaction just replaced).
+
+    `retention_days`: spans, log records and what was made of them older than that are
+    deleted, and older scores' explanations cleared; `score_retention_days`: scores and runs
+    older than that are deleted (`lifecycle.apply_retention`). Their files are rewritten at
+    once, and leave the disk with the snapshots expired after `expire_older_than_s` and the
+    files deleted after `delete_older_than_s`. An erase whose files could not be deleted yet
+    (an evaluation was running) is finished here (`lifecycle.finish_erasures`).
 
     Returns what each step did: `spans_resolved` (spans given the conversation of their
     trace, `schema.RESOLVE_CONVERSATIONS`), `records_resolved` (log records given their
@@ -154,6 +172,13 @@ def maintain(
         if unresolved and unresolved[0]:
             resolve = schema.RESOLVE_RECORDS.format(**tables)
             done["records_resolved"] = total(step(resolve, "resolve records"), 0)
+    if not compact_only:
+        done |= apply_retention(
+            con,
+            step,
+            retention_days=retention_days,
+            score_retention_days=score_retention_days,
+        )
     # Before compaction, which then merges the files this writes. Not under `exclusive`: it
     # writes only `trajectory_steps`, so it does not conflict with the writer's commits. Its
     # failure costs readers time, never correctness, so compaction goes on without it.
@@ -243,81 +268,15 @@ def maintain(
             "delete orphaned files",
         )
     )
+    # Erasures whose files an evaluation kept on disk, and retention passes whose old files
+    # the expiry and cleanup above have deleted, are finished (after the run, if one runs).
+    done["purge_deferred"] = 0
+    if done["deletion_deferred"]:
+        done["purge_deferred"] = int(bool(pending_erasures(con)))
+    else:
+        done |= finish_erasures(con, step)
+        done |= finish_retention(con, step)
     return done
-
-
-def _delete_old_files(
-    con: duckdb.DuckDBPyConnection,
-    older_than_s: float,
-    run: Callable[[str], list[tuple[Any, ...]]],
-) -> list[str]:
-    """Delete the data files compaction and expiry replaced more than `older_than_s` ago (a
-    reader that listed them before may still be reading them); returns their paths.
-
-    DuckLake's `ducklake_cleanup_old_files` does this right on a PostgreSQL catalog. On the
-    embedded lake's SQLite catalog it compares `older_than` with each file's `schedule_start`
-    as text (`2026-11-24 10:15...` against `2026-11-24T09:15...`), so every file scheduled on
-    the same day as `older_than`, even hours after it, is deleted at once. There, the times
-    are compared here, and the files deleted here: DuckLake's table of files scheduled for
-    deletion is part of its specification, and deleting a file and then its row, as DuckLake
-    does, is safe to repeat after a crash. Data files on object storage (a SQLite catalog with
-    an S3 data path), which only DuckLake can delete, are given to it with a cutoff its text
-    comparison cannot get wrong: the end of the day two days before `older_than`, so they
-    are deleted up to two days later than the retention asks."""
-    catalog_type, data_path = _lake_settings(con)
-    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=older_than_s)
-    if catalog_type != "sqlite":
-        return [
-            str(r[0])
-            for r in run(
-                f"CALL ducklake_cleanup_old_files('{ALIAS}', "
-                f"older_than => now() - INTERVAL {int(older_than_s)} SECOND)"
-            )
-        ]
-    if _is_remote(data_path):
-        # Two days back: `schedule_start` may be written in a local time zone.
-        day = cutoff.replace(hour=0, minute=0, second=0, microsecond=0) - dt.timedelta(days=1)
-        return [
-            str(r[0])
-            for r in run(
-                f"CALL ducklake_cleanup_old_files('{ALIAS}', "
-                f"older_than => '{(day - dt.timedelta(microseconds=1)).isoformat()}'::TIMESTAMPTZ)"
-            )
-        ]
-    scheduled = f"{_METADATA}.ducklake_files_scheduled_for_deletion"
-    # Read whole and compared here: a filter on `schedule_start` reaches SQLite as text.
-    due = [
-        (int(file_id), str(path) if not relative else data_path + str(path))
-        for file_id, path, relative, scheduled_at in con.execute(
-            f"SELECT data_file_id, path, path_is_relative, schedule_start FROM {scheduled}"
-        ).fetchall()
-        if _catalog_time(scheduled_at) < cutoff
-    ]
-    if not due:
-        return []
-    for _, path in due:
-        with contextlib.suppress(FileNotFoundError):  # deleted before a crash, not its row
-            os.remove(path)
-    ids = ", ".join(str(file_id) for file_id, _ in due)
-    run(f"DELETE FROM {scheduled} WHERE data_file_id IN ({ids})")
-    return [path for _, path in due]
-
-
-def _lake_settings(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
-    """The lake's catalog type (`sqlite`, `postgres`, ...) and data path."""
-    row = con.execute(
-        f"SELECT catalog_type, data_path FROM ducklake_settings({_sql_string(ALIAS)})"
-    ).fetchone()
-    assert row is not None
-    return str(row[0]), str(row[1])
-
-
-def _catalog_time(value: object) -> dt.datetime:
-    """A time as the SQLite catalog holds it (`2026-11-24 10:15:00.123+00`), in UTC."""
-    moment = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
-    if moment.tzinfo is None:  # DuckDB writes an offset; without one, take it for UTC
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment
 
 
 # Spans per row group of the files compaction sorts: one conversation then reads about this
@@ -389,37 +348,3 @@ def _set_option(
         con.execute(
             f"CALL {ALIAS}.set_option({_sql_string(option)}, '{int(value)}{unit}'{on_table})"
         )
-
-
-# A run still `running` after this long is taken for dead (killed before it could say so)
-# and no longer holds snapshots back.
-PINNED_SNAPSHOT_HOURS = 24
-
-
-# The evaluations running now, as maintenance sees them.
-_RUNNING_EVALUATIONS = f"""{ALIAS}.eval_runs
-    WHERE status = 'running' AND started_at > now() - INTERVAL {PINNED_SNAPSHOT_HOURS} HOUR"""
-
-
-def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) -> list[int]:
-    """The snapshots to expire: older than `older_than_s`, never the latest, and older than
-    any a running evaluation pinned (`details.snapshot` of its `eval_runs` row), which it reads
-    in every worker for as long as it runs. (Ids, not `older_than =>`: DuckLake 1.5 expired
-    snapshots newer than the time it was given.)"""
-    snapshots = f"ducklake_snapshots({_sql_string(ALIAS)})"
-    row = con.execute(
-        f"""WITH pinned AS (
-            SELECT min(TRY_CAST(json_extract_string(details, '$.snapshot') AS BIGINT)) AS id
-            FROM {_RUNNING_EVALUATIONS}
-        )
-        SELECT list(snapshot_id ORDER BY snapshot_id) FROM {snapshots}
-        WHERE snapshot_time < now() - INTERVAL {int(older_than_s)} SECOND
-            AND snapshot_id < (SELECT max(snapshot_id) FROM {snapshots})
-            AND snapshot_id < coalesce((SELECT id FROM pinned), 9223372036854775807)"""
-    ).fetchone()
-    return list(row[0]) if row and row[0] else []
-
-
-def _evaluation_running(con: duckdb.DuckDBPyConnection) -> bool:
-    row = con.execute(f"SELECT count(*) FROM {_RUNNING_EVALUATIONS}").fetchone()
-    return bool(row and row[0])

@@ -113,6 +113,7 @@ class JudgeCache:
                     "cost_usd": answer.usage.cost_usd,
                     "run_id": run_id,
                     "created_at": dt.datetime.now(dt.UTC),
+                    "conversation_id": request.asked_for or None,
                 }
             )
 

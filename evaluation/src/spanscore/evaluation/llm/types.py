@@ -154,6 +154,9 @@ class JudgeRequest:
     text: str = ""  # embedding input
     prompt_version: str = "1"
     seed: int | None = None  # over the config's seed (a simulated user's trial samples anew)
+    # The conversation whose scoring asks (not part of the question): its judge-cache entry
+    # is erased with it (`spanscore erase`).
+    asked_for: str = field(default="", compare=False)
 
     @cached_property
     def digest(self) -> str:

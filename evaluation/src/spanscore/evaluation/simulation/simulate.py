@@ -455,12 +455,15 @@ async def _run_trial(
             if index == 0 and item.user.opening:
                 message = item.user.opening
             else:
-                request = next_turn_request(
-                    item.user,
-                    history,
-                    scenario_id=row.scenario_id,
-                    seed=options.seed,
-                    trial=row.trial,
+                request = dataclasses.replace(
+                    next_turn_request(
+                        item.user,
+                        history,
+                        scenario_id=row.scenario_id,
+                        seed=options.seed,
+                        trial=row.trial,
+                    ),
+                    asked_for=row.conversation_id,  # its cached turn goes with it (erase)
                 )
                 answers = await asyncio.wrap_future(runner.submit({request.digest: request}))
                 answer = answers[request.digest]

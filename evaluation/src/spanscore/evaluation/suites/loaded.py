@@ -40,6 +40,15 @@ class Deferred:
     requests: dict[str, JudgeRequest]
     rounds: int = 0
 
+    def __post_init__(self) -> None:
+        # Each question marked with the conversation asking it: the judge cache keeps it, and
+        # erasing the conversation erases the answer (which may quote it).
+        conversation = self.trajectory.conversation_id
+        self.requests = {
+            digest: r if r.asked_for == conversation else replace(r, asked_for=conversation)
+            for digest, r in self.requests.items()
+        }
+
 
 @dataclass
 class LoadedSuite:

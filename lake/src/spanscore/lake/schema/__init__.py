@@ -44,6 +44,8 @@ from spanscore.lake.schema.simulation import (
 )
 from spanscore.lake.schema.tables import (
     CONVERSATION_ATTRIBUTES,
+    CONVERSATION_CONTENT,
+    ERASURES,
     EVAL_RUNS,
     JUDGE_CACHE,
     LOGS,
@@ -79,8 +81,10 @@ __all__ = [
     "AGENT_FAILURES",
     "AGENT_OPERATIONS",
     "CONVERSATION_ATTRIBUTES",
+    "CONVERSATION_CONTENT",
     "CONVERSATION_SUMMARIES",
     "COUNTED_STOP_REASONS",
+    "ERASURES",
     "ERROR_MESSAGE_SQL",
     "EVAL_RUNS",
     "JUDGE_CACHE",

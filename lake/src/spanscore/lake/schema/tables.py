@@ -180,6 +180,7 @@ JUDGE_CACHE: tuple[Column, ...] = (
     Column("cost_usd", "DOUBLE", "what it cost when first asked"),
     Column("run_id", "VARCHAR", "run that asked first"),
     Column("created_at", "TIMESTAMPTZ", "when it was stored"),
+    Column("conversation_id", "VARCHAR", "conversation whose scoring asked first (erased with it)"),
 )
 
 
@@ -275,6 +276,35 @@ SIMULATED_TURNS: tuple[Column, ...] = (
     Column("user_cached", "BOOLEAN", "the user's message came from the cache"),
     Column("sent_at", "TIMESTAMPTZ", "when the user's message was sent"),
 )
+# One row per erasure (`spanscore erase`) and per retention pass that deleted rows: who, when
+# and how many rows, never which conversations.
+ERASURES: tuple[Column, ...] = (
+    Column("erase_id", "VARCHAR", "erasure id"),
+    Column("reason", "VARCHAR", "erase (asked for) or retention (rows past retention_days)"),
+    Column("requested_by", "VARCHAR", "user and host that asked (user@host)"),
+    Column("selection", "VARCHAR", "ids, where or retention: how the rows were chosen"),
+    Column("started_at", "TIMESTAMPTZ", "when the rows left the lake's current data"),
+    Column("finished_at", "TIMESTAMPTZ", "when their old files were deleted (NULL: pending)"),
+    Column("status", "VARCHAR", "erased (old files still on disk) or purged (gone from disk)"),
+    Column("conversations", "BIGINT", "conversations erased"),
+    Column("spans", "BIGINT", "spans deleted"),
+    Column("log_records", "BIGINT", "log records deleted"),
+    Column("scores_cleared", "BIGINT", "scores whose explanation and details were cleared"),
+    Column("derived_rows", "BIGINT", "rows deleted from the tables of CONVERSATION_CONTENT"),
+    Column("details", "JSON", "files rewritten and deleted, snapshots expired, rows by table"),
+)
+
+
+# Tables holding what a conversation said, or what was made of it (stored trajectories; judge
+# answers, the simulated user's included, which may quote it; simulated users' turns and the
+# agent's replies), by `conversation_id`. `spanscore erase` deletes a conversation's rows from
+# each, and retention those of the conversations whose spans or records it deletes: a new table
+# of conversation content is added here, and only here.
+CONVERSATION_CONTENT: tuple[str, ...] = (
+    "trajectory_steps",
+    "judge_cache",
+    "simulated_turns",
+)
 
 
 SCHEMA_INFO: tuple[Column, ...] = (
@@ -294,11 +324,12 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "simulations": SIMULATIONS,
     "simulated_conversations": SIMULATED_CONVERSATIONS,
     "simulated_turns": SIMULATED_TURNS,
+    "erasures": ERASURES,
     "spanscore_schema": SCHEMA_INFO,
 }
 
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 
 # MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
@@ -358,5 +389,11 @@ MIGRATIONS: dict[int, list[str]] = {
         create_table_sql("simulated_conversations", SIMULATED_CONVERSATIONS),
         create_table_sql("simulated_turns", SIMULATED_TURNS),
         "ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS simulation_id VARCHAR",
+    ],
+    # 13: erasure and retention: the audit table, and which conversation a judge answer was
+    # asked for (answers stored before have none: erase cannot find them).
+    13: [
+        create_table_sql("erasures", ERASURES),
+        "ALTER TABLE judge_cache ADD COLUMN IF NOT EXISTS conversation_id VARCHAR",
     ],
 }

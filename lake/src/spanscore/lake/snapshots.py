@@ -1,0 +1,132 @@
+"""Snapshots and files as DuckLake keeps them: which snapshots may be expired (never one a running
+evaluation pinned), and deleting the files expiry and compaction replaced."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+from collections.abc import Callable
+from typing import Any
+
+import duckdb
+
+from spanscore.lake.connection import _is_remote
+from spanscore.lake.location import _METADATA, ALIAS, _sql_string
+
+
+def _delete_old_files(
+    con: duckdb.DuckDBPyConnection,
+    older_than_s: float,
+    run: Callable[[str], list[tuple[Any, ...]]],
+    *,
+    everything: bool = False,
+) -> list[str]:
+    """Delete the data files compaction and expiry replaced more than `older_than_s` ago (a
+    reader that listed them before may still be reading them); returns their paths.
+
+    DuckLake's `ducklake_cleanup_old_files` does this right on a PostgreSQL catalog. On the
+    embedded lake's SQLite catalog it compares `older_than` with each file's `schedule_start`
+    as text (`2026-11-24 10:15...` against `2026-11-24T09:15...`), so every file scheduled on
+    the same day as `older_than`, even hours after it, is deleted at once. There, the times
+    are compared here, and the files deleted here: DuckLake's table of files scheduled for
+    deletion is part of its specification, and deleting a file and then its row, as DuckLake
+    does, is safe to repeat after a crash. Data files on object storage (a SQLite catalog with
+    an S3 data path), which only DuckLake can delete, are given to it with a cutoff its text
+    comparison cannot get wrong: the end of the day two days before `older_than`, so they
+    are deleted up to two days later than the retention asks.
+
+    `everything`: every file scheduled, however recently (an erasure's old files)."""
+    catalog_type, data_path = _lake_settings(con)
+    if everything and (catalog_type != "sqlite" or _is_remote(data_path)):
+        return [
+            str(r[0])
+            for r in run(f"CALL ducklake_cleanup_old_files('{ALIAS}', cleanup_all => true)")
+        ]
+    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=older_than_s)
+    if catalog_type != "sqlite":
+        return [
+            str(r[0])
+            for r in run(
+                f"CALL ducklake_cleanup_old_files('{ALIAS}', "
+                f"older_than => now() - INTERVAL {int(older_than_s)} SECOND)"
+            )
+        ]
+    if _is_remote(data_path):
+        # Two days back: `schedule_start` may be written in a local time zone.
+        day = cutoff.replace(hour=0, minute=0, second=0, microsecond=0) - dt.timedelta(days=1)
+        return [
+            str(r[0])
+            for r in run(
+                f"CALL ducklake_cleanup_old_files('{ALIAS}', "
+                f"older_than => '{(day - dt.timedelta(microseconds=1)).isoformat()}'::TIMESTAMPTZ)"
+            )
+        ]
+    scheduled = f"{_METADATA}.ducklake_files_scheduled_for_deletion"
+    # Read whole and compared here: a filter on `schedule_start` reaches SQLite as text.
+    due = [
+        (int(file_id), str(path) if not relative else data_path + str(path))
+        for file_id, path, relative, scheduled_at in con.execute(
+            f"SELECT data_file_id, path, path_is_relative, schedule_start FROM {scheduled}"
+        ).fetchall()
+        if everything or _catalog_time(scheduled_at) < cutoff
+    ]
+    if not due:
+        return []
+    for _, path in due:
+        with contextlib.suppress(FileNotFoundError):  # deleted before a crash, not its row
+            os.remove(path)
+    ids = ", ".join(str(file_id) for file_id, _ in due)
+    run(f"DELETE FROM {scheduled} WHERE data_file_id IN ({ids})")
+    return [path for _, path in due]
+
+
+def _lake_settings(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
+    """The lake's catalog type (`sqlite`, `postgres`, ...) and data path."""
+    row = con.execute(
+        f"SELECT catalog_type, data_path FROM ducklake_settings({_sql_string(ALIAS)})"
+    ).fetchone()
+    assert row is not None
+    return str(row[0]), str(row[1])
+
+
+def _catalog_time(value: object) -> dt.datetime:
+    """A time as the SQLite catalog holds it (`2026-11-24 10:15:00.123+00`), in UTC."""
+    moment = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    if moment.tzinfo is None:  # DuckDB writes an offset; without one, take it for UTC
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment
+
+
+# A run still `running` after this long is taken for dead (killed before it could say so)
+# and no longer holds snapshots back.
+PINNED_SNAPSHOT_HOURS = 24
+
+
+# The evaluations running now, as maintenance sees them.
+_RUNNING_EVALUATIONS = f"""{ALIAS}.eval_runs
+    WHERE status = 'running' AND started_at > now() - INTERVAL {PINNED_SNAPSHOT_HOURS} HOUR"""
+
+
+def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) -> list[int]:
+    """The snapshots to expire: older than `older_than_s`, never the latest, and older than
+    any a running evaluation pinned (`details.snapshot` of its `eval_runs` row), which it reads
+    in every worker for as long as it runs. (Ids, not `older_than =>`: DuckLake 1.5 expired
+    snapshots newer than the time it was given.)"""
+    snapshots = f"ducklake_snapshots({_sql_string(ALIAS)})"
+    row = con.execute(
+        f"""WITH pinned AS (
+            SELECT min(TRY_CAST(json_extract_string(details, '$.snapshot') AS BIGINT)) AS id
+            FROM {_RUNNING_EVALUATIONS}
+        )
+        SELECT list(snapshot_id ORDER BY snapshot_id) FROM {snapshots}
+        WHERE snapshot_time < now() - INTERVAL {int(older_than_s)} SECOND
+            AND snapshot_id < (SELECT max(snapshot_id) FROM {snapshots})
+            AND snapshot_id < coalesce((SELECT id FROM pinned), 9223372036854775807)"""
+    ).fetchone()
+    return list(row[0]) if row and row[0] else []
+
+
+def _evaluation_running(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute(f"SELECT count(*) FROM {_RUNNING_EVALUATIONS}").fetchone()
+    return bool(row and row[0])

@@ -1,0 +1,483 @@
+"""The data's lifecycle, proven on disk: a conversation erased (`spanscore erase`) or past
+retention is gone from every file of the lake, not only from its queries.
+
+The conversations carry a unique marker in the user's message, a tool's arguments and result,
+and (through the judge, which quotes the user) a score's explanation and a judge-cache answer.
+The lake writes its Parquet files uncompressed, so that a byte search of every file is
+meaningful; each Parquet file is also read row by row, and the search first finds the marker
+everywhere it was written, so that a search that could not see it fails.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from spanscore import lake
+from spanscore.collector import Collector
+from spanscore.evaluation import load_suite
+from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
+from spanscore.lake import lifecycle
+
+from .support.conversation_spans import _as_log_record, _chat, _tool
+from .support.evaluation_runs import run, write_suite
+from .support.otlp_http import _post, _post_logs
+from .support.polling import wait_for
+from .support.s3 import S3Server
+
+CLI = [sys.executable, "-m", "spanscore.cli"]
+NOW = dt.datetime.now(dt.UTC)
+OLD = NOW - dt.timedelta(days=40)
+MINUTES = dt.timedelta(minutes=4)
+SUITE = {
+    "name": "lifecycle",
+    "metrics": [
+        {"type": "tool_calls", "mode": "contains", "expected": ["lookup"]},
+        {"type": "judged", "name": "tone", "criteria": "Was the agent polite?"},
+    ],
+}
+
+
+def _quoting_judge(request: LLMRequest) -> str:
+    """A judge whose reasoning quotes the customer, as real judges' often do."""
+    transcript = next((m.text for m in reversed(request.messages) if m.role == "user"), "")
+    said = re.findall(r"^USER: (.*)$", transcript, re.MULTILINE)
+    return json.dumps({"reasoning": f"the customer wrote {said!r}", "score": 4})
+
+
+def _ns(moment: dt.datetime) -> int:
+    return int(moment.timestamp() * 1e9)
+
+
+def _conversation(collector: Collector, conversation: str, text: str, at: dt.datetime) -> None:
+    """A model call asking for a tool, the tool's span, and the answer; the first model call's
+    messages sent as a log record, as newer GenAI instrumentations do."""
+    start = _ns(at)
+    call = {"id": f"{conversation}-1", "name": "lookup", "arguments": {"address": text}}
+    asking = _chat(conversation, user=f"ship it to {text}", calls=[call], at=start)
+    record = _as_log_record(asking)
+    _post(
+        collector,
+        [
+            asking,
+            _tool(
+                conversation,
+                "lookup",
+                call_id=call["id"],
+                arguments={"address": text},
+                result={"found": text},
+                at=start + 10,
+            ),
+            _chat(
+                conversation,
+                user=f"ship it to {text}",
+                results=[(call["id"], {"found": text})],
+                answer="done",
+                at=start + 20,
+            ),
+        ],
+    )
+    _post_logs(collector, [record])
+
+
+def _uncompressed_lake(lake_dir: Path | str) -> None:
+    """A lake whose Parquet files hold their values as written (see the module doc)."""
+    con = lake.connect(str(lake_dir), create=True)
+    try:
+        con.execute(f"CALL {lake.ALIAS}.set_option('parquet_compression', 'uncompressed')")
+    finally:
+        con.close()
+
+
+def _parquet_rows_with(data: bytes, marker: str) -> bool:
+    con = duckdb.connect()
+    try:
+        path = f"/dev/shm/spanscore-{uuid.uuid4().hex}.parquet"
+        Path(path).write_bytes(data)
+        try:
+            rows = con.execute(f"SELECT * FROM read_parquet('{path}')").fetchall()
+        finally:
+            os.remove(path)
+    finally:
+        con.close()
+    return any(marker in repr(row) for row in rows)
+
+
+def marker_hits(files: dict[str, bytes], marker: str) -> list[str]:
+    """The files (by name) whose bytes hold the marker, or whose Parquet rows do."""
+    found = []
+    for name, data in files.items():
+        if marker.encode() in data or (
+            name.endswith(".parquet") and _parquet_rows_with(data, marker)
+        ):
+            found.append(name)
+    return sorted(found)
+
+
+def local_files(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()
+    }
+
+
+def _write_marked_lake(
+    collector: Collector, lake_dir: Path | str, tmp_path: Path, *, marked_at: dt.datetime
+) -> tuple[str, list[str]]:
+    """Two kept conversations now, one marked at `marked_at`, scored by the quoting judge
+    and stored by maintenance. Returns the marker and the kept conversations."""
+    marker = f"MARK{uuid.uuid4().hex[:12]}ER"
+    kept = ["kept-1", "kept-2"]
+    for name in kept:
+        _conversation(collector, name, f"{name} street", NOW - dt.timedelta(minutes=5))
+    _conversation(collector, "marked", f"{marker} street", marked_at)
+    with ScriptedLLM(_quoting_judge) as judge:
+        result = run(
+            lake_dir,  # type: ignore[arg-type]
+            load_suite(write_suite(tmp_path, SUITE)),
+            since=OLD - dt.timedelta(days=1),
+            now=NOW,
+            judge={"base_url": judge.base_url},
+            judge_environ={"OPENAI_API_KEY": "test"},
+        )
+    assert (result.scored, result.error_count) == (3, 0), result
+    con = lake.connect(str(lake_dir))
+    try:
+        lake.maintain(con, store_settled_after_s=0, expire_older_than_s=0, delete_older_than_s=0)
+    finally:
+        con.close()
+    return marker, kept
+
+
+def _show(lake_dir: Path | str, conversation: str, env: dict[str, str] | None = None) -> str:
+    shown = subprocess.run(
+        [*CLI, "show", conversation, "--lake", str(lake_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={**os.environ, **(env or {})},
+    )
+    return shown.stdout
+
+
+def _counts(lake_dir: Path | str, conversations: list[str]) -> list[tuple[Any, ...]]:
+    con = lake.connect(str(lake_dir))
+    try:
+        return con.execute(
+            "SELECT conversation_id, span_count, tool_call_count FROM conversations "
+            "WHERE conversation_id IN (SELECT unnest(?)) ORDER BY 1",
+            [conversations],
+        ).fetchall()
+    finally:
+        con.close()
+
+
+def _erase(lake_dir: Path | str, *args: str, env: dict[str, str] | None = None) -> Any:
+    return subprocess.run(
+        [*CLI, "erase", "--lake", str(lake_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def marked_collector(lake_dir: Path, make_collector: Callable[..., Collector]) -> Collector:
+    _uncompressed_lake(lake_dir)
+    return make_collector(maintenance_interval_s=0)
+
+
+@pytest.mark.slow
+def test_an_erased_conversation_is_gone_from_every_file_while_the_collector_runs(
+    marked_collector: Collector, lake_dir: Path, tmp_path: Path
+) -> None:
+    marker, kept = _write_marked_lake(
+        marked_collector, lake_dir, tmp_path, marked_at=NOW - dt.timedelta(minutes=4)
+    )
+    # The search sees the marker wherever it was written: in the raw tables, in what was made
+    # of them, in the scores.
+    before = marker_hits(local_files(lake_dir), marker)
+    tables = {name.split("/")[2] for name in before if name.startswith("data/main/")}
+    assert {"spans", "logs", "scores", "judge_cache", "trajectory_steps"} <= tables, before
+    shown = {name: _show(lake_dir, name) for name in kept}
+    counts = _counts(lake_dir, kept)
+
+    erased = _erase(lake_dir, "marked", "--yes")
+    assert erased.returncode == 0, erased.stdout + erased.stderr
+    assert "conversations 1" in erased.stdout, erased.stdout
+
+    assert marker_hits(local_files(lake_dir), marker) == []
+    assert _counts(lake_dir, kept) == counts
+    assert {name: _show(lake_dir, name) for name in kept} == shown
+    # The collector goes on ingesting into the rewritten lake.
+    _conversation(marked_collector, "after", "later street", NOW)
+    assert [r[0] for r in _counts(lake_dir, ["after"])] == ["after"]
+    con = lake.connect(str(lake_dir))
+    try:
+        # The marked conversation's scores keep their values, not their explanations.
+        scores = con.execute(
+            "SELECT count(*), count(explanation), count(value) FROM scores "
+            "WHERE conversation_id = 'marked'"
+        ).fetchall()
+        audit = con.execute(
+            "SELECT reason, selection, status, conversations, spans > 0, log_records > 0, "
+            "requested_by LIKE '%@%', finished_at IS NOT NULL FROM erasures"
+        ).fetchall()
+    finally:
+        con.close()
+    assert scores == [(2, 0, 2)]
+    assert audit == [("erase", "ids", "purged", 1, True, True, True, True)]
+
+
+@pytest.mark.slow
+def test_rows_past_retention_are_gone_from_every_file(
+    marked_collector: Collector, lake_dir: Path, tmp_path: Path
+) -> None:
+    marker, kept = _write_marked_lake(marked_collector, lake_dir, tmp_path, marked_at=OLD)
+    assert marker_hits(local_files(lake_dir), marker)
+    shown = {name: _show(lake_dir, name) for name in kept}
+    counts = _counts(lake_dir, kept)
+    con = lake.connect(str(lake_dir))
+    try:
+        oldest = lifecycle.oldest_kept(con)["oldest_span"]
+        assert oldest is not None
+        assert oldest < NOW - dt.timedelta(days=30)
+        done = lake.maintain(con, retention_days=30, expire_older_than_s=0, delete_older_than_s=0)
+        assert done["retention_rows_deleted"] > 0, done
+        assert done["retention_finished"] == 1, done
+        oldest = lifecycle.oldest_kept(con)["oldest_span"]
+        assert oldest is not None
+        assert oldest > NOW - dt.timedelta(days=1)
+        # A second pass in the hour finds nothing more, and commits nothing.
+        again = lake.maintain(con, retention_days=30)
+        assert again["retention_rows_deleted"] == 0
+        [(score_count,)] = con.execute("SELECT count(*) FROM scores").fetchall()
+    finally:
+        con.close()
+    assert marker_hits(local_files(lake_dir), marker) == []
+    assert _counts(lake_dir, kept) == counts
+    assert {name: _show(lake_dir, name) for name in kept} == shown
+    assert score_count == 6  # scores outlive the raw data (no score_retention_days)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_an_erased_conversation_is_gone_from_a_shared_lakes_bucket(
+    shared_lake: str,
+    postgres_database: str,
+    s3_server: S3Server,
+    make_collector: Callable[..., Collector],
+    tmp_path: Path,
+) -> None:
+    """The same on a lake whose catalog is on PostgreSQL and whose data is in a bucket; and
+    the catalog's own rows (its column statistics) hold no marker either."""
+    _uncompressed_lake(shared_lake)
+    collector = make_collector(lake=shared_lake, maintenance_interval_s=0)
+    marker, kept = _write_marked_lake(collector, shared_lake, tmp_path, marked_at=NOW - MINUTES)
+
+    def bucket() -> dict[str, bytes]:
+        return {key: s3_server.read(key) for key in s3_server.objects("lake/")}
+
+    before = marker_hits(bucket(), marker)
+    tables = {key.split("/")[2] for key in before}
+    assert {"spans", "logs", "scores", "judge_cache", "trajectory_steps"} <= tables, before
+    shown = {name: _show(shared_lake, name) for name in kept}
+    erased = _erase(shared_lake, "marked", "--yes")
+    assert erased.returncode == 0, erased.stdout + erased.stderr
+    assert marker_hits(bucket(), marker) == []
+    assert {name: _show(shared_lake, name) for name in kept} == shown
+    import psycopg
+
+    with psycopg.connect(postgres_database, autocommit=True) as catalog:
+        tables = catalog.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            "WHERE table_name LIKE 'ducklake%'"
+        ).fetchall()
+        assert tables
+        holding = [
+            name
+            for schema, name in tables
+            if catalog.execute(
+                f'SELECT count(*) FROM "{schema}"."{name}" AS t WHERE t::text LIKE %s',
+                [f"%{marker}%"],
+            ).fetchone()
+            != (0,)
+        ]
+    assert holding == []
+
+
+def test_an_unknown_id_is_reported_and_nothing_is_touched(
+    collector: Collector, lake_dir: Path
+) -> None:
+    _conversation(collector, "known", "a street", NOW)
+    files = local_files(lake_dir)
+    erased = _erase(lake_dir, "known", "nope", "--yes")
+    assert erased.returncode == 2, erased.stdout + erased.stderr
+    assert "not in the lake: nope" in erased.stderr
+    assert local_files(lake_dir).keys() == files.keys()
+    assert [r[0] for r in _counts(lake_dir, ["known"])] == ["known"]
+
+
+@pytest.mark.slow
+def test_a_where_matching_everything_needs_yes_and_a_dry_run_erases_nothing(
+    collector: Collector, lake_dir: Path
+) -> None:
+    for name in ("w-1", "w-2"):
+        _conversation(collector, name, "a street", NOW)
+    dry = _erase(lake_dir, "--where", "conversation_id = 'w-1'", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "dry run" in dry.stdout, dry.stdout
+    assert "w-1" in dry.stdout, dry.stdout
+    everything = _erase(lake_dir, "--where", "true")
+    assert everything.returncode == 2, everything.stderr
+    assert "--yes" in everything.stderr, everything.stderr
+    bad = _erase(lake_dir, "--where", "no_such_column = 1", "--yes")
+    assert bad.returncode == 2, bad.stderr
+    assert "--where" in bad.stderr, bad.stderr
+    assert len(_counts(lake_dir, ["w-1", "w-2"])) == 2
+    one = _erase(lake_dir, "--where", "conversation_id = 'w-1'")
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert [r[0] for r in _counts(lake_dir, ["w-1", "w-2"])] == ["w-2"]
+
+
+@pytest.mark.slow
+def test_an_erase_killed_midway_leaves_a_consistent_lake_and_a_rerun_finishes_it(
+    collector: Collector, lake_dir: Path
+) -> None:
+    marker = f"MARK{uuid.uuid4().hex[:12]}ER"
+    _uncompressed_lake(lake_dir)
+    _conversation(collector, "killed", f"{marker} street", NOW)
+    _conversation(collector, "kept", "a street", NOW)
+    kept = _counts(lake_dir, ["kept"])
+    # Killed as soon as its first phase committed: the conversation is gone from the data,
+    # its files are still on disk.
+    proc = subprocess.Popen(
+        [*CLI, "erase", "--lake", str(lake_dir), "killed", "--yes"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def first_phase_done() -> bool:
+            con = lake.connect(str(lake_dir))
+            try:
+                return bool(con.execute("SELECT count(*) FROM erasures").fetchall()[0][0])
+            finally:
+                con.close()
+
+        wait_for(lambda: first_phase_done() or proc.poll() is not None, timeout=120)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    # Whatever it had done: the conversation is whole or gone, never half.
+    remaining = _counts(lake_dir, ["killed"])
+    assert remaining in ([], [("killed", 3, 1)]), remaining
+    rerun = _erase(lake_dir, "killed", "--yes")
+    if remaining:  # killed before its first commit: the rerun erases it
+        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    else:  # the rerun finishes the erasure, and says the id is no longer in the lake
+        assert rerun.returncode in (0, 2), rerun.stdout + rerun.stderr
+    assert _counts(lake_dir, ["killed"]) == []
+    assert marker_hits(local_files(lake_dir), marker) == []
+    assert _counts(lake_dir, ["kept"]) == kept
+    con = lake.connect(str(lake_dir))
+    try:
+        assert lifecycle.pending_erasures(con) == []
+    finally:
+        con.close()
+
+
+def test_a_running_evaluation_keeps_its_snapshot_through_erase_and_retention(
+    tmp_path: Path,
+) -> None:
+    """An erase while a run runs takes the rows out of the current data at once, and their
+    files off the disk only once the run ends; retention never expires the run's snapshot."""
+    where = tmp_path / "lake"
+    con = lake.connect(where, create=True)
+    try:
+        for conversation, started in (("old", OLD), ("gone", NOW), ("kept", NOW)):
+            con.execute(
+                "INSERT INTO spans (trace_id, span_id, conversation_id, start_time) "
+                "VALUES (?, 's', ?, ?)",
+                [conversation, conversation, started],
+            )
+        pinned = lake.current_snapshot(con)
+        con.execute(
+            "INSERT INTO eval_runs (run_id, status, started_at, details) "
+            "VALUES ('r', 'running', now(), ?)",
+            [f'{{"snapshot": {pinned}}}'],
+        )
+        selection = lifecycle.select_conversations(con, ["gone"])
+        lifecycle.erase(con, selection, selection_kind="ids")
+
+        def step(sql: Any, what: str) -> list[tuple[Any, ...]]:
+            return con.execute(sql).fetchall() if isinstance(sql, str) else sql()  # type: ignore[no-any-return]
+
+        assert lifecycle.finish_erasures(con, step)["purge_deferred"] == 1
+        done = lake.maintain(con, retention_days=30, expire_older_than_s=0, delete_older_than_s=0)
+        assert done["retention_rows_deleted"] == 1
+        assert done["purge_deferred"] == 1, done
+        reader = lake.connect(where, snapshot=pinned)  # the run's workers attach it
+        try:
+            assert reader.execute("SELECT count(*) FROM spans").fetchone() == (3,)
+        finally:
+            reader.close()
+        assert con.execute("SELECT count(*) FROM spans").fetchone() == (1,)
+        assert lifecycle.pending_erasures(con, "erase") != []
+
+        con.execute("UPDATE eval_runs SET status = 'succeeded'")
+        done = lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)
+        assert done["erasures_finished"] == 1, done
+        assert done["retention_finished"] == 1, done
+        assert lifecycle.pending_erasures(con) == []
+    finally:
+        con.close()
+
+
+def test_status_shows_the_oldest_data_kept_and_the_retention(
+    lake_dir: Path, make_collector: Callable[..., Collector]
+) -> None:
+    from spanscore.collector import load_config
+
+    assert (
+        load_config(
+            overrides={"lake": "x"}, environ={"SPANSCORE_RETENTION_DAYS": "30"}
+        ).retention_days
+        == 30
+    )
+    first = make_collector()
+    _conversation(first, "early", "a street", OLD)
+    first.stop(timeout=10)
+    collector = make_collector(maintenance_interval_s=3600, retention_days=90)
+
+    def status() -> str:
+        shown = subprocess.run(
+            [*CLI, "status", "--endpoint", f"http://127.0.0.1:{collector.http_port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return shown.stdout
+
+    wait_for(lambda: OLD.date().isoformat() in status(), timeout=60)
+    lines = status().splitlines()
+    assert any(re.match(rf"\s+oldest_span\s+{OLD.date().isoformat()}T", line) for line in lines)
+    assert any(re.match(r"\s+retention_days\s+90$", line) for line in lines), lines
+    assert any(re.match(r"\s+score_retention_days\s+unlimited$", line) for line in lines)
