@@ -127,6 +127,8 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
         echo(judge_line(judge))
     for warning in result.warnings:
         echo(f"warning{' (strict: fails the run)' if result.strict else ''}: {warning}")
+    if result.export is not None:
+        echo(export_line(result.export))
     for gate in result.gates:
         echo(f"gate {'passed' if gate.passed else 'FAILED'}: {gate.describe()}")
     for failure in result.failures:
@@ -180,6 +182,14 @@ def judge_line(judge: dict[str, Any]) -> str:
     if judge.get("batches"):
         line += f"; batches {', '.join(judge['batches'])}"
     return line
+
+
+def export_line(export: dict[str, Any]) -> str:
+    """What `--export-otlp` did, in one line (a warning when events were not sent)."""
+    from spanscore.evaluation.runs.export_otlp import ExportOutcome
+
+    line = ExportOutcome(**export).describe()
+    return f"warning (the run's result stands): {line}" if export.get("failed") else line
 
 
 class _Echo:
@@ -363,6 +373,18 @@ class _Echo:
     type=click.Path(dir_okay=False),
     help="Write the run's HTML report here (see `spanscore report`).",
 )
+@option(
+    "--export-otlp",
+    "export_otlp",
+    envvar="SPANSCORE_EXPORT_OTLP",
+    metavar="[URL]",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    help="After the scores are committed, send one gen_ai.evaluation.result event per score "
+    "to this OTLP endpoint (base URL, as OTEL_EXPORTER_OTLP_ENDPOINT); alone, to the one the "
+    "OTEL_EXPORTER_OTLP_* variables name. A failed export is a warning, never a failure.",
+)
 def evaluate_command(
     lake: str,
     suite_path: str,
@@ -392,6 +414,7 @@ def evaluate_command(
     judge: dict[str, Any],
     judge_batch: bool,
     report_path: str | None = None,
+    export_otlp: str | None = None,
 ) -> None:
     """Score the conversations of a time window with a suite; store the scores in the lake.
 
@@ -417,6 +440,7 @@ def evaluate_command(
     from spanscore.lake import LakeError, connect
 
     now = dt.datetime.now(dt.UTC)
+    export_to = export_settings(export_otlp)
     if ray_address and engine != "ray":
         raise click.UsageError("--ray-address is for --engine ray")
     if engine == "ray":
@@ -492,6 +516,8 @@ def evaluate_command(
         sys.exit(130)
     except LakeError as exc:
         raise LakeUnavailable(str(exc)) from exc
+    if export_to is not None and result.status in ("succeeded", "gate_failed"):
+        result.export = export_result(lake, result.run_id, export_to, result.score_count)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     else:
@@ -509,6 +535,39 @@ def evaluate_command(
         trace_url = os.environ.get("SPANSCORE_TRACE_URL")
         write_report_file(lake, report_path, result.run_id, trace_url=trace_url)
     sys.exit(0 if result.passed else 1)
+
+
+def export_settings(url: str | None) -> tuple[str, str] | None:
+    """(endpoint, protocol) of `--export-otlp` (None: no export); a usage error when the
+    settings cannot be used, before anything runs."""
+    if url is None:
+        return None
+    from spanscore.evaluation.runs.export_otlp import ExportSettingsError, resolve_endpoint
+
+    try:
+        return resolve_endpoint(url or None)
+    except ExportSettingsError as exc:
+        raise click.BadParameter(str(exc), param_hint="--export-otlp") from None
+
+
+def export_result(
+    lake: str, run_id: str, export_to: tuple[str, str], scores: int
+) -> dict[str, Any]:
+    """Send the committed run's events; whatever happens is reported, never raised."""
+    from spanscore.evaluation.runs.export_otlp import ExportOutcome, export_run
+    from spanscore.lake import connect
+
+    endpoint, protocol = export_to
+    try:
+        con = connect(lake)
+        try:
+            return export_run(con, run_id, endpoint, protocol).as_dict()
+        finally:
+            con.close()
+    except Exception as exc:  # reading the run back failed: still only a warning
+        failed = ExportOutcome(endpoint=endpoint, error=f"{type(exc).__name__}: {exc}")
+        failed.failed = failed.events = scores
+        return failed.as_dict()
 
 
 @click.command("compare")
