@@ -228,7 +228,7 @@ def test_a_verdict_about_one_call_or_turn_goes_to_its_span(scored: tuple[Path, s
     assert target_of(spans, {"turn_index": 0}) is not None
     assert target_of(spans, {"turn_index": 0}).trace_id == first_model[0]
     assert target_of(None, {"call_id": call[2]}) is None
-    # The run's records are a nanosecond apart: a re-sent run is the same records.
+    # Each record at its commit time, a nanosecond per score before it: re-sent, the same.
     times = [e.time_unix_nano for e in events]
     assert times == sorted(set(times))
 

@@ -9,9 +9,9 @@ to the span it judges:
 A conversation with no span left (expired, erased) gets an event without trace context, found
 by its `gen_ai.conversation.id`.
 
-The records of a run carry the run's finish time, each a nanosecond after the one before in
-the run's score order: sending a run again sends the same records, which a spanscore collector
-stores once (its identity of a log record is trace, span, times, event name and body).
+Each record carries the time its score was committed, plus a nanosecond per score before it in
+the same commit: sending a run again sends the same records, which a spanscore collector stores
+once (its identity of a log record is trace, span, times, event name and body).
 
 Sending is the OpenTelemetry SDK's OTLP log exporter (HTTP/protobuf, or gRPC), configured by
 the standard `OTEL_EXPORTER_OTLP_*` variables (logs signal first). Each batch is one export
@@ -25,7 +25,7 @@ import datetime as dt
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,7 @@ from spanscore.evaluation.runs.store import (
     ScoreRecord,
     _set_details,
     run_row,
-    scores_of_run,
+    timed_scores_of_run,
 )
 from spanscore.evaluation.trajectory.load import load_trajectories
 from spanscore.evaluation.trajectory.model import ModelCall, ToolCall, Trajectory
@@ -237,24 +237,29 @@ def _conversation_spans(
     }
 
 
-def evaluation_events(con: duckdb.DuckDBPyConnection, run_id: str) -> list[EvaluationEvent]:
-    """The events of the run's scores, in the run's score order. Raises ValueError for a run
-    that does not exist."""
+def evaluation_events(
+    con: duckdb.DuckDBPyConnection, run_id: str, conversation_ids: Collection[str] | None = None
+) -> list[EvaluationEvent]:
+    """The events of the run's scores (of these conversations only, if given), in commit
+    order. Raises ValueError for a run that does not exist."""
     run = run_row(con, run_id)
     if run is None:
         raise ValueError(f"no evaluation run {run_id!r} in this lake")
-    scores = scores_of_run(con, run_id)
-    spans = _conversation_spans(con, sorted({s.conversation_id for s in scores}))
-    moment = run.finished_at or run.started_at or dt.datetime.now(dt.UTC)
-    base = _unix_nano(moment)
-    return [
-        EvaluationEvent(
-            time_unix_nano=base + index,
-            target=target_of(spans.get(score.conversation_id), _details(score.details)),
-            attributes=_attributes(run, score),
+    scores = timed_scores_of_run(con, run_id, conversation_ids)
+    spans = _conversation_spans(con, sorted({s.conversation_id for s, _ in scores}))
+    events = []
+    previous, offset = None, 0
+    for score, committed in scores:
+        offset = offset + 1 if committed == previous else 0
+        previous = committed
+        events.append(
+            EvaluationEvent(
+                time_unix_nano=_unix_nano(committed) + offset,
+                target=target_of(spans.get(score.conversation_id), _details(score.details)),
+                attributes=_attributes(run, score),
+            )
         )
-        for index, score in enumerate(scores)
-    ]
+    return events
 
 
 def _unix_nano(moment: dt.datetime) -> int:
@@ -402,13 +407,18 @@ def export_run(
     run_id: str,
     endpoint: str,
     protocol: str = "http/protobuf",
+    *,
+    conversation_ids: Collection[str] | None = None,
+    record: bool = True,
 ) -> ExportOutcome:
-    """Build the run's events and send them; the outcome is also kept in the run's details
-    (`export`), where `spanscore runs` and a later `spanscore export` find it."""
-    events = evaluation_events(con, run_id)
+    """Build the run's events (of these conversations only, if given) and send them; with
+    `record`, the outcome is also kept in the run's details (`export`)."""
+    events = evaluation_events(con, run_id, conversation_ids)
     outcome = send_events(events, endpoint, protocol)
     if outcome.failed:
         log.warning("evaluation events of run %s: %s", run_id, outcome.describe())
+    if not record:
+        return outcome
     try:
         _set_details(con, run_id, "record the export", export=outcome.as_dict())
     except duckdb.Error:  # the events went out; the note about them is not worth a failure
