@@ -385,6 +385,27 @@ class _Echo:
     "to this OTLP endpoint (base URL, as OTEL_EXPORTER_OTLP_ENDPOINT); alone, to the one the "
     "OTEL_EXPORTER_OTLP_* variables name. A failed export is a warning, never a failure.",
 )
+@option(
+    "--follow",
+    envvar="SPANSCORE_FOLLOW",
+    is_flag=True,
+    help="Run continuously: score each conversation once it has been idle for --settle, "
+    "one run per --period, until stopped (SIGTERM or Ctrl-C closes the open run).",
+)
+@option(
+    "--period",
+    envvar="SPANSCORE_PERIOD",
+    default="1h",
+    show_default=True,
+    help="With --follow: the span of each run (aligned to the clock).",
+)
+@option(
+    "--poll",
+    envvar="SPANSCORE_POLL",
+    default="10s",
+    show_default=True,
+    help="With --follow: the time between two looks for settled conversations.",
+)
 def evaluate_command(
     lake: str,
     suite_path: str,
@@ -415,6 +436,9 @@ def evaluate_command(
     judge_batch: bool,
     report_path: str | None = None,
     export_otlp: str | None = None,
+    follow: bool = False,
+    period: str = "1h",
+    poll: str = "10s",
 ) -> None:
     """Score the conversations of a time window with a suite; store the scores in the lake.
 
@@ -502,6 +526,9 @@ def evaluate_command(
         judge_settings(suite, options)
     except ValueError as exc:  # pydantic's ValidationError is one
         raise click.UsageError(f"judge settings: {exc}") from None
+    if follow:
+        _follow(lake, suite, options, export_to, period, poll, fmt, junit or report_path)
+        return
     try:
         result = evaluate(lake, suite, options, progress=_Bar() if fmt == "text" else None)
     except (JudgeUnavailable, WindowError, EngineUnavailable) as exc:
@@ -535,6 +562,73 @@ def evaluate_command(
         trace_url = os.environ.get("SPANSCORE_TRACE_URL")
         write_report_file(lake, report_path, result.run_id, trace_url=trace_url)
     sys.exit(0 if result.passed else 1)
+
+
+def _follow(
+    lake: str,
+    suite: Any,
+    options: Any,
+    export_to: tuple[str, str] | None,
+    period: str,
+    poll: str,
+    fmt: str,
+    per_run_file: str | None,
+) -> None:
+    """`evaluate --follow`: passes until SIGTERM or Ctrl-C, a summary per closed run."""
+    import dataclasses
+    import signal
+
+    from spanscore.evaluation.runs.follow import Follower, FollowSettings, PassResult
+
+    if options.until is not None or options.rescore or per_run_file:
+        raise click.UsageError(
+            "--follow scores each conversation once, as it settles, with no end: not with "
+            "--until, --rescore, --junit or --report (use `spanscore report latest` on its runs)"
+        )
+    settings = FollowSettings(
+        period_s=parse_duration(period), poll_s=parse_duration(poll), export=export_to
+    )
+    if settings.period_s <= 0 or settings.poll_s <= 0:
+        raise click.UsageError("--period and --poll must be longer than 0 s")
+
+    def on_pass(done: PassResult) -> None:
+        if done.scored and fmt == "text":
+            click.echo(
+                f"{_when(dt.datetime.now(dt.UTC))}: run {done.run_id} scored {done.scored} "
+                f"conversations ({done.scores} scores) that ended before {_when(done.until)}"
+            )
+
+    def on_period(result: Any) -> None:
+        if fmt == "json":
+            click.echo(json.dumps(result.to_dict(), default=str))
+        else:
+            print_summary(result)
+
+    follower = Follower(
+        lake,
+        suite,
+        dataclasses.replace(options, now=None),
+        settings,
+        on_pass=on_pass,
+        on_period=on_period,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: follower.stop())
+    if fmt == "text":
+        click.echo(
+            f"following {lake}: suite {suite.name}, settle {_duration_text(options.settle_s)}, "
+            f"one run per {period}; SIGTERM or Ctrl-C stops"
+        )
+    try:
+        follower.run()
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: the open run is closed as interrupted", err=True)
+        sys.exit(130)
+
+
+def _duration_text(seconds: float) -> str:
+    from spanscore.evaluation.runs.window import _duration
+
+    return _duration(seconds)
 
 
 def export_settings(url: str | None) -> tuple[str, str] | None:
