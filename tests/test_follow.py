@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import os
 import signal
 import subprocess
@@ -107,7 +108,8 @@ def test_follower_scores_each_conversation_once_across_kill_9_and_restart(tmp_pa
     assert runs[1][1] == total + 12 - at_kill  # the rest of the backfill, then the new ones
     assert runs[1][3] == 3600.0
     text = log.read_text()
-    assert "one run per 1h" in text and "succeeded" in text
+    assert "one run per 1h" in text
+    assert "succeeded" in text
 
 
 @pytest.mark.slow
@@ -136,7 +138,7 @@ def test_one_run_per_period_with_contiguous_windows(tmp_path: Path) -> None:
     )
     assert len(rows) == 3
     assert rows[0][0] is None  # the suite's first run: from the beginning
-    for before, after in zip(rows, rows[1:], strict=False):
+    for before, after in itertools.pairwise(rows):
         assert after[0] == before[1]  # each period starts where the one before ended
     ends = [r[1] for r in rows]
     assert ends == [start + dt.timedelta(seconds=s) for s in (50, 100, 175)]

@@ -4,9 +4,9 @@ A follower runs passes, one every `poll_s`. A pass scores, with the same suite, 
 judge, budgets and writes as a nightly run, the conversations whose last span ended before
 now minus the settle time and that no run of this suite version has scored yet. Its window
 starts the settle time (at least `LATE_ARRIVAL_S`) before the previous pass's end (spans that
-arrive late are still found; what was scored is skipped) and, on the first pass, where a nightly run would start:
-the end of the suite's last completed run, so a follower that was stopped or killed backfills
-what it missed.
+arrive late are still found; what was scored is skipped) and, on the first pass, where a
+nightly run would start: the end of the suite's last completed run, so a follower that was
+stopped or killed backfills what it missed. Run one follower per suite: two would race.
 
 Passes write into one run per period (`period_s`, aligned to the clock: hourly runs start on
 the hour), so reports, gates and `compare` see runs as they see nightly ones. A period's run
