@@ -43,6 +43,7 @@ from pathlib import Path
 
 from ingest import CollectorProcess, HttpExporter, _Tokens, _trace, percentile
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 from spanscore.lake import connect
 
@@ -68,7 +69,7 @@ def fresh_request(rng: random.Random, spans: int, ends_ns: int) -> tuple[bytes, 
     ).value.string_value = "customer-service-agent"
     scope.scope.name = "opentelemetry.instrumentation.openai_agents"
     now = ends_ns
-    built = []
+    built: list[trace_pb2.Span] = []
     while len(built) < spans:
         built.extend(_trace(tokens, rng, min(spans - len(built), rng.randint(6, 20)), now))
     shift = max(s.end_time_unix_nano for s in built) - now

@@ -386,6 +386,13 @@ class _Echo:
     "OTEL_EXPORTER_OTLP_* variables name. A failed export is a warning, never a failure.",
 )
 @option(
+    "--metrics-file",
+    envvar="SPANSCORE_METRICS_FILE",
+    type=click.Path(dir_okay=False),
+    help="Write the run's figures (pass rates, gates, counts, judge cost, duration) here in "
+    "the Prometheus text format, for node-exporter's textfile collector (name it *.prom).",
+)
+@option(
     "--follow",
     envvar="SPANSCORE_FOLLOW",
     is_flag=True,
@@ -436,6 +443,7 @@ def evaluate_command(
     judge_batch: bool,
     report_path: str | None = None,
     export_otlp: str | None = None,
+    metrics_file: str | None = None,
     follow: bool = False,
     period: str = "1h",
     poll: str = "10s",
@@ -527,7 +535,9 @@ def evaluate_command(
     except ValueError as exc:  # pydantic's ValidationError is one
         raise click.UsageError(f"judge settings: {exc}") from None
     if follow:
-        _follow(lake, suite, options, export_to, period, poll, fmt, junit or report_path)
+        _follow(
+            lake, suite, options, export_to, period, poll, fmt, junit or report_path, metrics_file
+        )
         return
     try:
         result = evaluate(lake, suite, options, progress=_Bar() if fmt == "text" else None)
@@ -549,6 +559,8 @@ def evaluate_command(
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     else:
         print_summary(result)
+    if metrics_file:
+        write_metrics(metrics_file, result, suite.name)
     if junit:
         con = connect(lake, read_only=True)
         try:
@@ -573,6 +585,7 @@ def _follow(
     poll: str,
     fmt: str,
     per_run_file: str | None,
+    metrics_file: str | None,
 ) -> None:
     """`evaluate --follow`: passes until SIGTERM or Ctrl-C, a summary per closed run."""
     import dataclasses
@@ -603,6 +616,8 @@ def _follow(
             click.echo(json.dumps(result.to_dict(), default=str))
         else:
             print_summary(result)
+        if metrics_file:
+            write_metrics(metrics_file, result, suite.name)
 
     follower = Follower(
         lake,
@@ -623,6 +638,16 @@ def _follow(
     except KeyboardInterrupt:
         click.echo("\ninterrupted: the open run is closed as interrupted", err=True)
         sys.exit(130)
+
+
+def write_metrics(path: str, result: Any, suite_name: str) -> None:
+    """The run's figures for node-exporter's textfile collector; a failure is a warning."""
+    from spanscore.evaluation.runs.run_metrics import prometheus_text, write_textfile
+
+    try:
+        write_textfile(path, prometheus_text(result, suite_name))
+    except OSError as exc:
+        click.echo(f"warning: the run's metrics could not be written to {path}: {exc}", err=True)
 
 
 def _duration_text(seconds: float) -> str:
