@@ -14,11 +14,13 @@ import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from spanscore.evaluation import load_suite
+from spanscore.evaluation.runs.export_otlp import resolve_endpoint
 from spanscore.evaluation.runs.follow import Follower, FollowSettings, period_end
 from spanscore.evaluation.runs.options import RunOptions
 from spanscore.examples.synthetic import build_lake
@@ -113,9 +115,10 @@ def test_follower_scores_each_conversation_once_across_kill_9_and_restart(tmp_pa
 
 
 @pytest.mark.slow
-def test_one_run_per_period_with_contiguous_windows(tmp_path: Path) -> None:
+def test_one_run_per_period_with_contiguous_windows(tmp_path: Path, make_collector: Any) -> None:
     lake = tmp_path / "lake"
     build_lake(lake, 6)
+    sink = make_collector(lake=tmp_path / "sink")  # where the verdicts go, pass after pass
     suite = load_suite(write_suite(tmp_path, SUITE))
     start = period_end(LATER, 60)  # the start of a minute, after the synthetic conversations
     ticks = iter(start + dt.timedelta(seconds=25 * i) for i in range(100))
@@ -124,7 +127,12 @@ def test_one_run_per_period_with_contiguous_windows(tmp_path: Path) -> None:
         str(lake),
         suite,
         RunOptions(settle_s=0, workers=1),
-        FollowSettings(period_s=60, poll_s=0.001, max_periods=3),
+        FollowSettings(
+            period_s=60,
+            poll_s=0.001,
+            max_periods=3,
+            export=resolve_endpoint(f"http://127.0.0.1:{sink.http_port}", {}),
+        ),
         on_period=closed.append,
         clock=lambda: next(ticks),
     )
@@ -143,3 +151,7 @@ def test_one_run_per_period_with_contiguous_windows(tmp_path: Path) -> None:
     ends = [r[1] for r in rows]
     assert ends == [start + dt.timedelta(seconds=s) for s in (50, 100, 175)]
     assert not _twice(lake)
+    scores = query(lake, "SELECT count(*) FROM scores")[0][0]
+    assert closed[0].export["sent"] == scores
+    events = "SELECT count(*) FROM logs WHERE event_name = 'gen_ai.evaluation.result'"
+    assert query(tmp_path / "sink", events)[0][0] == scores
