@@ -78,9 +78,11 @@ def test_kubernetes_objects_fit_together() -> None:
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
     cron = objects[("CronJob", "spanscore-evaluate")]
     job_pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    follower = objects[("Deployment", "spanscore-follow")]["spec"]
+    assert (follower["replicas"], follower["strategy"]["type"]) == (1, "Recreate")  # one per suite
     # Every Secret key and ConfigMap referenced exists; both commands exist in the CLI.
     secret = objects[("Secret", "spanscore")]["stringData"]
-    for spec in (pod["spec"], job_pod):
+    for spec in (pod["spec"], job_pod, follower["template"]["spec"]):
         for c in spec["containers"]:
             assert _command_exists(c["args"]), c["args"]
             for e in c.get("env", []):
@@ -268,3 +270,16 @@ def test_the_gateway_configuration_uses_contrib_components() -> None:
     balancer = doc["exporters"]["loadbalancing/spanscore"]
     assert balancer["protocol"]["otlp"]["retry_on_failure"]["enabled"] is True
     assert doc["receivers"]["otlp"]["protocols"].keys() == {"grpc", "http"}
+
+
+# --- systemd ----------------------------------------------------------------------------------
+
+
+def test_the_follower_unit_runs_a_command_the_cli_has() -> None:
+    unit = (DEPLOY / "systemd" / "spanscore-follow.service").read_text()
+    (start,) = re.findall(r"^ExecStart=(.+)$", unit, re.MULTILINE)
+    args = start.split()
+    assert args[0].endswith("/spanscore")
+    assert _command_exists(args[1:]), args
+    assert "--follow" in args
+    assert "KillSignal=SIGTERM" in unit  # closes the open run

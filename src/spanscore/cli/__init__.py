@@ -10,9 +10,10 @@ wins over SPANSCORE_LAST, a QUERY over SPANSCORE_FILE). The variables are named 
   named so too: they are also the keys of its config file.
 - `SPANSCORE_<COMMAND>_<OPTION>` where commands use one option name for different things:
   `--format` (`SPANSCORE_SQL_FORMAT`, `SPANSCORE_RUNS_FORMAT`, ...), `--json`, `--limit`,
-  `--output`; and, beside a collector setting or shared option of that name, `evaluate
-  --workers` (`SPANSCORE_EVALUATE_WORKERS`), `runs --suite` (a suite's name, not its file) and
-  `demo --lake` (a lake the demo recreates).
+  `--output`, `--endpoint` (`SPANSCORE_EXPORT_ENDPOINT`: not `status`'s collector); and,
+  beside a collector setting or shared option of that name, `evaluate --workers`
+  (`SPANSCORE_EVALUATE_WORKERS`), `runs --suite` (a suite's name, not its file) and `demo --lake`
+  (a lake the demo recreates).
 
 A flag reads its variable as a boolean (1/0, true/false, yes/no, on/off); a repeatable option
 reads several values separated by spaces (`serve --redact`: by commas). Only `--help` and
@@ -33,6 +34,7 @@ import click
 
 from .erase import erase_command
 from .evaluate import compare_command, evaluate_command
+from .export import export_command
 from .invocation import runnable
 from .judge_check import judge_check_command
 from .options import EXIT_CODES_HELP, EXIT_INTERRUPTED, InputError, LakeUnavailable
@@ -112,6 +114,7 @@ main.add_command(report_command)
 main.add_command(runs_command)
 main.add_command(simulate_command)
 main.add_command(simulations_command)
+main.add_command(export_command)
 main.add_command(judge_check_command)
 main.add_command(import_command)
 main.add_command(schema_group)

@@ -130,6 +130,8 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
         echo(judge_line(judge))
     for warning in result.warnings:
         echo(f"warning{' (strict: fails the run)' if result.strict else ''}: {warning}")
+    if result.export is not None:
+        echo(export_line(result.export))
     for gate in result.gates:
         echo(f"gate {'passed' if gate.passed else 'FAILED'}: {gate.describe()}")
     for failure in result.failures:
@@ -187,6 +189,14 @@ def judge_line(judge: dict[str, Any]) -> str:
     if judge.get("batches"):
         line += f"; batches {', '.join(judge['batches'])}"
     return line
+
+
+def export_line(export: dict[str, Any]) -> str:
+    """What `--export-otlp` did, in one line (a warning when events were not sent)."""
+    from spanscore.evaluation.runs.export_otlp import ExportOutcome
+
+    line = ExportOutcome(**export).describe()
+    return f"warning (the run's result stands): {line}" if export.get("failed") else line
 
 
 class _Echo:
@@ -371,6 +381,46 @@ class _Echo:
     type=click.Path(dir_okay=False),
     help="Write the run's HTML report here (see `spanscore report`).",
 )
+@option(
+    "--export-otlp",
+    "export_otlp",
+    envvar="SPANSCORE_EXPORT_OTLP",
+    metavar="[URL]",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    help="After the scores are committed, send one gen_ai.evaluation.result event per score "
+    "to this OTLP endpoint (base URL, as OTEL_EXPORTER_OTLP_ENDPOINT); alone, to the one the "
+    "OTEL_EXPORTER_OTLP_* variables name. A failed export is a warning, never a failure.",
+)
+@option(
+    "--metrics-file",
+    envvar="SPANSCORE_METRICS_FILE",
+    type=click.Path(dir_okay=False),
+    help="Write the run's figures (pass rates, gates, counts, judge cost, duration) here in "
+    "the Prometheus text format, for node-exporter's textfile collector (name it *.prom).",
+)
+@option(
+    "--follow",
+    envvar="SPANSCORE_FOLLOW",
+    is_flag=True,
+    help="Run continuously: score each conversation once it has been idle for --settle, "
+    "one run per --period, until stopped (SIGTERM or Ctrl-C closes the open run).",
+)
+@option(
+    "--period",
+    envvar="SPANSCORE_PERIOD",
+    default="1h",
+    show_default=True,
+    help="With --follow: the span of each run (aligned to the clock).",
+)
+@option(
+    "--poll",
+    envvar="SPANSCORE_POLL",
+    default="10s",
+    show_default=True,
+    help="With --follow: the time between two looks for settled conversations.",
+)
 def evaluate_command(
     lake: str,
     suite_path: str,
@@ -400,6 +450,11 @@ def evaluate_command(
     judge: dict[str, Any],
     judge_batch: bool,
     report_path: str | None = None,
+    export_otlp: str | None = None,
+    metrics_file: str | None = None,
+    follow: bool = False,
+    period: str = "1h",
+    poll: str = "10s",
 ) -> None:
     """Score the conversations of a time window with a suite; store the scores in the lake.
 
@@ -426,6 +481,7 @@ def evaluate_command(
     from spanscore.lake import LakeError, connect
 
     now = dt.datetime.now(dt.UTC)
+    export_to = export_settings(export_otlp)
     if ray_address and engine != "ray":
         raise click.UsageError("--ray-address is for --engine ray")
     if engine == "ray":
@@ -487,6 +543,11 @@ def evaluate_command(
         judge_settings(suite, options)
     except ValueError as exc:  # pydantic's ValidationError is one
         raise click.UsageError(f"judge settings: {exc}") from None
+    if follow:
+        _follow(
+            lake, suite, options, export_to, period, poll, fmt, junit or report_path, metrics_file
+        )
+        return
     try:
         result = evaluate(lake, suite, options, progress=_Bar() if fmt == "text" else None)
     except (JudgeUnavailable, WindowError, EngineUnavailable) as exc:
@@ -502,10 +563,14 @@ def evaluate_command(
         sys.exit(130)
     except LakeError as exc:
         raise LakeUnavailable(str(exc)) from exc
+    if export_to is not None and result.status in ("succeeded", "gate_failed"):
+        result.export = export_result(lake, result.run_id, export_to, result.score_count)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     else:
         print_summary(result)
+    if metrics_file:
+        write_metrics(metrics_file, result, suite.name)
     if junit:
         con = connect(lake, read_only=True)
         try:
@@ -519,6 +584,119 @@ def evaluate_command(
         trace_url = os.environ.get("SPANSCORE_TRACE_URL")
         write_report_file(lake, report_path, result.run_id, trace_url=trace_url)
     sys.exit(0 if result.passed else 1)
+
+
+def _follow(
+    lake: str,
+    suite: Any,
+    options: Any,
+    export_to: tuple[str, str] | None,
+    period: str,
+    poll: str,
+    fmt: str,
+    per_run_file: str | None,
+    metrics_file: str | None,
+) -> None:
+    """`evaluate --follow`: passes until SIGTERM or Ctrl-C, a summary per closed run."""
+    import dataclasses
+    import signal
+
+    from spanscore.evaluation.runs.follow import Follower, FollowSettings, PassResult
+
+    if options.until is not None or options.rescore or per_run_file:
+        raise click.UsageError(
+            "--follow scores each conversation once, as it settles, with no end: not with "
+            "--until, --rescore, --junit or --report (use `spanscore report latest` on its runs)"
+        )
+    settings = FollowSettings(
+        period_s=parse_duration(period), poll_s=parse_duration(poll), export=export_to
+    )
+    if settings.period_s <= 0 or settings.poll_s <= 0:
+        raise click.UsageError("--period and --poll must be longer than 0 s")
+
+    def on_pass(done: PassResult) -> None:
+        if done.scored and fmt == "text":
+            click.echo(
+                f"{_when(dt.datetime.now(dt.UTC))}: run {done.run_id} scored {done.scored} "
+                f"conversations ({done.scores} scores) that ended before {_when(done.until)}"
+            )
+
+    def on_period(result: Any) -> None:
+        if fmt == "json":
+            click.echo(json.dumps(result.to_dict(), default=str))
+        else:
+            print_summary(result)
+        if metrics_file:
+            write_metrics(metrics_file, result, suite.name)
+
+    follower = Follower(
+        lake,
+        suite,
+        dataclasses.replace(options, now=None),
+        settings,
+        on_pass=on_pass,
+        on_period=on_period,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: follower.stop())
+    if fmt == "text":
+        click.echo(
+            f"following {lake}: suite {suite.name}, settle {_duration_text(options.settle_s)}, "
+            f"one run per {period}; SIGTERM or Ctrl-C stops"
+        )
+    try:
+        follower.run()
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: the open run is closed as interrupted", err=True)
+        sys.exit(130)
+
+
+def write_metrics(path: str, result: Any, suite_name: str) -> None:
+    """The run's figures for node-exporter's textfile collector; a failure is a warning."""
+    from spanscore.evaluation.runs.run_metrics import prometheus_text, write_textfile
+
+    try:
+        write_textfile(path, prometheus_text(result, suite_name))
+    except OSError as exc:
+        click.echo(f"warning: the run's metrics could not be written to {path}: {exc}", err=True)
+
+
+def _duration_text(seconds: float) -> str:
+    from spanscore.evaluation.runs.window import _duration
+
+    return _duration(seconds)
+
+
+def export_settings(url: str | None) -> tuple[str, str] | None:
+    """(endpoint, protocol) of `--export-otlp` (None: no export); a usage error when the
+    settings cannot be used, before anything runs."""
+    if url is None:
+        return None
+    from spanscore.evaluation.runs.export_otlp import ExportSettingsError, resolve_endpoint
+
+    try:
+        return resolve_endpoint(url or None)
+    except ExportSettingsError as exc:
+        raise click.BadParameter(str(exc), param_hint="--export-otlp") from None
+
+
+def export_result(
+    lake: str, run_id: str, export_to: tuple[str, str], scores: int
+) -> dict[str, Any]:
+    """Send the committed run's events; whatever happens is reported, never raised."""
+    from spanscore.evaluation.runs.export_otlp import ExportOutcome, export_run
+    from spanscore.lake import connect
+
+    endpoint, protocol = export_to
+    try:
+        con = connect(lake)
+        try:
+            return export_run(con, run_id, endpoint, protocol).as_dict()
+        finally:
+            con.close()
+    except Exception as exc:  # reading the run back failed: still only a warning
+        failed = ExportOutcome(endpoint=endpoint, error=f"{type(exc).__name__}: {exc}")
+        failed.failed = failed.events = scores
+        return failed.as_dict()
 
 
 @click.command("compare")

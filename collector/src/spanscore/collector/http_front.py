@@ -1,4 +1,5 @@
-"""The OTLP/HTTP front end: `POST /v1/traces` and `/v1/logs`, `GET /health` and `/status`.
+"""The OTLP/HTTP front end: `POST /v1/traces` and `/v1/logs`, `GET /health`, `/status` and
+`/metrics` (Prometheus text, behind the same token as `/status`).
 
 A hand-written HTTP/1.1 body reader over `http.server`, because the body is where a client can
 hurt the collector:
@@ -37,7 +38,7 @@ from typing import Any
 
 from google.rpc import code_pb2, status_pb2
 
-from . import otlp
+from . import otlp, prometheus
 from .admission import Admission, Body, Deadlines
 from .config import CollectorConfig
 from .ingest import Ingest
@@ -272,13 +273,17 @@ def _make_handler(
             if path in ("/health", "/healthz"):
                 doc = health(detailed=admission.authenticated(self.headers.get("Authorization")))
                 self._json_doc(200 if doc["status"] == "ok" else 503, doc)
-            elif path == "/status":
+            elif path in ("/status", "/metrics"):
                 if not admission.authorized(self.headers.get("Authorization")):
                     self._error(
                         401, code_pb2.UNAUTHENTICATED, "missing or wrong bearer token", True
                     )
                     return
-                self._json_doc(200, status_report())
+                if path == "/status":
+                    self._json_doc(200, status_report())
+                else:
+                    text = prometheus.render(status_report()).encode()
+                    self._send(200, text, prometheus.CONTENT_TYPE)
             else:
                 self._json_doc(404, {"error": f"no such endpoint: GET {path}"})
 

@@ -116,6 +116,9 @@ class RunResult:
     # per scenario: trials, passed, pass^k (`runs.trials.ScenarioTrials`); empty but for a
     # simulation
     trials: list[ScenarioTrials] = field(default_factory=list)
+    # what `--export-otlp` did (`export_otlp.ExportOutcome.as_dict`); a failed export is a
+    # warning here, never a failure of the run
+    export: dict[str, Any] | None = None
 
     @property
     def gates_passed(self) -> bool:
@@ -180,6 +183,7 @@ class RunResult:
             "judge": self.judge,
             "simulation_id": self.simulation_id,
             "trials": trials_to_dict(self.trials) if self.simulation_id else None,
+            "export": self.export,
             "elapsed_s": round(self.elapsed_s, 3),
         }
 

@@ -258,6 +258,34 @@ def scores_of_run(con: duckdb.DuckDBPyConnection, run_id: str) -> list[ScoreReco
     )
 
 
+def timed_scores_of_run(
+    con: duckdb.DuckDBPyConnection, run_id: str, conversation_ids: Collection[str] | None = None
+) -> list[tuple[ScoreRecord, dt.datetime]]:
+    """The run's scores (of these conversations only, if given) with the time each was
+    committed, by commit, conversation, scenario (suite metrics first) and metric."""
+    sql = f"SELECT {_SCORE_SELECT}, created_at AS spanscore_created FROM scores WHERE run_id = ?"
+    params: list[Any] = [run_id]
+    if conversation_ids is not None:
+        sql += " AND list_contains(?, conversation_id)"
+        params.append(list(conversation_ids))
+    cursor = con.execute(
+        sql + " ORDER BY created_at, conversation_id, scenario_id NULLS FIRST, metric", params
+    )
+    names = [d[0] for d in cursor.description or ()][:-1]
+    return [
+        (ScoreRecord(**dict(zip(names, row[:-1], strict=True))), row[-1])
+        for row in cursor.fetchall()
+    ]
+
+
+def set_window_end(con: duckdb.DuckDBPyConnection, run_id: str, end: dt.datetime) -> None:
+    """Move the end of an open run's window (a follower's period scored up to `end`)."""
+    retrying(
+        partial(con.execute, "UPDATE eval_runs SET window_end = ? WHERE run_id = ?", [end, run_id]),
+        what="record the run's window",
+    )
+
+
 def score_count(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
     """How many scores the run wrote."""
     found = con.execute("SELECT count(*) AS n FROM scores WHERE run_id = ?", [run_id]).fetchone()
