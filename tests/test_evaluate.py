@@ -388,7 +388,7 @@ def test_usage_errors_exit_2(synthetic_lake: Path, tmp_path: Path):
         "pass_rat=0.5",
     )
     assert bad_gate.returncode == 2
-    assert "pass_rate, score_pass_rate or mean" in bad_gate.stderr
+    assert "pass_rate, score_pass_rate, mean or pass^K" in bad_gate.stderr
     bad_time = cli(
         "evaluate", "--lake", str(synthetic_lake), "--suite", str(path), "--since", "yesterday"
     )

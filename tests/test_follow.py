@@ -104,7 +104,7 @@ def test_follower_scores_each_conversation_once_across_kill_9_and_restart(tmp_pa
 @pytest.mark.slow
 @pytest.mark.xfail(
     reason="seen twice on a machine at load 40: one of 12 conversations sent through a "
-    "collector during the follow was not scored within 240 s (under investigation)",
+    "collector during the follow was not scored within 120 s (under investigation)",
     strict=False,
 )
 def test_follower_scores_conversations_as_they_arrive(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_follower_scores_conversations_as_they_arrive(tmp_path: Path) -> None:
                     headers={"Content-Type": "application/x-protobuf"},
                 )
                 urllib.request.urlopen(post, timeout=30).close()
-            wait_for(lambda: _scored(lake) == total + 12, timeout=240, interval=0.5)
+            wait_for(lambda: _scored(lake) == total + 12, timeout=120, interval=0.5)
         finally:
             collector.stop(timeout=10)
         follower.send_signal(signal.SIGTERM)

@@ -343,6 +343,23 @@ def test_a_where_matching_everything_needs_yes_and_a_dry_run_erases_nothing(
     assert dry.returncode == 0, dry.stderr
     assert "dry run" in dry.stdout, dry.stdout
     assert "w-1" in dry.stdout, dry.stdout
+    # Typed at a terminal, without --yes, an erase is a dry run.
+    primary, secondary = os.openpty()
+    try:
+        typed = subprocess.run(
+            [*CLI, "erase", "--lake", str(lake_dir), "w-1"],
+            stdin=secondary,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        os.close(secondary)
+        os.close(primary)
+    assert typed.returncode == 0, typed.stderr
+    assert "dry run: nothing erased" in typed.stdout, typed.stdout
+    assert len(_counts(lake_dir, ["w-1", "w-2"])) == 2
     everything = _erase(lake_dir, "--where", "true")
     assert everything.returncode == 2, everything.stderr
     assert "--yes" in everything.stderr, everything.stderr

@@ -506,7 +506,13 @@ def test_a_dropped_or_replaced_view_is_recreated_when_the_lake_opens(lake: Path)
             "SELECT view_name, comment LIKE 'spanscore:%' FROM duckdb_views() "
             "WHERE database_name = 'lake' AND NOT temporary ORDER BY 1"
         ).fetchall()
-        assert marks == [("conversations", True), ("tool_calls", True), ("turns", True)]
+        assert marks == [
+            ("conversations", True),
+            ("scenario_pass_k", True),
+            ("simulation_trials", True),
+            ("tool_calls", True),
+            ("turns", True),
+        ]
     finally:
         raw.close()
     assert query(lake, "SELECT count(*) FROM conversations") == [(40,)]

@@ -54,7 +54,7 @@ def erase_command(
     as_json: bool,
 ) -> None:
     """Erase conversations: their spans and log records (and every other span of their
-    traces), their stored trajectories, their judge-cache answers and their scores'
+    traces), their stored trajectories, their answers in the judge cache and their scores'
     explanations and details. Then their old data files are rewritten, the snapshots that
     still reference them expired, and the files deleted: the text is gone from disk, not
     only from queries. Each erasure is recorded in the `erasures` table: who, when, how many

@@ -1,0 +1,78 @@
+"""The report's trials grid: for a run that scored a simulation, each scenario's trials (passed,
+failed, and why each ended) and its pass^k, read from the lake's `simulation_trials` and
+`scenario_pass_k` views (where a trial's verdict and pass^k are defined); and the scores about
+the simulated users (`simulator.*`), which the report shows apart from the agent's."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import duckdb
+
+from spanscore.evaluation.runs.result import mean_pass_hat_k
+from spanscore.evaluation.runs.trials import trial_results
+from spanscore.lake.schema import SIMULATOR_METRIC_PREFIX
+
+
+class TrialCellDoc(TypedDict):
+    trial: int
+    conversation_id: str
+    passed: bool
+    stop_reason: str
+
+
+class ScenarioTrialsDoc(TypedDict):
+    scenario: str
+    trials: int
+    passed: int
+    pass_hat_k: dict[str, float]  # k -> pass^k
+    cells: list[TrialCellDoc]
+
+
+class TrialsDoc(TypedDict):
+    simulation_id: str
+    scenarios: list[ScenarioTrialsDoc]
+    mean_pass_hat_k: dict[str, float | None]  # over the scenarios with at least k trials
+
+
+def trials_doc(
+    con: duckdb.DuckDBPyConnection, run_id: str, simulation_id: str | None
+) -> TrialsDoc | None:
+    """The grid of a simulation's run; None for a run over production traffic."""
+    if simulation_id is None:
+        return None
+    results = trial_results(con, run_id)
+    cells: dict[str, list[TrialCellDoc]] = {}
+    for scenario, trial, conversation_id, passed, stop_reason in con.execute(
+        "SELECT scenario_id, trial, conversation_id, passed, stop_reason FROM simulation_trials "
+        "WHERE run_id = ? ORDER BY scenario_id, trial",
+        [run_id],
+    ).fetchall():
+        cells.setdefault(str(scenario), []).append(
+            {
+                "trial": int(trial),
+                "conversation_id": str(conversation_id),
+                "passed": bool(passed),
+                "stop_reason": str(stop_reason),
+            }
+        )
+    most = max((r.trials for r in results), default=0)
+    return {
+        "simulation_id": simulation_id,
+        "scenarios": [
+            {
+                "scenario": r.scenario_id,
+                "trials": r.trials,
+                "passed": r.passed,
+                "pass_hat_k": {str(k): v for k, v in r.pass_hat_k.items()},
+                "cells": cells.get(r.scenario_id, []),
+            }
+            for r in results
+        ],
+        "mean_pass_hat_k": {str(k): mean_pass_hat_k(results, k) for k in range(1, most + 1)},
+    }
+
+
+def about_the_simulator(metric: str) -> bool:
+    """Whether a score judges the simulated user rather than the agent."""
+    return metric.startswith(SIMULATOR_METRIC_PREFIX)
