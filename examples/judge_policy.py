@@ -118,6 +118,8 @@ def _semantic_match(question: str) -> dict[str, Any]:
 
 def _rubric(name: str, turns: list[Turn], properties: dict[str, Any]) -> dict[str, Any]:
     calls = [c for t in turns for c in t.calls]
+    if name.startswith("simulator."):  # the scripted users say their plans' lines, no more
+        return {"reasoning": "the user said only what its plan gives it", "label": "faithful"}
     if name == "verification_compliance":
         verified, sensitive, compliant = False, 0, 0
         for call in calls:

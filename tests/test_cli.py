@@ -101,6 +101,10 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     # scenario that has one (the odd trials) leads the agent to break the same policies, which
     # the same suite catches: pass^1 6/7, pass^2 5/7.
     assert "14 conversations (goal_reached 14)" in result.output
+    # The simulated users' fidelity is judged on simulated conversations only.
+    production, simulation = result.output.split("4. Before deployment")
+    assert "simulator.fidelity" not in production
+    assert "simulator.fidelity" in simulation
     assert "over 7 scenarios: pass^1 0.857, pass^2 0.714" in result.output
     failed = result.output.split("Failed scores of the run")[1]
     assert "/auth_cancel_order/t1" in failed

@@ -91,6 +91,18 @@ def test_in_process_agent_simulated_scored_marked_and_replayed(
     assert by_scenario["auth_cancel_order"]["pass_hat_k"] == {"1": 0.5, "2": 0.0}
     assert by_scenario["order_status_check"]["pass_hat_k"] == {"1": 1.0, "2": 1.0}
     assert trials["mean_pass_hat_k"]["2"] == pytest.approx(5 / 7)
+    # The simulated users are judged too, apart: faithful, and no part of any trial.
+    fidelity = [r for r in out["evaluation"]["summary"] if r["metric"] == "simulator.fidelity"]
+    assert [(r["conversations"], r["pass_rate"]) for r in fidelity] == [(14, 1.0)]
+    report = tmp_path / "report.html"
+    written = CliRunner().invoke(
+        main, ["report", out["evaluation"]["run_id"], "--lake", str(lake), "-o", str(report)]
+    )
+    assert written.exit_code == 0, written.output
+    page = report.read_text()
+    assert '<section id="trials">' in page
+    assert "pass^1 0.857, pass^2 0.714" in page
+    assert "The simulated users" in page
     gate = out["evaluation"]["gates"][-1]
     assert gate["pass_k"] == 2
     assert not gate["passed"]

@@ -38,6 +38,7 @@ from spanscore.evaluation.report.schema import (
     ToolDoc,
 )
 from spanscore.evaluation.report.trends import trend, trend_series
+from spanscore.evaluation.report.trials import trials_doc
 from spanscore.evaluation.report.values import _float, _iso, _json, _round
 from spanscore.evaluation.runs import store
 from spanscore.evaluation.runs.compare import compare_runs
@@ -210,6 +211,7 @@ def _run_doc(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
         "status_reasons": _status_reasons(run.status, gates, run.failures),
         "spanscore_version": run.spanscore_version,
         "host": run.host,
+        "simulation_id": run.simulation_id,
     }
 
 
@@ -542,5 +544,6 @@ def build_report(
         "tools": tools.docs(),
         "tool_failures": failures.doc(),
         "conversations": columns,
+        "trials": trials_doc(con, run_id, run_doc["simulation_id"]),
         "details": details,
     }

@@ -27,6 +27,7 @@ import orjson
 
 from spanscore.evaluation.report import svg
 from spanscore.evaluation.report.schema import JudgeDoc, ReportDoc, RunDoc, ToolFailureDoc
+from spanscore.evaluation.report.trials import about_the_simulator
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
 _ESCAPES = {
@@ -228,10 +229,61 @@ def _baseline(doc: ReportDoc) -> str:
     return head + table + (f'<div class="lists">{lists}</div>' if lists else "") + "</section>"
 
 
+def _trials(doc: ReportDoc) -> str:
+    """A simulation's trials: a row per scenario, a cell per trial (passed or not, and why it
+    ended), its pass^k; then the scores about the simulated users, apart from the agent's."""
+    trials = doc["trials"]
+    if trials is None:
+        return ""
+    most = max((s["trials"] for s in trials["scenarios"]), default=0)
+    ks = [str(k) for k in range(1, most + 1)]
+    head = (
+        "<tr><th>scenario</th>"
+        + "".join(f"<th>trial {k}</th>" for k in ks)
+        + "".join(f"<th>pass^{k}</th>" for k in ks)
+        + "</tr>"
+    )
+    rows = []
+    for scenario in trials["scenarios"]:
+        cells = {str(c["trial"]): c for c in scenario["cells"]}
+        shown = []
+        for k in ks:
+            cell = cells.get(k)
+            if cell is None:
+                shown.append("<td></td>")
+                continue
+            mark = "passed" if cell["passed"] else "failed"
+            text = ("\u2713 " if cell["passed"] else "\u2717 ") + cell["stop_reason"]
+            shown.append(f'<td class="{mark}">{_link(cell["conversation_id"], text)}</td>')
+        shown += [f"<td>{_num(scenario['pass_hat_k'].get(k), '{:.2f}')}</td>" for k in ks]
+        rows.append(f"<tr><td>{_e(scenario['scenario'])}</td>{''.join(shown)}</tr>")
+    means = ", ".join(f"pass^{k} {_num(v)}" for k, v in trials["mean_pass_hat_k"].items())
+    simulator = [r for r in doc["summary"] if about_the_simulator(r["metric"])]
+    users = ""
+    if simulator:
+        listed = "".join(
+            f"<tr><td>{_e(r['scenario_id'] or '(all)')}</td><td>{_e(r['metric'])}</td>"
+            f"<td>{r['passed']} of {r['judged']}</td></tr>"
+            for r in simulator
+        )
+        users = (
+            '<h3>The simulated users</h3><p class="sub">Judged apart: these scores say whether '
+            "the simulated user stayed within its instructions, and count in no trial.</p>"
+            f"<table><tr><th>scenario</th><th>metric</th><th>faithful</th></tr>{listed}</table>"
+        )
+    return (
+        f'<section id="trials"><h2>Trials of simulation {_e(trials["simulation_id"])}</h2>'
+        f'<p class="sub">Over the scenarios: {_e(means)}.</p>'
+        f'<table class="trials">{head}{"".join(rows)}</table>{users}</section>'
+    )
+
+
 def _plots(doc: ReportDoc) -> str:
+    agent = [r for r in doc["summary"] if not about_the_simulator(r["metric"])]
     parts = [
+        _trials(doc),
         '<section id="scores"><h2>Scores per scenario and metric</h2>',
-        svg.pass_rates(doc["summary"]),
+        svg.pass_rates(agent),
         "<h3>Score distributions</h3>",
         svg.distributions(doc["distributions"]),
         "</section>",

@@ -57,6 +57,7 @@ class RunDoc(TypedDict):
     status_reasons: list[str]  # why it has its status: failed gates, then failures
     spanscore_version: str | None
     host: str | None
+    simulation_id: str | None  # the simulation the run scored (null: production traffic)
 
 
 class HistogramDoc(TypedDict):
@@ -280,6 +281,27 @@ class ConversationDetailDoc(TypedDict):
     missing: list[MissingDoc]
 
 
+class TrialCellDoc(TypedDict):
+    trial: int
+    conversation_id: str
+    passed: bool
+    stop_reason: str
+
+
+class ScenarioTrialsDoc(TypedDict):
+    scenario: str
+    trials: int
+    passed: int
+    pass_hat_k: dict[str, float]  # k -> pass^k
+    cells: list[TrialCellDoc]
+
+
+class TrialsDoc(TypedDict):
+    simulation_id: str
+    scenarios: list[ScenarioTrialsDoc]
+    mean_pass_hat_k: dict[str, float | None]  # over the scenarios with at least k trials
+
+
 class ReportDoc(TypedDict):
     format: Literal["spanscore-report"]
     version: Literal[1]
@@ -295,6 +317,8 @@ class ReportDoc(TypedDict):
     tools: list[ToolDoc]
     tool_failures: ToolFailuresDoc
     conversations: ConversationsDoc
+    # A simulation's run: each scenario's trials and pass^k (null for production traffic).
+    trials: TrialsDoc | None
     # Aligned with `conversations.id`; null when the trajectory was not embedded.
     details: list[ConversationDetailDoc | None]
 

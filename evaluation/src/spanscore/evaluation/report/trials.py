@@ -5,34 +5,12 @@ the simulated users (`simulator.*`), which the report shows apart from the agent
 
 from __future__ import annotations
 
-from typing import TypedDict
-
 import duckdb
 
+from spanscore.evaluation.report.schema import TrialCellDoc, TrialsDoc
 from spanscore.evaluation.runs.result import mean_pass_hat_k
 from spanscore.evaluation.runs.trials import trial_results
 from spanscore.lake.schema import SIMULATOR_METRIC_PREFIX
-
-
-class TrialCellDoc(TypedDict):
-    trial: int
-    conversation_id: str
-    passed: bool
-    stop_reason: str
-
-
-class ScenarioTrialsDoc(TypedDict):
-    scenario: str
-    trials: int
-    passed: int
-    pass_hat_k: dict[str, float]  # k -> pass^k
-    cells: list[TrialCellDoc]
-
-
-class TrialsDoc(TypedDict):
-    simulation_id: str
-    scenarios: list[ScenarioTrialsDoc]
-    mean_pass_hat_k: dict[str, float | None]  # over the scenarios with at least k trials
 
 
 def trials_doc(

@@ -4,7 +4,7 @@ validated configuration that scores one trajectory."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +19,8 @@ class AssertionBase(BaseModel):
     implement `evaluate`; `check` reports problems found after loading (unknown metrics...)."""
 
     model_config = ConfigDict(extra="forbid")
+    # Scored only on simulated conversations (it judges the simulated user).
+    simulated_only: ClassVar[bool] = False
 
     type: str
     name: str | None = Field(None, description="metric name in the scores (default: the type)")

@@ -335,6 +335,8 @@ class EvalContext:
 
     tools: dict[str, ToolSpec] = field(default_factory=dict)
     registry: MetricRegistry = field(default_factory=lambda: REGISTRY)
+    # Scenario id -> its `user:` block (as written), for metrics about the simulated user.
+    users: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # The last trajectory itself, not its id(): an id is reused once its object is freed, and
     # scoring one trajectory at a time frees each before the next is made.

@@ -17,7 +17,13 @@ from spanscore.evaluation.scoring.deferral import JudgeFailed, JudgePending, Jud
 from spanscore.evaluation.scoring.registry import EvalContext, MetricRegistry
 from spanscore.evaluation.scoring.score import Score, judge_failed
 from spanscore.evaluation.scoring.watchdog import TimeLimitExceeded, Watchdog
-from spanscore.evaluation.suites.model import Policy, Scenario, Suite, located_assertions
+from spanscore.evaluation.suites.model import (
+    SIMULATION_ATTRIBUTE,
+    Policy,
+    Scenario,
+    Suite,
+    located_assertions,
+)
 from spanscore.evaluation.trajectory.model import Trajectory
 
 
@@ -71,7 +77,13 @@ class LoadedSuite:
 
     def __post_init__(self) -> None:
         self.context = EvalContext(
-            tools={t.name: t for t in self.suite.tools}, registry=self.registry
+            tools={t.name: t for t in self.suite.tools},
+            registry=self.registry,
+            users={
+                s.id: s.user.model_dump(exclude_none=True)
+                for s in self.suite.scenarios
+                if s.user is not None
+            },
         )
         self._selecting = self.suite.groups()
         self._scenarios: dict[str | None, dict[str, Any]] = {
@@ -108,12 +120,18 @@ class LoadedSuite:
         return self.suite.attribute_keys()
 
     def groups(self, trajectory: Trajectory) -> Iterator[tuple[str | None, list[Any]]]:
-        """(scenario id, assertions) for every group that applies to the trajectory."""
+        """(scenario id, assertions) for every group that applies to the trajectory; metrics
+        about the simulated user only on a simulated conversation."""
+        simulated = SIMULATION_ATTRIBUTE in trajectory.attributes
+
+        def kept(assertions: list[Any]) -> list[Any]:
+            return [a for a in assertions if simulated or not a.simulated_only]
+
         if self.suite.metrics:
-            yield None, list(self.suite.metrics)
+            yield None, kept(list(self.suite.metrics))
         for item in self.suite.groups():
             if item.selector.selects(trajectory):
-                yield item.id, list(item.assertions)
+                yield item.id, kept(list(item.assertions))
 
     def score(self, trajectory: Trajectory, judge: Any = None) -> list[ScoreRow]:
         """Every score the suite gives this conversation. Never raises for one assertion's

@@ -26,7 +26,14 @@ from pydantic import (
 )
 
 from spanscore.evaluation.assertions import goals, ordering, response, tool_calls
-from spanscore.evaluation.judged import agentevals, arksim, dokimos, rubrics, tool_selection
+from spanscore.evaluation.judged import (
+    agentevals,
+    arksim,
+    dokimos,
+    fidelity,
+    rubrics,
+    tool_selection,
+)
 from spanscore.evaluation.llm.types import JudgeConfig
 from spanscore.evaluation.matching.patterns import check_pattern
 from spanscore.evaluation.metrics import (
@@ -44,6 +51,9 @@ from spanscore.evaluation.scoring.plugins import ASSERTION_TYPES
 from spanscore.evaluation.scoring.registry import ToolSpec
 from spanscore.evaluation.suites.users import SimulatedUser, SimulatorConfig
 from spanscore.evaluation.trajectory.model import Trajectory
+
+# The span attribute that marks a simulated conversation (`spanscore simulate`).
+SIMULATION_ATTRIBUTE = "simulation.id"
 
 # The modules whose built-in assertion types register themselves (`@assertion`) when imported:
 # a suite's entries are one of the registered types, told apart by their `type` field.
@@ -65,6 +75,7 @@ BUILTIN_MODULES = (
     dokimos,
     tool_selection,
     agentevals,
+    fidelity,
 )
 if TYPE_CHECKING:
     Assertion = AssertionBase
@@ -323,6 +334,8 @@ class Suite(_Model):
         for item in self.groups():
             for key in item.selector.attributes:
                 keys[key] = None
+        if any(s.user is not None for s in self.scenarios):
+            keys[SIMULATION_ATTRIBUTE] = None  # metrics only simulated conversations get
         return list(keys)
 
 
