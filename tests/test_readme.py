@@ -18,8 +18,10 @@ read, and in the text), so that the test never collides with a service of the ma
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -150,13 +152,41 @@ def demo_lake(demo_run: tuple[Path, str]) -> Path:
     return demo_run[0] / "spanscore-demo"
 
 
+# Under the test's own timeout (pytest-timeout, 300 s), so that the test, not the timeout,
+# ends a block that hangs.
+BLOCK_DEADLINE_S = 240
+
+
+def _bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`script` in bash, in a session of its own: a block that does not end (a collector
+    started in the foreground) fails the test within its deadline, and everything the block
+    started is killed with it, rather than outliving the test."""
+    process = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=BLOCK_DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        pytest.fail(f"did not end within {BLOCK_DEADLINE_S} s:\n{script}\n{out}\n{err}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # what the block left in the background
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
 def _new_shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`command` in a new shell that has not activated .venv (the PATH of a fresh login)."""
     env = {k: v for k, v in _environment().items() if k != "PATH"}
     env["PATH"] = os.pathsep.join(["/usr/local/bin", "/usr/bin", "/bin"])
-    return subprocess.run(
-        ["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+    return _bash(command, cwd, env)
 
 
 @pytest.mark.slow
@@ -181,10 +211,7 @@ def test_the_page_runs_as_shown(page: Path, demo_lake: Path, tmp_path: Path):
                 *(command.replace("8000", str(model)) for command in block.commands),
             ]
         )
-        done = subprocess.run(
-            ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-            timeout=600,
-        )  # fmt: skip
+        done = _bash(script, tmp_path, env)
         assert done.returncode == 0, (
             f"{block.where}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
         )

@@ -22,6 +22,7 @@ Environment:
 """
 
 from spanscore.lake.connection import (
+    append_rows,
     commits_since,
     connect,
     current_snapshot,
@@ -54,6 +55,7 @@ __all__ = [
     "LakeLocation",
     "LakeVersionError",
     "S3Settings",
+    "append_rows",
     "arrow_schema",
     "commits_since",
     "connect",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sqlite3
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from spanscore.lake.location import (
     _METADATA,
@@ -22,6 +24,7 @@ from spanscore.lake.location import (
 )
 from spanscore.lake.migrate import ensure_schema
 from spanscore.lake.retry import is_transient, retrying
+from spanscore.lake.schema.tables import quote_identifier
 
 # Extension name -> the PyPI wheel's import name that carries the signed binary.
 _EXTENSION_WHEELS = {
@@ -273,6 +276,35 @@ def side_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     that names anything about 4 ms; here 0.3 ms). Statements on it name lake tables in full
     (`lake.<table>`, `ALIAS`)."""
     return con.cursor()
+
+
+def append_rows(con: duckdb.DuckDBPyConnection, table_name: str, table: pa.Table) -> None:
+    """Append an Arrow table to a lake table in one transaction (retried while the catalog is
+    busy). Columns are named, so a migration may have added columns anywhere."""
+    cur = side_cursor(con)
+
+    def write() -> None:
+        cur.register("spanscore_rows", table)
+        try:
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                columns = ", ".join(quote_identifier(n) for n in table.column_names)
+                cur.execute(
+                    f"INSERT INTO {ALIAS}.{quote_identifier(table_name)} ({columns}) "
+                    f"SELECT {columns} FROM spanscore_rows"
+                )
+                cur.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    cur.execute("ROLLBACK")
+                raise
+        finally:
+            cur.unregister("spanscore_rows")
+
+    try:
+        retrying(write, what=f"write {table_name}")
+    finally:
+        cur.close()
 
 
 def memory_in_use(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

@@ -32,11 +32,10 @@ from spanscore.evaluation.runs.options import UTC, RunOptions, _version
 from spanscore.evaluation.runs.result import RunResult
 from spanscore.evaluation.suites.loaded import LoadedSuite, ScoreRow
 from spanscore.lake import (
-    ALIAS,
     Column,
+    append_rows,
     arrow_schema,
     retrying,
-    side_cursor,
 )
 from spanscore.lake.schema.tables import EVAL_RUNS, SCORES, quote_identifier
 
@@ -415,7 +414,7 @@ def _insert_run(
         simulation_id=options.simulation,
     )
     table = pa.Table.from_pylist([dataclasses.asdict(row)], schema=arrow_schema(EVAL_RUNS))
-    _append(con, "eval_runs", table)
+    append_rows(con, "eval_runs", table)
 
 
 def _finish_run(
@@ -470,34 +469,6 @@ def _finish_run(
     )
 
 
-def _append(con: duckdb.DuckDBPyConnection, table_name: str, table: pa.Table) -> None:
-    cur = side_cursor(con)
-
-    def write() -> None:
-        cur.register("spanscore_rows", table)
-        try:
-            cur.execute("BEGIN TRANSACTION")
-            try:
-                # Named columns: a migration may add columns anywhere.
-                columns = ", ".join(quote_identifier(n) for n in table.column_names)
-                cur.execute(
-                    f"INSERT INTO {ALIAS}.{quote_identifier(table_name)} ({columns}) "
-                    f"SELECT {columns} FROM spanscore_rows"
-                )
-                cur.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(duckdb.Error):
-                    cur.execute("ROLLBACK")
-                raise
-        finally:
-            cur.unregister("spanscore_rows")
-
-    try:
-        retrying(write, what=f"write {table_name}")
-    finally:
-        cur.close()
-
-
 def score_table(records: Sequence[ScoreRecord]) -> pa.Table:
     """Score records as an Arrow table (the `scores` columns but run_id and created_at), read
     in one pass over the records."""
@@ -512,7 +483,7 @@ def score_table(records: Sequence[ScoreRecord]) -> pa.Table:
 def _write_scores(con: duckdb.DuckDBPyConnection, run_id: str, table: pa.Table) -> None:
     if not table.num_rows:
         return
-    _append(con, "scores", _stamped(run_id, table))
+    append_rows(con, "scores", _stamped(run_id, table))
 
 
 def _stamped(run_id: str, table: pa.Table) -> pa.Table:

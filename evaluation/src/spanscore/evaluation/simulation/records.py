@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from spanscore.lake import ALIAS, arrow_schema, retrying, side_cursor
+from spanscore.lake import ALIAS, append_rows, arrow_schema, retrying, side_cursor
 from spanscore.lake.schema import (
     SIMULATED_CONVERSATIONS,
     SIMULATED_TURNS,
@@ -79,33 +79,6 @@ class TurnRow:
     sent_at: dt.datetime
 
 
-def _append(con: duckdb.DuckDBPyConnection, table_name: str, table: pa.Table) -> None:
-    cur = side_cursor(con)
-
-    def write() -> None:
-        cur.register("spanscore_rows", table)
-        try:
-            cur.execute("BEGIN TRANSACTION")
-            try:
-                columns = ", ".join(quote_identifier(n) for n in table.column_names)
-                cur.execute(
-                    f"INSERT INTO {ALIAS}.{quote_identifier(table_name)} ({columns}) "
-                    f"SELECT {columns} FROM spanscore_rows"
-                )
-                cur.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(duckdb.Error):
-                    cur.execute("ROLLBACK")
-                raise
-        finally:
-            cur.unregister("spanscore_rows")
-
-    try:
-        retrying(write, what=f"write {table_name}")
-    finally:
-        cur.close()
-
-
 def _table(rows: Sequence[Any], columns: Any) -> pa.Table:
     data = [dataclasses.asdict(r) for r in rows]
     for row in data:
@@ -119,14 +92,14 @@ def start_simulation(
     con: duckdb.DuckDBPyConnection, row: SimulationRow, trials: Sequence[TrialRow]
 ) -> None:
     """The simulation and all its planned trials, in one commit each."""
-    _append(con, "simulations", _table([row], SIMULATIONS))
+    append_rows(con, "simulations", _table([row], SIMULATIONS))
     if trials:
-        _append(con, "simulated_conversations", _table(trials, SIMULATED_CONVERSATIONS))
+        append_rows(con, "simulated_conversations", _table(trials, SIMULATED_CONVERSATIONS))
 
 
 def plan_more(con: duckdb.DuckDBPyConnection, trials: Sequence[TrialRow]) -> None:
     if trials:
-        _append(con, "simulated_conversations", _table(trials, SIMULATED_CONVERSATIONS))
+        append_rows(con, "simulated_conversations", _table(trials, SIMULATED_CONVERSATIONS))
 
 
 def set_simulation(
