@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -349,6 +350,84 @@ def test_concurrent_writer_processes_retry_instead_of_failing(lake_dir: Path) ->
     con = connect(lake_dir)
     assert con.execute("SELECT count(*) FROM scores").fetchone() == (80,)
     assert con.execute("SELECT count(*) FROM eval_runs").fetchone() == (40,)
+
+
+def _busy_writer(args: tuple[str, str]) -> str:
+    """Single-row commits back to back, until the slow writer is done (or 600 commits)."""
+    lake_path, done_flag = args
+    con = connect(lake_path)
+    for i in range(600):
+        if Path(done_flag).exists():
+            con.close()
+            return f"stopped after {i} commits: the slow writer was done"
+        lake.retrying(
+            lambda i=i: con.execute("INSERT INTO scores (run_id) VALUES (?)", [f"busy-{i}"]),
+            con=con,
+        )
+    con.close()
+    return "ran out of commits: the slow writer never got its turn"
+
+
+def _slow_writer(args: tuple[str, str]) -> int:
+    """Five transactions that each take a while between BEGIN and COMMIT, as the collector's
+    group commit does (it writes its Parquet file first)."""
+    lake_path, done_flag = args
+    con = connect(lake_path)
+    while not con.execute("SELECT count(*) FROM scores WHERE run_id LIKE 'busy-%'").fetchone()[0]:
+        time.sleep(0.05)  # the busy writer is under way
+
+    def transaction(i: int) -> None:
+        con.execute("BEGIN TRANSACTION")
+        con.execute("INSERT INTO eval_runs (run_id) VALUES (?)", [f"slow-{i}"])
+        time.sleep(0.2)
+        con.execute("COMMIT")
+
+    for i in range(5):
+        lake.retrying(lambda i=i: transaction(i), con=con, deadline_s=120)
+    Path(done_flag).touch()
+    con.close()
+    return 5
+
+
+def test_a_long_transaction_gets_its_turn_beside_a_busy_writer(
+    lake_dir: Path, tmp_path: Path
+) -> None:
+    # SQLite refuses a commit whose snapshot another commit outdated, at once: without turns,
+    # a writer committing back to back starved a transaction that stays open a while (the
+    # collector's group commit) for as long as it went on.
+    connect(lake_dir, create=True).close()
+    flag = str(tmp_path / "slow-done")
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        busy = pool.apply_async(_busy_writer, [(str(lake_dir), flag)])
+        slow = pool.apply_async(_slow_writer, [(str(lake_dir), flag)])
+        assert slow.get(timeout=300) == 5
+        assert busy.get(timeout=300).endswith("the slow writer was done")
+    con = connect(lake_dir)
+    assert con.execute("SELECT count(*) FROM eval_runs").fetchone() == (5,)
+
+
+def test_a_writer_holding_the_turn_too_long_is_named(lake_dir: Path) -> None:
+    connect(lake_dir, create=True).close()
+    with lake.commit_turn(lake_dir, deadline_s=1):  # another process's long transaction
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(1) as pool:
+            message = pool.apply(_write_with_a_short_deadline, [str(lake_dir)])
+    assert message.startswith("another process has been writing to the lake")
+    assert str(lake_dir) in message
+
+
+def _write_with_a_short_deadline(lake_path: str) -> str:
+    con = connect(lake_path)
+    try:
+        lake.retrying(
+            lambda: con.execute("INSERT INTO scores (run_id) VALUES ('x')"), con=con, deadline_s=1
+        )
+    except LakeError as exc:
+        return str(exc)
+    finally:
+        con.close()
+    return "written"
 
 
 def test_maintenance_compacts_small_files(lake_dir: Path) -> None:

@@ -85,7 +85,7 @@ class Maintenance:
         `compact_after_commits` commits, or `compact_after_small_commits` small ones, were made
         since the last (a busy lake then never holds more small files than that, whatever the
         interval)."""
-        con = self._con.cursor()
+        con = lake.side_cursor(self._con)
         try:
             self.kept = _data_kept(con)
         except Exception as exc:  # measured again after each maintenance

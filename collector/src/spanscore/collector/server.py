@@ -96,7 +96,7 @@ class Collector:
             self._single.close()
             raise
         self.writer = GroupCommitWriter(
-            self._con.cursor(),
+            lake.side_cursor(self._con),
             self.stats,
             batch_rows=cfg.batch_rows,
             batch_delay_s=cfg.batch_delay_ms / 1000,

@@ -32,7 +32,7 @@ from spanscore.lake.connection import (
     side_cursor,
 )
 from spanscore.lake.location import ALIAS, LakeError, LakeLocation, LakeVersionError, S3Settings
-from spanscore.lake.locks import elected, single_writer
+from spanscore.lake.locks import commit_turn, elected, single_writer
 from spanscore.lake.maintenance import maintain
 from spanscore.lake.migrate import ensure_schema, include_log_records_in_views, schema_version
 from spanscore.lake.retry import is_interrupt, is_transient, retrying
@@ -57,6 +57,7 @@ __all__ = [
     "S3Settings",
     "append_rows",
     "arrow_schema",
+    "commit_turn",
     "commits_since",
     "connect",
     "current_snapshot",

@@ -22,6 +22,7 @@ from spanscore.lake.location import (
     S3Settings,
     _sql_string,
 )
+from spanscore.lake.locks import register_turn, turn_of
 from spanscore.lake.migrate import ensure_schema
 from spanscore.lake.retry import is_transient, retrying
 from spanscore.lake.schema.tables import quote_identifier
@@ -159,6 +160,8 @@ def connect(
             _prepare_sqlite_catalog(location.directory / "catalog.sqlite", create)
         _attach(con, location, create=create, read_only=read_only, snapshot=snapshot)
         con.execute(f"USE {ALIAS}")
+        if location.directory is not None and not read_only and snapshot is None:
+            register_turn(con, location.directory)
         ensure_schema(
             con, create=create, migrate=not read_only and snapshot is None, location=location
         )
@@ -274,8 +277,13 @@ def side_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     is DuckDB's own, not the lake's, so registering a table and looking a name up do not read
     the lake's catalog (on `con`, a `register` costs about 12 ms of CPU and every statement
     that names anything about 4 ms; here 0.3 ms). Statements on it name lake tables in full
-    (`lake.<table>`, `ALIAS`)."""
-    return con.cursor()
+    (`lake.<table>`, `ALIAS`). Its write transactions take the lake's commit turn, as `con`'s
+    do (`locks.commit_turn`): use it, not `con.cursor()`, for a cursor that writes."""
+    cur = con.cursor()
+    turn = turn_of(con)
+    if turn is not None:
+        register_turn(cur, turn)
+    return cur
 
 
 def append_rows(con: duckdb.DuckDBPyConnection, table_name: str, table: pa.Table) -> None:
@@ -302,7 +310,7 @@ def append_rows(con: duckdb.DuckDBPyConnection, table_name: str, table: pa.Table
             cur.unregister("spanscore_rows")
 
     try:
-        retrying(write, what=f"write {table_name}")
+        retrying(write, con=cur, what=f"write {table_name}")
     finally:
         cur.close()
 

@@ -1,12 +1,18 @@
-"""Who may do what on a lake: one writing collector per embedded lake (`single_writer`), and one
-maintenance leader among the collectors of a shared lake (`elected`)."""
+"""Who may do what on a lake: one writing collector per embedded lake (`single_writer`), one
+maintenance leader among the collectors of a shared lake (`elected`), and one write transaction
+at a time on an embedded lake, in turns (`commit_turn`)."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
+import threading
+import time
+import weakref
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 from spanscore.lake.location import LakeError, LakeLocation
 
@@ -76,3 +82,73 @@ def elected(location: LakeLocation, name: str = "maintenance") -> Iterator[bool]
             if won:
                 with contextlib.suppress(psycopg.Error):
                     pg.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+# --- the commit turn of an embedded lake ---------------------------------------------------------
+#
+# SQLite answers a writer that finds the catalog locked, or its snapshot outdated by another
+# commit, with "database is locked" at once, and DuckLake takes the catalog's write lock only at
+# COMMIT. A long transaction (the collector's group commit writes its Parquet file first) then
+# loses every race to a process committing small transactions back to back: measured, a
+# collector retried one commit for 15 s while another process wrote 150 single-row inserts, and
+# its exporters' 10 s deadlines passed. Writers of an embedded lake therefore take turns: each
+# write transaction run through `retrying` holds the lake's turn from BEGIN to COMMIT.
+#
+# The turn is two OS file locks: a writer queues on `commit.queue`, takes `commit.turn`, then
+# leaves the queue. A writer that just finished must queue again behind the one waiting, so two
+# busy writers alternate instead of the faster one winning every time.
+
+_TURN_POLL_S = (0.001, 0.002, 0.005, 0.01)
+_turns: weakref.WeakKeyDictionary[Any, Path] = weakref.WeakKeyDictionary()
+_held = threading.local()
+
+
+def register_turn(con: Any, directory: Path) -> None:
+    """Write transactions on `con` (through `retrying`) take the turn of the lake in
+    `directory`."""
+    _turns[con] = directory
+
+
+def turn_of(con: Any) -> Path | None:
+    """The lake directory whose turn `con`'s write transactions take, if any."""
+    return _turns.get(con) if con is not None else None
+
+
+@contextlib.contextmanager
+def commit_turn(directory: Path | None, deadline_s: float) -> Iterator[None]:
+    """Hold the commit turn of the embedded lake in `directory` (nothing for None), waiting at
+    most `deadline_s`; re-entrant within a thread."""
+    held: set[Path] = _held.__dict__.setdefault("paths", set())
+    if directory is None or directory in held:
+        yield
+        return
+    import fcntl
+
+    queue = (directory / "commit.queue").open("a+")
+    turn = (directory / "commit.turn").open("a+")
+    try:
+        waited_from = time.monotonic()
+        for handle in (queue, turn):
+            attempt = 0
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() - waited_from > deadline_s:
+                        raise LakeError(
+                            f"another process has been writing to the lake {directory} for "
+                            f"more than {deadline_s:.0f} s: its write transaction holds the "
+                            "lake's commit turn"
+                        ) from None
+                    time.sleep(_TURN_POLL_S[min(attempt, len(_TURN_POLL_S) - 1)])
+                    attempt += 1
+        fcntl.flock(queue, fcntl.LOCK_UN)
+        held.add(directory)
+        try:
+            yield
+        finally:
+            held.discard(directory)
+    finally:
+        turn.close()  # closing releases the lock, also when the process dies
+        queue.close()

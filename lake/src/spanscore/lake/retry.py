@@ -12,6 +12,7 @@ from typing import TypeVar
 import duckdb
 
 from spanscore.lake.location import log
+from spanscore.lake.locks import commit_turn, turn_of
 
 T = TypeVar("T")
 
@@ -60,14 +61,19 @@ def retrying(
     DuckLake retries snapshot-id conflicts itself; what reaches us is a locked SQLite catalog
     (SQLite answers SQLITE_BUSY at once, without waiting) or a conflict that outlived DuckLake's
     own retries. `fn` must be safe to re-run from the start; a failed attempt is rolled back.
+
+    On an embedded lake, each attempt holds the lake's commit turn (`locks.commit_turn`) when
+    `con` is the lake's connection (or a cursor of it): pass it for every write transaction.
     """
     start = time.monotonic()
+    turn = turn_of(con)
     delay = 0.005
     attempt = 0
     while True:
         attempt += 1
         try:
-            return fn()
+            with commit_turn(turn, deadline_s - (time.monotonic() - start)):
+                return fn()
         except duckdb.Error as exc:
             if con is not None:
                 with contextlib.suppress(duckdb.Error):

@@ -137,7 +137,7 @@ class JudgeCache:
                     self._con.unregister("spanscore_cache_rows")
 
             try:
-                retrying(write, what="store judge answers")
+                retrying(write, con=self._con, what="store judge answers")
             except BaseException:
                 with self._buffer_lock:  # kept for the next flush, in their order
                     self._buffer[:0] = rows

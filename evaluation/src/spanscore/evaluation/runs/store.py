@@ -281,6 +281,7 @@ def set_window_end(con: duckdb.DuckDBPyConnection, run_id: str, end: dt.datetime
     """Move the end of an open run's window (a follower's period scored up to `end`)."""
     retrying(
         partial(con.execute, "UPDATE eval_runs SET window_end = ? WHERE run_id = ?", [end, run_id]),
+        con=con,
         what="record the run's window",
     )
 
@@ -342,13 +343,14 @@ def _close_abandoned_runs(con: duckdb.DuckDBPyConnection, suite: LoadedSuite) ->
         pid = run.facts.get("pid")
         if isinstance(pid, int) and not _alive(pid):
             sql = "UPDATE eval_runs SET status = 'interrupted' WHERE run_id = ?"
-            retrying(partial(con.execute, sql, [run.run_id]), what="mark an abandoned run")
+            retrying(partial(con.execute, sql, [run.run_id]), con=con, what="mark an abandoned run")
 
 
 def forget_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     """Delete the row of a run that scored nothing (it never happened)."""
     retrying(
         partial(con.execute, "DELETE FROM eval_runs WHERE run_id = ?", [run_id]),
+        con=con,
         what="forget the run",
     )
 
@@ -465,6 +467,7 @@ def _finish_run(
                 result.run_id,
             ],
         ),
+        con=con,
         what="record the run",
     )
 
@@ -531,7 +534,7 @@ def write_scores_once(
             con.unregister("spanscore_rows")
             con.unregister("spanscore_ids")
 
-    return retrying(write, what="write scores")
+    return retrying(write, con=con, what="write scores")
 
 
 def score_record(conversation_id: str, row: ScoreRow) -> ScoreRecord:
@@ -588,5 +591,6 @@ def _set_details(
             "UPDATE eval_runs SET details = ? WHERE run_id = ?",
             [json.dumps(details, sort_keys=True), run_id],
         ),
+        con=con,
         what=what,
     )

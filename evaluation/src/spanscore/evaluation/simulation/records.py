@@ -117,6 +117,7 @@ def set_simulation(
             "WHERE simulation_id = ?",
             [status, json.dumps(details, sort_keys=True), finished_at, simulation_id],
         ),
+        con=con,
         what="record the simulation",
     )
 
@@ -194,7 +195,7 @@ def _write_finished(
             cur.unregister("spanscore_turns")
 
     try:
-        retrying(write, what="write finished trials")
+        retrying(write, con=cur, what="write finished trials")
     finally:
         cur.close()
 
