@@ -106,7 +106,7 @@ _held = threading.local()
 def register_turn(con: Any, directory: Path) -> None:
     """Write transactions on `con` (through `retrying`) take the turn of the lake in
     `directory`."""
-    _turns[con] = directory
+    _turns[con] = directory.resolve()  # one name per lake: the turn is re-entrant by name
 
 
 def turn_of(con: Any) -> Path | None:
