@@ -10,11 +10,14 @@ import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .options import from_environment, lake_option, open_lake_or_fail, option
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 def _plain(value: Any) -> Any:
@@ -124,9 +127,8 @@ def sql_command(lake: str, fmt: str, query_file: Any, write: bool, query: str | 
     $ spanscore sql --lake ./lake --format json "SELECT * FROM conversations LIMIT 5"
     $ spanscore sql --lake ./lake --format csv -f nightly.sql > nightly.csv
     """
-    import duckdb
-
-    from spanscore.lake import query as run_query
+    from spanscore.lake import LakeError, commit_turn
+    from spanscore.lake.locks import turn_of
 
     if query_file is not None and query is not None:
         if not from_environment("query_file"):
@@ -140,28 +142,41 @@ def sql_command(lake: str, fmt: str, query_file: Any, write: bool, query: str | 
         raise click.UsageError("no SQL: give QUERY, --file FILE, or - to read stdin")
     con = open_lake_or_fail(lake, read_only=not write)
     try:
-        cursor_rows = run_query(con, query)
-        try:
-            first = next(cursor_rows, None)
-        except duckdb.Error as exc:
-            raise click.ClickException(_sql_error(exc, write)) from exc
-        if first is None:
-            description = con.description or []
-            names = [d[0] for d in description]
-            write_rows(iter(()), names, fmt, sys.stdout)
-            return
-        names = list(first)
-
-        def all_rows() -> Iterator[dict[str, Any]]:
-            yield first
-            yield from cursor_rows
-
-        try:
-            write_rows(all_rows(), names, fmt, sys.stdout, _json_columns(con.description))
-        except duckdb.Error as exc:
-            raise click.ClickException(_sql_error(exc, write)) from exc
+        # Writes take the lake's commit turn, as spanscore's own writers do: a collector
+        # ingesting meanwhile waits for them, instead of losing its commits to them.
+        with commit_turn(turn_of(con) if write else None, deadline_s=120):
+            _print_query(con, query, fmt, write)
+    except LakeError as exc:
+        raise click.ClickException(str(exc)) from exc
     finally:
         con.close()
+
+
+def _print_query(con: duckdb.DuckDBPyConnection, query: str, fmt: str, write: bool) -> None:
+    import duckdb
+
+    from spanscore.lake import query as run_query
+
+    cursor_rows = run_query(con, query)
+    try:
+        first = next(cursor_rows, None)
+    except duckdb.Error as exc:
+        raise click.ClickException(_sql_error(exc, write)) from exc
+    if first is None:
+        description = con.description or []
+        names = [d[0] for d in description]
+        write_rows(iter(()), names, fmt, sys.stdout)
+        return
+    names = list(first)
+
+    def all_rows() -> Iterator[dict[str, Any]]:
+        yield first
+        yield from cursor_rows
+
+    try:
+        write_rows(all_rows(), names, fmt, sys.stdout, _json_columns(con.description))
+    except duckdb.Error as exc:
+        raise click.ClickException(_sql_error(exc, write)) from exc
 
 
 def _sql_error(exc: Exception, write: bool) -> str:
