@@ -3,10 +3,18 @@
 A follower runs passes, one every `poll_s`. A pass scores, with the same suite, sampling,
 judge, budgets and writes as a nightly run, the conversations whose last span ended before
 now minus the settle time and that no run of this suite version has scored yet. Its window
-starts the settle time (at least `LATE_ARRIVAL_S`) before the previous pass's end (spans that
-arrive late are still found; what was scored is skipped) and, on the first pass, where a
-nightly run would start: the end of the suite's last completed run, so a follower that was
-stopped or killed backfills what it missed. Run one follower per suite: two would race.
+starts the settle time before the previous pass's end and, on the first pass, where a nightly
+run would start: the end of the suite's last completed run, so a follower that was stopped or
+killed backfills what it missed. Run one follower per suite: two would race.
+
+End times alone cannot bound a pass: a conversation's spans reach the lake after they end (an
+SDK's batch delay, a gateway's retries, the collector's group commit), so one that ended
+before a pass's window end may be committed only after that pass pinned its snapshot, and the
+next window, starting later, would never hold it. So each pass also takes every settled
+conversation with a span committed (`ingest_time`) since the newest commit the previous pass
+saw, less `COMMIT_MARGIN_S`: however late it arrives, the pass after its commit finds it.
+What the follower scored is skipped, and a period's run counts only what it scored (and, on
+the follower's first pass, what earlier runs scored in its window, as a nightly run does).
 
 Passes write into one run per period (`period_s`, aligned to the clock: hourly runs start on
 the hour), so reports, gates and `compare` see runs as they see nightly ones. A period's run
@@ -60,9 +68,10 @@ from spanscore.lake import connect, current_snapshot, is_interrupt
 
 log = logging.getLogger("spanscore.evaluate")
 
-# How far back each pass looks before the previous pass's end (at least the settle time):
-# spans an SDK held in its batch, or a collector had not yet committed, arrive this late.
-LATE_ARRIVAL_S = 300.0
+# How far before the newest commit the previous pass saw a pass looks for commits: one
+# collector's commits are in order, but another's transaction may have begun earlier, or run on
+# a clock that is behind.
+COMMIT_MARGIN_S = 300.0
 
 
 @dataclass
@@ -130,6 +139,7 @@ class Follower:
         self._stop = threading.Event()
         self._period: _Period | None = None
         self._next_since: dt.datetime | None = None  # where the next pass looks from
+        self._committed_since: dt.datetime | None = None  # and since which commits
         self._last_end: dt.datetime | None = None  # where the last period's window ended
         self._first = True
         self.closed = 0
@@ -239,7 +249,11 @@ class Follower:
         snapshot = current_snapshot(con)
         reader = connect(self.lake, snapshot=snapshot)
         try:
-            candidates, _ = _candidates(reader, self.options, since, until)
+            committed_since = self._committed_since
+            candidates, _ = _candidates(
+                reader, self.options, since, until, committed_since=committed_since
+            )
+            newest = _newest_commit(reader)
         finally:
             reader.close()
         sample = choose(
@@ -248,13 +262,21 @@ class Follower:
             limit=self.options.max_conversations,
             seed=self.options.seed,
         )
-        done = scored_conversations(con, self.suite, sample)
+        found = [c for c, _ in candidates]
+        done = scored_conversations(con, self.suite, found)
         todo = [c for c in sample if c not in done]
         before = (result.scored, result.score_count)
         if todo:
             self._score(con, snapshot, todo, period)
-        period.sample.update(sample)
-        period.candidates.update(c for c, _ in candidates)
+        # The first pass counts, as a nightly run does, what earlier runs scored in its window;
+        # later ones find again what this follower scored (their windows overlap): not counted.
+        backfill = committed_since is None
+        period.sample.update(c for c in sample if backfill or c not in done)
+        period.candidates.update(c for c in found if backfill or c not in done)
+        # Whatever is committed after this snapshot, the next pass finds (an empty lake: all).
+        self._committed_since = (
+            newest - dt.timedelta(seconds=COMMIT_MARGIN_S) if newest is not None else _BEGINNING
+        )
         result.window_end = max(result.window_end, until)
         # The next pass looks one settle time back: spans that arrived late are found.
         back = until - dt.timedelta(seconds=self.options.settle_s)
@@ -323,6 +345,16 @@ class Follower:
                     runner.close()
                 finally:
                     result.judge = _summed(result.judge, runner.totals.as_dict())
+
+
+_BEGINNING = dt.datetime(1, 1, 1, tzinfo=UTC)
+
+
+def _newest_commit(reader: duckdb.DuckDBPyConnection) -> dt.datetime | None:
+    """When the collector committed the newest span a (pinned) reader sees."""
+    row = reader.execute("SELECT max(ingest_time) FROM spans").fetchone()
+    value = row[0] if row else None
+    return value if isinstance(value, dt.datetime) else None
 
 
 def _added(total: ExportOutcome | None, more: ExportOutcome) -> ExportOutcome:

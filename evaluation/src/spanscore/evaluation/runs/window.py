@@ -120,9 +120,16 @@ def _candidates(
     options: RunOptions,
     since: dt.datetime | None,
     until: dt.datetime,
+    *,
+    committed_since: dt.datetime | None = None,
 ) -> tuple[list[tuple[str, str | None]], int]:
     """(conversation id, stratum) of every conversation whose last span ended in the window,
-    and how many of them are a trace with no conversation id (`conversation_source`)."""
+    and how many of them are a trace with no conversation id (`conversation_source`).
+
+    With `committed_since`, also those that ended before `since` (but before `until`) and
+    have a span the collector committed from then on (`ingest_time`): a window bounded by
+    end times alone misses a conversation whose spans were committed after a reader looked
+    but ended before the window it looked at, however long after that it arrives."""
     where: list[str] = []
     params: list[Any] = []
     # Simulated conversations are scored only by a run of their simulation; a trial counts
@@ -130,7 +137,13 @@ def _candidates(
     if options.simulation is None:
         where.append("end_time < ?")
         params.append(until)
-        if since is not None:
+        if since is not None and committed_since is not None:
+            where.append(
+                "(end_time >= ? OR conversation_id IN "
+                "(SELECT conversation_id FROM spans WHERE ingest_time >= ?))"
+            )
+            params.extend([since, committed_since])
+        elif since is not None:
             where.append("end_time >= ?")
             params.append(since)
     if options.simulation is not None:
