@@ -102,6 +102,7 @@ def test_prometheus_scrapes_the_collector_and_a_failed_gate_fires_the_alert(
     assert status == 200
     assert 'spanscore_collector_stored_total{signal="spans"} 3' in text
     assert "# TYPE spanscore_collector_queue_rows gauge" in text
+    assert "# TYPE spanscore_collector_commit_seconds histogram" in text
 
     # A run that misses its gate writes its figures for node-exporter.
     lake = tmp_path / "evaluated"
@@ -153,6 +154,16 @@ def test_prometheus_scrapes_the_collector_and_a_failed_gate_fires_the_alert(
 
     found = wait_for(stored, timeout=120, interval=0.5)
     assert found[0]["value"][1] == "3"
+    # Prometheus reads the commit-latency histogram as one (a quantile of its buckets) and
+    # the lake's size per table.
+    quantile = _query(
+        prometheus_port, "histogram_quantile(0.99, spanscore_collector_commit_seconds_bucket)"
+    )
+    assert quantile
+    assert 0 < float(quantile[0]["value"][1]) <= 30
+    size = _query(prometheus_port, 'spanscore_collector_lake_bytes{table="spans"}')
+    assert size
+    assert int(size[0]["value"][1]) > 0
     firing = wait_for(
         lambda: _firing(prometheus_port, "SpanscoreGateFailed"), timeout=120, interval=0.5
     )
@@ -166,3 +177,51 @@ def test_the_alert_rules_are_valid() -> None:
         [promtool, "check", "rules", str(DEPLOY / "alerts.yml")], capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _samples(text: str) -> dict[str, float]:
+    """The samples of a text exposition, by series (`name{labels}`)."""
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, _, value = line.rpartition(" ")
+            samples[series] = float(value)
+    return samples
+
+
+def test_metrics_show_each_commit_in_the_latency_histogram_and_the_lake_size_on_disk(
+    make_collector: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    collector: Collector = make_collector(lake=lake)
+    for i in range(3):  # one commit each: an export is answered once committed
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{collector.http_port}/v1/traces",
+            data=f.request(f.tool_spans(3, conversation=f"c{i}")),
+            headers={"Content-Type": "application/x-protobuf"},
+        )
+        urllib.request.urlopen(request, timeout=30).close()
+    status, text = _get(f"http://127.0.0.1:{collector.http_port}/metrics")
+    assert status == 200
+    samples = _samples(text)
+    commits = samples["spanscore_collector_commits_total"]
+    assert commits >= 3
+    histogram = "spanscore_collector_commit_seconds"
+    buckets = [v for k, v in samples.items() if k.startswith(histogram + "_bucket")]
+    assert buckets == sorted(buckets)  # cumulative
+    assert buckets[-1] == samples[histogram + "_count"] == commits
+    assert samples[histogram + '_bucket{le="+Inf"}'] == commits
+    assert samples[histogram + "_sum"] > 0
+    # What the catalog says the spans take is what their files take on disk.
+    files = list((lake / "data" / "main" / "spans").glob("*.parquet"))
+    assert samples['spanscore_collector_lake_files{table="spans"}'] == len(files) >= 3
+    assert samples['spanscore_collector_lake_bytes{table="spans"}'] == sum(
+        p.stat().st_size for p in files
+    )
+    assert samples['spanscore_collector_lake_retained_bytes{table="spans"}'] == 0
+    promtool = shutil.which("promtool")
+    if promtool is not None:  # Prometheus's own linter accepts the exposition
+        checked = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, text=True
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -41,6 +41,9 @@ from .writer import GroupCommitWriter
 
 log = logging.getLogger("spanscore.collector")
 
+# How often /status and /metrics measure the lake's size, at most (one catalog query).
+LAKE_SIZE_EVERY_S = 10.0
+
 
 class Collector:
     """Run with `start()` / `stop()` or as a context manager. Ports 0 pick free ports."""
@@ -73,6 +76,10 @@ class Collector:
         self.writer: GroupCommitWriter | None = None
         self.ingest: Ingest | None = None
         self.maintenance: Maintenance | None = None
+        self._size_lock = threading.Lock()
+        self._size: dict[str, dict[str, int]] = {}
+        self._size_at = -LAKE_SIZE_EVERY_S
+        self._size_failed = False
         self._grpc: grpc.Server | None = None
         self._http: OTLPHTTPServer | None = None
         self._threads: list[threading.Thread] = []
@@ -208,4 +215,24 @@ class Collector:
         snapshot = self.stats.snapshot()
         snapshot["gauges"]["receiving_bytes"] = self.admission.receiving.used  # type: ignore[index]
         data = self.maintenance.data_kept() if self.maintenance is not None else {}
-        return {**self.health(detailed=True), **snapshot, "data": data}
+        return {**self.health(detailed=True), **snapshot, "data": data, "lake": self.lake_size()}
+
+    def lake_size(self) -> dict[str, dict[str, int]]:
+        """The lake's size per table (`spanscore.lake.data_size`), measured at most every
+        `LAKE_SIZE_EVERY_S`: a scrape costs one catalog query at most, and a burst of them
+        none. Empty until it could be measured (a catalog that fails is logged, once)."""
+        with self._size_lock:
+            if self._con is None or time.monotonic() < self._size_at + LAKE_SIZE_EVERY_S:
+                return self._size
+            self._size_at = time.monotonic()
+            try:
+                cursor = self._con.cursor()
+                try:
+                    self._size = lake.data_size(cursor)
+                finally:
+                    cursor.close()
+            except Exception as exc:  # /status and /metrics answer without it
+                if not self._size_failed:
+                    log.warning("could not measure the lake: %s", secrets.describe_error(exc))
+                self._size_failed = True
+            return self._size

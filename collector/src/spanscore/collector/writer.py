@@ -483,6 +483,7 @@ class GroupCommitWriter:
         stored_logs = log_table.num_rows if log_table is not None else 0
         self.stats.add("logs_stored", stored_logs)
         self.stats.add("logs_duplicate", received_logs - stored_logs)
+        self.stats.observe("commit_s", elapsed)
         self.stats.gauge("last_commit_s", round(elapsed, 4))
         self.stats.gauge("last_commit_rows", sum(p.rows for p in group))
         self.stats.gauge("last_commit_exports", len(group))

@@ -44,6 +44,7 @@ from spanscore.lake.schema.tables import (
     arrow_schema,
     quote_identifier,
 )
+from spanscore.lake.snapshots import data_size
 
 __all__ = [
     "ALIAS",
@@ -61,6 +62,7 @@ __all__ = [
     "commits_since",
     "connect",
     "current_snapshot",
+    "data_size",
     "elected",
     "ensure_schema",
     "include_log_records_in_views",

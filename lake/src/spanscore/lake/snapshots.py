@@ -130,3 +130,30 @@ def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) ->
 def _evaluation_running(con: duckdb.DuckDBPyConnection) -> bool:
     row = con.execute(f"SELECT count(*) FROM {_RUNNING_EVALUATIONS}").fetchone()
     return bool(row and row[0])
+
+
+def data_size(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
+    """The lake's size as its catalog records it, per table: `bytes` and `files` of the data
+    and delete files the current snapshot reads, and `retained_bytes` of those only older
+    snapshots still read (freed when they expire). One catalog query, no file listed, so it
+    is the same for a local directory and object storage; files already scheduled for
+    deletion are not counted."""
+    rows = con.execute(
+        f"""WITH files AS (
+                SELECT table_id, end_snapshot, file_size_bytes FROM {_METADATA}.ducklake_data_file
+                UNION ALL
+                SELECT table_id, end_snapshot, file_size_bytes
+                FROM {_METADATA}.ducklake_delete_file
+            )
+            SELECT t.table_name,
+                   coalesce(sum(f.file_size_bytes) FILTER (WHERE f.end_snapshot IS NULL), 0),
+                   count(*) FILTER (WHERE f.end_snapshot IS NULL),
+                   coalesce(sum(f.file_size_bytes) FILTER (WHERE f.end_snapshot IS NOT NULL), 0)
+            FROM {_METADATA}.ducklake_table t JOIN files f ON f.table_id = t.table_id
+            WHERE t.end_snapshot IS NULL
+            GROUP BY t.table_name ORDER BY t.table_name"""
+    ).fetchall()
+    return {
+        str(name): {"bytes": int(size), "files": int(files), "retained_bytes": int(retained)}
+        for name, size, files, retained in rows
+    }
