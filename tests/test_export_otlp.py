@@ -172,10 +172,11 @@ def test_an_endpoint_that_is_down_is_a_warning_and_the_run_stands(
             "--export-otlp",
             down,
         ],
-        env={"OTEL_EXPORTER_OTLP_LOGS_TIMEOUT": "1"},
+        env={"OTEL_EXPORTER_OTLP_LOGS_TIMEOUT": "1", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT": "1"},
     )
     assert result.exit_code == 0, result.output
     assert "could not be exported" in result.output
+    assert "warning (the run's result stands): the run's metrics could not be" in result.output
     assert "spanscore export RUN" in result.output
     con = connect(lake, read_only=True)
     try:

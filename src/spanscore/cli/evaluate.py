@@ -132,6 +132,9 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
         echo(f"warning{' (strict: fails the run)' if result.strict else ''}: {warning}")
     if result.export is not None:
         echo(export_line(result.export))
+    metrics_export = getattr(result, "metrics_export", None)
+    if metrics_export is not None:
+        echo(metrics_export_line(metrics_export))
     for gate in result.gates:
         echo(f"gate {'passed' if gate.passed else 'FAILED'}: {gate.describe()}")
     for failure in result.failures:
@@ -189,6 +192,14 @@ def judge_line(judge: dict[str, Any]) -> str:
     if judge.get("batches"):
         line += f"; batches {', '.join(judge['batches'])}"
     return line
+
+
+def metrics_export_line(outcome: dict[str, Any]) -> str:
+    """What sending the run's figures as OTLP metrics did (a warning when it failed)."""
+    from spanscore.evaluation.runs.otlp_metrics import MetricsOutcome
+
+    line = MetricsOutcome(**outcome).describe()
+    return f"warning (the run's result stands): {line}" if outcome.get("error") else line
 
 
 def export_line(export: dict[str, Any]) -> str:
@@ -389,9 +400,10 @@ class _Echo:
     is_flag=False,
     flag_value="",
     default=None,
-    help="After the scores are committed, send one gen_ai.evaluation.result event per score "
-    "to this OTLP endpoint (base URL, as OTEL_EXPORTER_OTLP_ENDPOINT); alone, to the one the "
-    "OTEL_EXPORTER_OTLP_* variables name. A failed export is a warning, never a failure.",
+    help="After the scores are committed, send one gen_ai.evaluation.result event per score, "
+    "and the run's figures as OTLP metrics, to this OTLP endpoint (base URL, as "
+    "OTEL_EXPORTER_OTLP_ENDPOINT); alone, to the one the OTEL_EXPORTER_OTLP_* variables name. "
+    "A failed export is a warning, never a failure.",
 )
 @option(
     "--metrics-file",
@@ -545,7 +557,15 @@ def evaluate_command(
         raise click.UsageError(f"judge settings: {exc}") from None
     if follow:
         _follow(
-            lake, suite, options, export_to, period, poll, fmt, junit or report_path, metrics_file
+            lake,
+            suite,
+            options,
+            export_otlp,
+            period,
+            poll,
+            fmt,
+            junit or report_path,
+            metrics_file,
         )
         return
     try:
@@ -563,14 +583,17 @@ def evaluate_command(
         sys.exit(130)
     except LakeError as exc:
         raise LakeUnavailable(str(exc)) from exc
-    if export_to is not None and result.status in ("succeeded", "gate_failed"):
+    finished = dt.datetime.now(dt.UTC)  # the figures' finished_timestamp, in both outputs
+    committed = result.status in ("succeeded", "gate_failed")
+    if export_otlp is not None and export_to is not None and committed:
         result.export = export_result(lake, result.run_id, export_to, result.score_count)
+        result.metrics_export = export_figures(result, suite.name, export_otlp, finished)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     else:
         print_summary(result)
     if metrics_file:
-        write_metrics(metrics_file, result, suite.name)
+        write_metrics(metrics_file, result, suite.name, finished)
     if junit:
         con = connect(lake, read_only=True)
         try:
@@ -590,7 +613,7 @@ def _follow(
     lake: str,
     suite: Any,
     options: Any,
-    export_to: tuple[str, str] | None,
+    export_otlp: str | None,
     period: str,
     poll: str,
     fmt: str,
@@ -609,7 +632,9 @@ def _follow(
             "--until, --rescore, --junit or --report (use `spanscore report latest` on its runs)"
         )
     settings = FollowSettings(
-        period_s=parse_duration(period), poll_s=parse_duration(poll), export=export_to
+        period_s=parse_duration(period),
+        poll_s=parse_duration(poll),
+        export=export_settings(export_otlp),
     )
     if settings.period_s <= 0 or settings.poll_s <= 0:
         raise click.UsageError("--period and --poll must be longer than 0 s")
@@ -622,12 +647,15 @@ def _follow(
             )
 
     def on_period(result: Any) -> None:
+        finished = dt.datetime.now(dt.UTC)
+        if export_otlp is not None:
+            result.metrics_export = export_figures(result, suite.name, export_otlp, finished)
         if fmt == "json":
             click.echo(json.dumps(result.to_dict(), default=str))
         else:
             print_summary(result)
         if metrics_file:
-            write_metrics(metrics_file, result, suite.name)
+            write_metrics(metrics_file, result, suite.name, finished)
 
     follower = Follower(
         lake,
@@ -650,12 +678,14 @@ def _follow(
         sys.exit(130)
 
 
-def write_metrics(path: str, result: Any, suite_name: str) -> None:
+def write_metrics(
+    path: str, result: Any, suite_name: str, finished: dt.datetime | None = None
+) -> None:
     """The run's figures for node-exporter's textfile collector; a failure is a warning."""
     from spanscore.evaluation.runs.run_metrics import prometheus_text, write_textfile
 
     try:
-        write_textfile(path, prometheus_text(result, suite_name))
+        write_textfile(path, prometheus_text(result, suite_name, finished))
     except OSError as exc:
         click.echo(f"warning: the run's metrics could not be written to {path}: {exc}", err=True)
 
@@ -674,9 +704,25 @@ def export_settings(url: str | None) -> tuple[str, str] | None:
     from spanscore.evaluation.runs.export_otlp import ExportSettingsError, resolve_endpoint
 
     try:
+        resolve_endpoint(url or None, signal="metrics")  # the run's figures go there
         return resolve_endpoint(url or None)
     except ExportSettingsError as exc:
         raise click.BadParameter(str(exc), param_hint="--export-otlp") from None
+
+
+def export_figures(
+    result: Any, suite_name: str, url: str, finished: dt.datetime | None = None
+) -> dict[str, Any]:
+    """Send the run's figures as OTLP metrics (`--export-otlp`, the metrics signal's
+    variables); whatever happens is reported, never raised."""
+    from spanscore.evaluation.runs.export_otlp import ExportSettingsError, resolve_endpoint
+    from spanscore.evaluation.runs.otlp_metrics import MetricsOutcome, send_run_metrics
+
+    try:
+        endpoint, protocol = resolve_endpoint(url or None, signal="metrics")
+    except ExportSettingsError as exc:
+        return MetricsOutcome(url, error=str(exc)).as_dict()
+    return send_run_metrics(result, suite_name, endpoint, protocol, now=finished).as_dict()
 
 
 def export_result(

@@ -272,39 +272,54 @@ def _unix_nano(moment: dt.datetime) -> int:
 # --- sending ---------------------------------------------------------------------------------
 
 
-def resolve_endpoint(url: str | None, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """(endpoint, protocol) as the OpenTelemetry exporters read them: `url` (a base URL, as
-    OTEL_EXPORTER_OTLP_ENDPOINT: `/v1/logs` is added for HTTP unless it is there), else
-    OTEL_EXPORTER_OTLP_LOGS_ENDPOINT (as is), else OTEL_EXPORTER_OTLP_ENDPOINT, else the
-    default on localhost; the protocol from OTEL_EXPORTER_OTLP_LOGS_PROTOCOL, else
-    OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf."""
+def resolve_endpoint(
+    url: str | None, environ: Mapping[str, str] | None = None, *, signal: str = "logs"
+) -> tuple[str, str]:
+    """(endpoint, protocol) as the OpenTelemetry exporters read them for `signal` (`logs`, or
+    `metrics` for a run's figures): `url` (a base URL, as OTEL_EXPORTER_OTLP_ENDPOINT:
+    `/v1/logs` or `/v1/metrics` is added for HTTP unless it is there), else
+    OTEL_EXPORTER_OTLP_LOGS_ENDPOINT / ..._METRICS_ENDPOINT (as is), else
+    OTEL_EXPORTER_OTLP_ENDPOINT, else the default on localhost; the protocol from
+    OTEL_EXPORTER_OTLP_LOGS_PROTOCOL / ..._METRICS_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL,
+    else http/protobuf."""
     env = os.environ if environ is None else environ
+    key = f"OTEL_EXPORTER_OTLP_{signal.upper()}"
     protocol = (
-        env.get("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL")
-        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
+        env.get(f"{key}_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
     ).strip()
     if protocol not in PROTOCOLS:
         raise ExportSettingsError(
-            f"OTLP protocol {protocol!r} is not supported for evaluation events: use "
-            f"{' or '.join(PROTOCOLS)} (OTEL_EXPORTER_OTLP_LOGS_PROTOCOL)"
+            f"OTLP protocol {protocol!r} is not supported for evaluation {signal}: use "
+            f"{' or '.join(PROTOCOLS)} ({key}_PROTOCOL)"
         )
     grpc = protocol == "grpc"
     if url:
-        base, signal = url.strip(), False
-    elif env.get("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"):
-        base, signal = env["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"].strip(), True
+        base, own = url.strip(), False
+    elif env.get(f"{key}_ENDPOINT"):
+        base, own = env[f"{key}_ENDPOINT"].strip(), True
     elif env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        base, signal = env["OTEL_EXPORTER_OTLP_ENDPOINT"].strip(), False
+        base, own = env["OTEL_EXPORTER_OTLP_ENDPOINT"].strip(), False
     else:
-        base, signal = ("http://localhost:4317" if grpc else "http://localhost:4318"), False
+        base, own = ("http://localhost:4317" if grpc else "http://localhost:4318"), False
     if "://" not in base:
         raise ExportSettingsError(
             f"OTLP endpoint {base!r} is not a URL: give one like http://collector:4318"
         )
-    if grpc or signal or base.rstrip("/").endswith("/v1/logs"):
+    path = f"/v1/{signal}"
+    if grpc or own or base.rstrip("/").endswith(path):
         return base, protocol
-    return base.rstrip("/") + "/v1/logs", protocol
+    return base.rstrip("/") + path, protocol
+
+
+def resource() -> Any:
+    """The resource of what spanscore sends: the SDK's (OTEL_SERVICE_NAME,
+    OTEL_RESOURCE_ATTRIBUTES), `service.name=spanscore` unless one is given."""
+    from opentelemetry.sdk.resources import Resource
+
+    found = Resource.create({})
+    if str(found.attributes.get("service.name", "")).startswith("unknown_service"):
+        found = found.merge(Resource({"service.name": "spanscore"}))
+    return found
 
 
 def _exporter(endpoint: str, protocol: str) -> Any:
@@ -324,12 +339,9 @@ def _records(events: Iterable[EvaluationEvent]) -> Iterator[Any]:
     from opentelemetry import trace
     from opentelemetry._logs import LogRecord, SeverityNumber
     from opentelemetry.sdk._logs import ReadableLogRecord
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    resource = Resource.create({})
-    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({"service.name": "spanscore"}))
+    sent_by = resource()
     scope = InstrumentationScope(_SCOPE, _version())
     for event in events:
         context = None
@@ -352,7 +364,7 @@ def _records(events: Iterable[EvaluationEvent]) -> Iterator[Any]:
             attributes=event.attributes,
             event_name=EVENT_NAME,
         )
-        yield ReadableLogRecord(record, resource=resource, instrumentation_scope=scope)
+        yield ReadableLogRecord(record, resource=sent_by, instrumentation_scope=scope)
 
 
 def send_events(

@@ -119,6 +119,8 @@ class RunResult:
     # what `--export-otlp` did (`export_otlp.ExportOutcome.as_dict`); a failed export is a
     # warning here, never a failure of the run
     export: dict[str, Any] | None = None
+    # what sending the run's figures as OTLP metrics did (`otlp_metrics.MetricsOutcome`)
+    metrics_export: dict[str, Any] | None = None
 
     @property
     def gates_passed(self) -> bool:
@@ -184,6 +186,7 @@ class RunResult:
             "simulation_id": self.simulation_id,
             "trials": trials_to_dict(self.trials) if self.simulation_id else None,
             "export": self.export,
+            "metrics_export": self.metrics_export,
             "elapsed_s": round(self.elapsed_s, 3),
         }
 
