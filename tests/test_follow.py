@@ -198,16 +198,7 @@ def test_a_conversation_committed_after_a_pass_ending_before_its_window_end_is_s
             if len(passes) == 1:
                 # Ended before the first pass's window end, committed only now.
                 ended = done.until - dt.timedelta(seconds=late_s)
-                spans = f.tool_spans(2, conversation="late")
-                for s in spans:
-                    s.start_time_unix_nano = int(ended.timestamp() * 1e9) - 1000
-                    s.end_time_unix_nano = int(ended.timestamp() * 1e9)
-                post = urllib.request.Request(
-                    f"http://127.0.0.1:{collector.http_port}/v1/traces",
-                    data=f.request(spans),
-                    headers={"Content-Type": "application/x-protobuf"},
-                )
-                urllib.request.urlopen(post, timeout=30).close()  # acknowledged: committed
+                _post_late(collector.http_port, "late", ended)
             elif len(passes) == 2:
                 follower.stop()
 
@@ -227,4 +218,53 @@ def test_a_conversation_committed_after_a_pass_ending_before_its_window_end_is_s
                  "conversation_id = 'late'") == [("late",)]  # fmt: skip
     # One run holds both passes; nothing scored twice.
     assert query(lake, "SELECT status, conversation_count FROM eval_runs") == [("succeeded", 3)]
+    assert not _twice(lake)
+
+
+def _post_late(port: int, conversation: str, ended: dt.datetime) -> None:
+    spans = f.tool_spans(2, conversation=conversation)
+    for s in spans:
+        s.start_time_unix_nano = int(ended.timestamp() * 1e9) - 1000
+        s.end_time_unix_nano = int(ended.timestamp() * 1e9)
+    post = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/traces",
+        data=f.request(spans),
+        headers={"Content-Type": "application/x-protobuf"},
+    )
+    urllib.request.urlopen(post, timeout=30).close()  # acknowledged: committed
+
+
+def test_a_restarted_follower_finds_what_was_committed_after_the_last_one_looked(
+    tmp_path: Path,
+) -> None:
+    lake = tmp_path / "lake"
+    build_lake(lake, 2)
+    suite = load_suite(write_suite(tmp_path, SUITE))
+    start = period_end(LATER, 3600)
+    collector = start_collector(lake)
+    try:
+        followers: list[Follower] = []
+
+        def follow(at: dt.datetime) -> None:
+            follower = Follower(
+                str(lake),
+                suite,
+                RunOptions(settle_s=0, workers=1),  # no --since: where the last run ended
+                FollowSettings(period_s=3600, poll_s=0.001),
+                on_pass=lambda _: followers[-1].stop(),  # one pass, then its run closes
+                clock=lambda: at,
+            )
+            followers.append(follower)
+            follower.run()
+
+        follow(start + dt.timedelta(seconds=60))
+        # Ended before the first follower's window end; committed after it stopped.
+        _post_late(collector.http_port, "late", start + dt.timedelta(seconds=30))
+        follow(start + dt.timedelta(seconds=120))
+    finally:
+        collector.stop(timeout=10)
+    runs = query(lake, "SELECT status, conversation_count FROM eval_runs ORDER BY started_at")
+    assert runs == [("succeeded", 2), ("succeeded", 1)]
+    assert query(lake, "SELECT DISTINCT conversation_id FROM scores WHERE "
+                 "conversation_id = 'late'") == [("late",)]  # fmt: skip
     assert not _twice(lake)

@@ -12,7 +12,9 @@ SDK's batch delay, a gateway's retries, the collector's group commit), so one th
 before a pass's window end may be committed only after that pass pinned its snapshot, and the
 next window, starting later, would never hold it. So each pass also takes every settled
 conversation with a span committed (`ingest_time`) since the newest commit the previous pass
-saw, less `COMMIT_MARGIN_S`: however late it arrives, the pass after its commit finds it.
+saw, less `COMMIT_MARGIN_S`: however late it arrives, the pass after its commit finds it. A
+closed run records that mark (`details.follow.committed_since`), and a restarted follower
+starting where that run ended takes it up, so a stop or a restart misses nothing either.
 What the follower scored is skipped, and a period's run counts only what it scored (and, on
 the follower's first pass, what earlier runs scored in its window, as a nightly run does).
 
@@ -54,6 +56,7 @@ from spanscore.evaluation.runs.judge_rounds import _judged_batches
 from spanscore.evaluation.runs.options import UTC, RunOptions, judge_settings
 from spanscore.evaluation.runs.result import RunResult
 from spanscore.evaluation.runs.store import (
+    COMPLETED,
     _close_abandoned_runs,
     _finish_run,
     _insert_run,
@@ -182,8 +185,10 @@ class Follower:
             since, since_from = self.options.since, "--since"
             if since is None:
                 since, since_from = _default_since(con, self.suite)
+                # A follower before this one left where to look for commits from: what it
+                # had not seen committed is found, however early it ended.
+                self._committed_since = _resume_mark(con, self.suite, since)
             self._next_since = since
-            self._first = False
         else:
             since, since_from = self._last_end, "the end of the follower's previous period"
         result = RunResult(
@@ -216,6 +221,10 @@ class Follower:
         assert period is not None
         result = period.result
         self._last_end = result.window_end
+        if self._committed_since is not None:
+            follow = {"period_s": self.settings.period_s, "ends": period.ends.isoformat()}
+            follow["committed_since"] = self._committed_since.isoformat()
+            _set_details(con, result.run_id, "record where to look for commits", follow=follow)
         set_window_end(con, result.run_id, result.window_end)
         sample = sorted(period.sample)
         result.summary = summarize(con, self.suite, sample)
@@ -270,7 +279,7 @@ class Follower:
             self._score(con, snapshot, todo, period)
         # The first pass counts, as a nightly run does, what earlier runs scored in its window;
         # later ones find again what this follower scored (their windows overlap): not counted.
-        backfill = committed_since is None
+        backfill, self._first = self._first, False
         period.sample.update(c for c in sample if backfill or c not in done)
         period.candidates.update(c for c in found if backfill or c not in done)
         # Whatever is committed after this snapshot, the next pass finds (an empty lake: all).
@@ -348,6 +357,23 @@ class Follower:
 
 
 _BEGINNING = dt.datetime(1, 1, 1, tzinfo=UTC)
+
+
+def _resume_mark(
+    con: duckdb.DuckDBPyConnection, suite: LoadedSuite, since: dt.datetime | None
+) -> dt.datetime | None:
+    """Where the follower whose run ends at `since` (the window start a restarted follower
+    takes) would have looked for commits next: recorded when it closed its run."""
+    if since is None:
+        return None
+    row = con.execute(
+        "SELECT max(json_extract_string(details, '$.follow.committed_since')) FROM eval_runs "
+        "WHERE suite_name = ? AND suite_hash = ? AND status IN (SELECT unnest(?::VARCHAR[])) "
+        "AND window_end = ?",
+        [suite.name, suite.content_hash, list(COMPLETED), since],
+    ).fetchone()
+    mark = row[0] if row else None
+    return dt.datetime.fromisoformat(mark) if mark else None
 
 
 def _newest_commit(reader: duckdb.DuckDBPyConnection) -> dt.datetime | None:
