@@ -118,3 +118,20 @@ def test_a_metrics_endpoint_that_is_down_is_a_warning_and_the_run_stands(tmp_pat
     assert document["metrics_export"]["points"] == 0
     assert document["metrics_export"]["endpoint"] == down + "/v1/metrics"
     assert document["metrics_export"]["error"]
+
+
+def test_otel_metrics_exporter_none_sends_the_events_alone(tmp_path: Path) -> None:
+    # The SDK's own switch, for an endpoint that takes no metrics (a spanscore collector).
+    lake = tmp_path / "lake"
+    build_lake(lake, 2)
+    suite = write_suite(tmp_path, NEVER_REFUNDED)
+    with http_receiver() as (port, received):
+        result = _evaluate(
+            lake, suite, "--format", "json", "--export-otlp", f"http://127.0.0.1:{port}",
+            env={"OTEL_METRICS_EXPORTER": "none"},
+        )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    assert document["metrics_export"] is None
+    assert received.logs
+    assert not received.metrics

@@ -712,11 +712,16 @@ def export_settings(url: str | None) -> tuple[str, str] | None:
 
 def export_figures(
     result: Any, suite_name: str, url: str, finished: dt.datetime | None = None
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """Send the run's figures as OTLP metrics (`--export-otlp`, the metrics signal's
-    variables); whatever happens is reported, never raised."""
+    variables); whatever happens is reported, never raised. None: not sent, because
+    `OTEL_METRICS_EXPORTER=none` says so (the SDK's own switch), as when the events go to an
+    endpoint that takes no metrics, such as a spanscore collector."""
     from spanscore.evaluation.runs.export_otlp import ExportSettingsError, resolve_endpoint
     from spanscore.evaluation.runs.otlp_metrics import MetricsOutcome, send_run_metrics
+
+    if os.environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "none":
+        return None
 
     try:
         endpoint, protocol = resolve_endpoint(url or None, signal="metrics")
