@@ -27,7 +27,7 @@ from spanscore.examples.synthetic import build_lake
 
 from .support import otlp_factory as f
 from .support.collector import start_collector
-from .support.evaluation_runs import LATER, SUITE, write_suite
+from .support.evaluation_runs import LATER, SUITE, run, write_suite
 from .support.lake import query
 from .support.polling import wait_for
 
@@ -267,4 +267,28 @@ def test_a_restarted_follower_finds_what_was_committed_after_the_last_one_looked
     assert runs == [("succeeded", 2), ("succeeded", 1)]
     assert query(lake, "SELECT DISTINCT conversation_id FROM scores WHERE "
                  "conversation_id = 'late'") == [("late",)]  # fmt: skip
+    assert not _twice(lake)
+
+
+def test_a_nightly_run_scores_what_was_committed_after_the_previous_one_looked(
+    tmp_path: Path,
+) -> None:
+    # The same late commit, between two nightly runs: the second starts where the first
+    # ended, after the late conversation's end, and still finds it.
+    lake = tmp_path / "lake"
+    build_lake(lake, 2)
+    suite = load_suite(write_suite(tmp_path, SUITE))
+    first = run(lake, suite, settle_s=600)
+    assert first.scored == 2
+    collector = start_collector(lake)
+    try:
+        _post_late(collector.http_port, "late", first.window_end - dt.timedelta(hours=1))
+    finally:
+        collector.stop(timeout=10)
+    second = run(lake, suite, settle_s=600, now=LATER + dt.timedelta(days=1))
+    assert second.window_start == first.window_end
+    assert second.scored == 1
+    assert query(lake, "SELECT count(*) FROM scores WHERE conversation_id = 'late'")[0][0] > 0
+    third = run(lake, suite, settle_s=600, now=LATER + dt.timedelta(days=2))
+    assert third.scored == 0  # found once, scored once
     assert not _twice(lake)

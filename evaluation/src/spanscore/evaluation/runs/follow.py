@@ -11,10 +11,11 @@ End times alone cannot bound a pass: a conversation's spans reach the lake after
 SDK's batch delay, a gateway's retries, the collector's group commit), so one that ended
 before a pass's window end may be committed only after that pass pinned its snapshot, and the
 next window, starting later, would never hold it. So each pass also takes every settled
-conversation with a span committed (`ingest_time`) since the newest commit the previous pass
-saw, less `COMMIT_MARGIN_S`: however late it arrives, the pass after its commit finds it. A
-closed run records that mark (`details.follow.committed_since`), and a restarted follower
-starting where that run ended takes it up, so a stop or a restart misses nothing either.
+conversation with a span committed (`ingest_time`) after the newest commit the previous pass
+saw (on a shared lake, less a margin for other collectors' clocks): however late it arrives,
+the pass after its commit finds it. A closed run records that mark
+(`details.follow.committed_since`), and a restarted follower starting where that run ended
+takes it up, so a stop or a restart misses nothing either.
 What the follower scored is skipped, and a period's run counts only what it scored (and, on
 the follower's first pass, what earlier runs scored in its window, as a nightly run does).
 
@@ -56,7 +57,6 @@ from spanscore.evaluation.runs.judge_rounds import _judged_batches
 from spanscore.evaluation.runs.options import UTC, RunOptions, judge_settings
 from spanscore.evaluation.runs.result import RunResult
 from spanscore.evaluation.runs.store import (
-    COMPLETED,
     _close_abandoned_runs,
     _finish_run,
     _insert_run,
@@ -65,16 +65,18 @@ from spanscore.evaluation.runs.store import (
     scored_conversations,
     set_window_end,
 )
-from spanscore.evaluation.runs.window import _candidates, _default_since, choose
+from spanscore.evaluation.runs.window import (
+    _candidates,
+    _default_since,
+    choose,
+    commit_margin,
+    late_commits_since,
+    newest_commit,
+)
 from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.lake import connect, current_snapshot, is_interrupt
 
 log = logging.getLogger("spanscore.evaluate")
-
-# How far before the newest commit the previous pass saw a pass looks for commits: one
-# collector's commits are in order, but another's transaction may have begun earlier, or run on
-# a clock that is behind.
-COMMIT_MARGIN_S = 300.0
 
 
 @dataclass
@@ -187,7 +189,7 @@ class Follower:
                 since, since_from = _default_since(con, self.suite)
                 # A follower before this one left where to look for commits from: what it
                 # had not seen committed is found, however early it ended.
-                self._committed_since = _resume_mark(con, self.suite, since)
+                self._committed_since = late_commits_since(con, self.suite, since)
             self._next_since = since
         else:
             since, since_from = self._last_end, "the end of the follower's previous period"
@@ -262,7 +264,7 @@ class Follower:
             candidates, _ = _candidates(
                 reader, self.options, since, until, committed_since=committed_since
             )
-            newest = _newest_commit(reader)
+            newest = newest_commit(reader)
         finally:
             reader.close()
         sample = choose(
@@ -284,7 +286,7 @@ class Follower:
         period.candidates.update(c for c in found if backfill or c not in done)
         # Whatever is committed after this snapshot, the next pass finds (an empty lake: all).
         self._committed_since = (
-            newest - dt.timedelta(seconds=COMMIT_MARGIN_S) if newest is not None else _BEGINNING
+            newest - commit_margin(self.lake) if newest is not None else _BEGINNING
         )
         result.window_end = max(result.window_end, until)
         # The next pass looks one settle time back: spans that arrived late are found.
@@ -357,30 +359,6 @@ class Follower:
 
 
 _BEGINNING = dt.datetime(1, 1, 1, tzinfo=UTC)
-
-
-def _resume_mark(
-    con: duckdb.DuckDBPyConnection, suite: LoadedSuite, since: dt.datetime | None
-) -> dt.datetime | None:
-    """Where the follower whose run ends at `since` (the window start a restarted follower
-    takes) would have looked for commits next: recorded when it closed its run."""
-    if since is None:
-        return None
-    row = con.execute(
-        "SELECT max(json_extract_string(details, '$.follow.committed_since')) FROM eval_runs "
-        "WHERE suite_name = ? AND suite_hash = ? AND status IN (SELECT unnest(?::VARCHAR[])) "
-        "AND window_end = ?",
-        [suite.name, suite.content_hash, list(COMPLETED), since],
-    ).fetchone()
-    mark = row[0] if row else None
-    return dt.datetime.fromisoformat(mark) if mark else None
-
-
-def _newest_commit(reader: duckdb.DuckDBPyConnection) -> dt.datetime | None:
-    """When the collector committed the newest span a (pinned) reader sees."""
-    row = reader.execute("SELECT max(ingest_time) FROM spans").fetchone()
-    value = row[0] if row else None
-    return value if isinstance(value, dt.datetime) else None
 
 
 def _added(total: ExportOutcome | None, more: ExportOutcome) -> ExportOutcome:

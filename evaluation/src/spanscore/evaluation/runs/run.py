@@ -56,7 +56,14 @@ from spanscore.evaluation.runs.store import (
     forget_run,
 )
 from spanscore.evaluation.runs.trials import check_trial_gate, trial_results
-from spanscore.evaluation.runs.window import _default_since, _duration, _now, _select, _shown
+from spanscore.evaluation.runs.window import (
+    _default_since,
+    _duration,
+    _now,
+    _select,
+    _shown,
+    late_commits_since,
+)
 from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.lake import (
     connect,
@@ -124,6 +131,7 @@ def _run(
     if options.until is not None and options.until < until:
         until, until_from = options.until, "--until"
     since, since_from = options.since, "--since"
+    committed_since: dt.datetime | None = None
     if options.simulation is not None:
         _check_simulation(con, options.simulation)
         # Every finished trial of the simulation, whenever it ran: the simulator says when a
@@ -132,6 +140,8 @@ def _run(
         since_from = until_from
     elif since is None:
         since, since_from = _default_since(con, suite)
+        # What the previous run could not see yet, however early it ended, is found too.
+        committed_since = late_commits_since(con, suite, since)
     if since is not None and since > until:
         given = options.since is not None
         if given and options.until is not None and until == options.until:
@@ -169,7 +179,7 @@ def _run(
     _insert_run(con, suite, options, result, now)
     try:
         sample, todo, single_traces, runner = _select(
-            con, lake, snapshot, suite, options, result, until_from
+            con, lake, snapshot, suite, options, result, until_from, committed_since
         )
     except BaseException:
         with contextlib.suppress(Exception):  # nothing was scored: the run never happened

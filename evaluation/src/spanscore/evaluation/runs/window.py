@@ -16,10 +16,22 @@ from spanscore.evaluation.runs.options import UTC, RunOptions, judge_settings
 from spanscore.evaluation.runs.result import RunResult, plural
 from spanscore.evaluation.runs.store import COMPLETED, _set_details, runs, scored_conversations
 from spanscore.evaluation.suites.loaded import LoadedSuite
-from spanscore.lake import (
-    connect,
-)
+from spanscore.lake import LakeLocation, connect
 from spanscore.lake.schema.rules import CONVERSATION_SUMMARIES
+
+# How far before the newest commit a run saw the next run looks for commits, on a shared lake:
+# one collector's commits are in order (`ingest_time` is its transaction's time, and its
+# commits are one at a time), but another collector's transaction may have begun earlier, or
+# run on a clock that is behind. An embedded lake has one collector: no margin, so the next
+# run never takes again a conversation this one saw (and perhaps left out of its sample).
+COMMIT_MARGIN_S = 300.0
+
+
+def commit_margin(lake: str) -> dt.timedelta:
+    """`COMMIT_MARGIN_S` on a lake that several collectors write, else none."""
+    shared = LakeLocation.parse(lake).is_postgres
+    return dt.timedelta(seconds=COMMIT_MARGIN_S if shared else 0)
+
 
 # --- sampling ----------------------------------------------------------------------------------
 
@@ -73,14 +85,24 @@ def _select(
     options: RunOptions,
     result: RunResult,
     until_from: str,
+    committed_since: dt.datetime | None = None,
 ) -> tuple[list[str], list[str], int, JudgeRunner | None]:
     """The run's sample and what of it is still to score, read at the pinned snapshot, and
     its judge, started (one that cannot work is refused before anything is scored); the
-    counts go into `result` and the run's row."""
+    counts go into `result` and the run's row. `committed_since`: see `late_commits_since`."""
     since, until = result.window_start, result.window_end
     reader = connect(lake, snapshot=snapshot)
     try:
-        candidates, single_traces = _candidates(reader, options, since, until)
+        rows = _candidate_rows(reader, options, since, until)
+        if committed_since is not None and since is not None:
+            # Ended before the window, committed after the previous run looked: those that
+            # run (or any other of this suite version) did not score join the window's.
+            late = _candidate_rows(reader, options, since, until, late_since=committed_since)
+            done_late = scored_conversations(con, suite, [r[0] for r in late])
+            rows = sorted(rows + [r for r in late if r[0] not in done_late])
+        candidates = [(cid, stratum) for cid, stratum, _ in rows]
+        single_traces = sum(1 for *_, single in rows if single)
+        newest = newest_commit(reader)
         if not candidates:
             result.empty_because = _why_empty(
                 reader, options, since, until, result.window_from, until_from
@@ -111,6 +133,8 @@ def _select(
         candidates=result.candidates,
         sampled=result.sampled,
         skipped=result.skipped,
+        # Where the next run looks for late commits from (`late_commits_since`).
+        committed_since=(newest - commit_margin(lake)).isoformat() if newest is not None else None,
     )
     return sample, todo, single_traces, runner
 
@@ -126,10 +150,29 @@ def _candidates(
     """(conversation id, stratum) of every conversation whose last span ended in the window,
     and how many of them are a trace with no conversation id (`conversation_source`).
 
-    With `committed_since`, also those that ended before `since` (but before `until`) and
-    have a span the collector committed from then on (`ingest_time`): a window bounded by
-    end times alone misses a conversation whose spans were committed after a reader looked
-    but ended before the window it looked at, however long after that it arrives."""
+    With `committed_since`, also those that ended before `since` and have a span the
+    collector committed after it (`ingest_time`): a window bounded by end times alone
+    misses a conversation whose spans were committed after a reader looked but ended before
+    the window it looked at, however long after that it arrives."""
+    rows = _candidate_rows(con, options, since, until)
+    if committed_since is not None and since is not None:
+        rows = sorted(
+            rows + _candidate_rows(con, options, since, until, late_since=committed_since)
+        )
+    return [(cid, stratum) for cid, stratum, _ in rows], sum(1 for *_, single in rows if single)
+
+
+def _candidate_rows(
+    con: duckdb.DuckDBPyConnection,
+    options: RunOptions,
+    since: dt.datetime | None,
+    until: dt.datetime,
+    *,
+    late_since: dt.datetime | None = None,
+) -> list[tuple[str, str | None, bool]]:
+    """(conversation id, stratum, a trace with no conversation id) of the conversations whose
+    last span ended in `[since, until)`, ordered by id; with `late_since`, instead those that
+    ended before `since` with a span committed after `late_since`."""
     where: list[str] = []
     params: list[Any] = []
     # Simulated conversations are scored only by a run of their simulation; a trial counts
@@ -137,12 +180,12 @@ def _candidates(
     if options.simulation is None:
         where.append("end_time < ?")
         params.append(until)
-        if since is not None and committed_since is not None:
+        if since is not None and late_since is not None:
             where.append(
-                "(end_time >= ? OR conversation_id IN "
-                "(SELECT conversation_id FROM spans WHERE ingest_time >= ?))"
+                "end_time < ? AND conversation_id IN "
+                "(SELECT conversation_id FROM spans WHERE ingest_time > ?)"
             )
-            params.extend([since, committed_since])
+            params.extend([since, late_since])
         elif since is not None:
             where.append("end_time >= ?")
             params.append(since)
@@ -180,9 +223,17 @@ def _candidates(
         f"SELECT conversation_id, {stratum}, conversation_source = 'trace' "
         f"FROM {CONVERSATION_SUMMARIES} c WHERE {' AND '.join(where)} ORDER BY conversation_id"
     )
-    rows = con.execute(sql, params).fetchall()
-    chosen = [(str(cid), None if s is None else str(s)) for cid, s, _ in rows]
-    return chosen, sum(1 for *_, single in rows if single)
+    return [
+        (str(cid), None if s is None else str(s), bool(single))
+        for cid, s, single in con.execute(sql, params).fetchall()
+    ]
+
+
+def newest_commit(reader: duckdb.DuckDBPyConnection) -> dt.datetime | None:
+    """When the collector committed the newest span a (pinned) reader sees."""
+    row = reader.execute("SELECT max(ingest_time) FROM spans").fetchone()
+    value = row[0] if row else None
+    return value if isinstance(value, dt.datetime) else None
 
 
 _NO_END = dt.datetime.min.replace(tzinfo=UTC)
@@ -219,6 +270,28 @@ def _default_since(
             f"{run.run_id}"
         )
     return None, "the beginning: the first run of this suite"
+
+
+def late_commits_since(
+    con: duckdb.DuckDBPyConnection, suite: LoadedSuite, since: dt.datetime | None
+) -> dt.datetime | None:
+    """From when a run whose window starts at `since` (where the previous run of this suite
+    version ended) also takes conversations that ended before it: those with a span committed
+    after the previous run looked. Each run records the newest commit it saw, less
+    `commit_margin` (`details.committed_since`; a follower's period, where its last pass
+    looked: `details.follow.committed_since`). None when no run ending at `since` recorded
+    one (runs before this rule)."""
+    if since is None:
+        return None
+    row = con.execute(
+        "SELECT max(coalesce(json_extract_string(details, '$.follow.committed_since'), "
+        "json_extract_string(details, '$.committed_since'))) "
+        "FROM eval_runs WHERE suite_name = ? AND suite_hash = ? "
+        "AND status IN (SELECT unnest(?::VARCHAR[])) AND window_end = ? "
+        "AND simulation_id IS NULL",
+        [suite.name, suite.content_hash, list(COMPLETED), since],
+    ).fetchone()
+    return dt.datetime.fromisoformat(row[0]) if row and row[0] else None
 
 
 def _why_empty(
