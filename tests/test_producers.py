@@ -93,6 +93,10 @@ What each producer cannot carry, asserted as such:
   output as LlamaIndex's `ToolOutput` (both unwrapped); the LLM class's request preparation
   (`OpenAI._prepare_chat_with_tools`) is an LLM span that calls no model, and is none.
 
+- adk-legacy-events: its per-message log records carry no time (0) and are tied to the
+  `generate_content` span inside each `call_llm` span (the model call, whose attributes hold
+  the same messages); they repeat the call's messages and are not read
+  (docs/conversations.md, rule 4).
 - traceloop-sdk-events: its `gen_ai.tool.message` records carry no call id, so the results in
   the model calls' input have none; the model-call spans carry no content attributes, so they
   are read as the GenAI form.
