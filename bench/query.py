@@ -755,9 +755,11 @@ def fragmented_lake(
 REPO = Path(__file__).resolve().parent.parent
 
 
-def baseline_views(rev: str) -> dict[str, str]:
-    """`schema.VIEWS` as it was at git revision `rev`, each reading the others under a
-    `baseline_` name (a view may read another one)."""
+def baseline_views(rev: str, *, log_records: bool = True) -> dict[str, str]:
+    """`schema.VIEWS` as it was at git revision `rev` (without `log_records`, its
+    `VIEWS_WITHOUT_LOG_RECORDS` where it has them: the views a lake without log records about
+    spans has), each reading the others under a `baseline_` name (a view may read another
+    one)."""
     # The views live in schema/rules.py (a module that imports nothing of spanscore's), and
     # in schema.py before the schema became a package.
     for path in ("lake/src/spanscore/lake/schema/rules.py", "lake/src/spanscore/lake/schema.py"):
@@ -772,6 +774,8 @@ def baseline_views(rev: str) -> dict[str, str]:
     sys.modules[module.__name__] = module  # dataclasses look their module up
     exec(compile(shown.stdout, f"{rev}:schema.py", "exec"), module.__dict__)
     views: dict[str, str] = module.VIEWS
+    if not log_records:
+        views = getattr(module, "VIEWS_WITHOUT_LOG_RECORDS", views)
     renamed = {}
     for name, body in views.items():
         for other in views:
@@ -792,15 +796,21 @@ class ViewComparison:
 
 def compare_views(lake_dir: Path, conversation: str, rev: str, runs: int) -> list[ViewComparison]:
     print(f"\n== the views against their definitions at {rev} (same lake, same run)", flush=True)
-    baseline = baseline_views(rev)
     con = connect(lake_dir)
     results = []
     try:
+        # today's views, as the lake has them: with the log records where some say something
+        # about a span; the baseline's likewise
+        (records,) = con.execute(
+            f"SELECT EXISTS (SELECT 1 FROM logs WHERE {schema.LOG_RECORD_CONTENT})"
+        ).fetchone() or (False,)
+        baseline = baseline_views(rev, log_records=bool(records))
         for name, body in baseline.items():
             con.execute(f"CREATE TEMP VIEW baseline_{name} AS {body}")
         for name in schema.VIEWS:
-            if name not in baseline:
-                continue
+            columns = [c[0] for c in con.execute(f"SELECT * FROM {name} LIMIT 0").description]
+            if name not in baseline or "conversation_id" not in columns:
+                continue  # the simulations' views: no one conversation to query
             point = []
             for view in (f"baseline_{name}", name):
                 sql = f"SELECT * FROM {view} WHERE conversation_id = ?"

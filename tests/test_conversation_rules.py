@@ -7,6 +7,7 @@ import http.client
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -429,6 +430,53 @@ def test_an_agent_span_repeating_its_model_calls_changes_no_turn(
         ("where?", "ok"),
         ("where?", "again"),
     ]
+
+
+def _inside(call: trace_pb2.Span, at: int) -> tuple[trace_pb2.Span, Any]:
+    """A span inside the model call `call`, its messages sent again as a log record of it
+    (Google ADK's legacy `generate_content` span inside its `call_llm` span)."""
+    inner = trace_pb2.Span()
+    inner.CopyFrom(call)
+    inner.span_id = bytes(reversed(call.span_id))
+    inner.parent_span_id = call.span_id
+    inner.name = "generate_content gpt"
+    record = _as_log_record(inner)
+    del inner.attributes[:]
+    inner.attributes.append(f.attr("gen_ai.operation.name", "generate_content"))
+    inner.start_time_unix_nano, inner.end_time_unix_nano = at, at + 50
+    return inner, record
+
+
+def test_log_records_of_a_span_inside_a_model_call_are_not_a_second_one(
+    collector: Collector, lake_dir: Path
+) -> None:
+    # Google ADK's legacy schema with content capture on: each model call is a span with its
+    # messages in its attributes, and the span inside it sends the same messages again as log
+    # records. Read as a model call of its own, it split each turn in two, the first user
+    # message came back as a third turn, and the call it asked for was listed twice.
+    trace = bytes(range(1, 17))
+    call = {"id": "c-1", "name": "cancel_order", "arguments": {"id": "A"}}
+    calls = [
+        _chat("nested-1", user="cancel A", calls=[call], at=T0, trace_id=trace),
+        _chat("nested-1", user="cancel A", results=[("c-1", "ok")], answer="done", at=T0 + 400),
+        _chat("nested-1", user="thanks", answer="welcome", at=T0 + 1000),
+    ]
+    calls[1].trace_id = calls[2].trace_id = trace
+    for model_call in calls:
+        model_call.end_time_unix_nano = model_call.start_time_unix_nano + 150
+    inner = [_inside(c, c.start_time_unix_nano + 10) for c in calls]
+    tool = _tool(None, "cancel_order", call_id="c-1", result="ok", at=T0 + 200, trace_id=trace)
+    _post(collector, [*calls, *(span for span, _ in inner), tool])
+    _post_logs(collector, [record for _, record in inner])
+    assert query(lake_dir, "SELECT count(*) FROM logs WHERE response_text IS NOT NULL") == [(2,)]
+    t = _agree(lake_dir, "nested-1")
+    assert [(turn.user_message, turn.final_response) for turn in t.turns] == [
+        ("cancel A", "done"),
+        ("thanks", "welcome"),
+    ]
+    assert [(c.call_id, c.source) for c in t.tool_calls] == [("c-1", "span+messages")]
+    assert [sum(isinstance(s, ModelCall) for s in turn.steps) for turn in t.turns] == [2, 1]
+    assert query(lake_dir, "SELECT turn_count, tool_call_count FROM conversations") == [(2, 1)]
 
 
 def test_model_calls_started_in_the_same_millisecond_keep_their_order(

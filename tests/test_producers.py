@@ -54,7 +54,7 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   scripted from the plan, in ADK's current schema (content on spans:
   `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY`), its legacy one
   (`ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1`), and the legacy one with content in log records
-  (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`: a known gap, strict xfails).
+  too (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`).
 - strands, strands-latest, strands-attributes: strands-agents 1.62.0 with its own tracer
   (opentelemetry-sdk 1.45.1, as it resolves), a `Model` subclass scripted from the plan; the
   default conventions, `gen_ai_latest_experimental`, and that with
@@ -93,6 +93,10 @@ What each producer cannot carry, asserted as such:
   output as LlamaIndex's `ToolOutput` (both unwrapped); the LLM class's request preparation
   (`OpenAI._prepare_chat_with_tools`) is an LLM span that calls no model, and is none.
 
+- adk-legacy-events: its per-message log records carry no time (0) and are tied to the
+  `generate_content` span inside each `call_llm` span (the model call, whose attributes hold
+  the same messages); they repeat the call's messages and are not read
+  (docs/conversations.md, rule 4).
 - traceloop-sdk-events: its `gen_ai.tool.message` records carry no call id, so the results in
   the model calls' input have none; the model-call spans carry no content attributes, so they
   are read as the GenAI form.
@@ -222,6 +226,8 @@ def sent_back(name: str, arguments: Any, producer: Producer | None = None) -> An
 PER_MESSAGE_ELIDED = "per-message, elided"
 # ... and of one sending a record per message with the content.
 PER_MESSAGE = "per-message"
+# ... and of one sending them, with the content, about a span inside each model call's span.
+PER_MESSAGE_NESTED = "per-message, nested"
 
 
 @dataclass(frozen=True)
@@ -464,9 +470,9 @@ PRODUCERS = {
             wraps_non_dict_results=True,
         ),
         # The legacy schema with content capture on (the old boolean switch: EVENT_ONLY): the
-        # messages go as log records of the `generate_content` span inside each `call_llm`
-        # span, which then reads as a second model call (the call_llm span has the same
-        # messages in its attributes): turns and requested calls come out duplicated.
+        # messages also go as log records of the `generate_content` span inside each
+        # `call_llm` span (whose attributes hold the same request and response): the records
+        # of a span inside a model call are not read as a second model call.
         Producer(
             "adk-legacy-events",
             convention="adk",
@@ -475,22 +481,9 @@ PRODUCERS = {
             tool_spans=True,
             tool_span_call_ids=True,
             failed_tool_error_type="TOOL_ERROR",
-            log_events=PER_MESSAGE,
+            log_events=PER_MESSAGE_NESTED,
             venv="adk",
             wraps_non_dict_results=True,
-            known_gaps=(
-                frozenset(
-                    {
-                        "test_spans_arrive_read_as_the_producers_convention",
-                        "test_conversations_view_gathers_the_whole_conversation",
-                        "test_tool_calls_view",
-                        "test_trajectory",
-                        "test_show",
-                    }
-                ),
-                "issue 42: a generate_content span nested in an ADK call_llm span takes its "
-                "log records' messages and reads as a second model call",
-            ),
         ),
         # The Vercel AI SDK in Node with the OpenTelemetry JS SDK, over OTLP HTTP/protobuf and
         # over gRPC: ai 6 (`experimental_telemetry`); ai 7 with @ai-sdk/otel's
@@ -942,6 +935,29 @@ def test_spans_arrive_read_as_the_producers_convention(run: Run) -> None:
             "gen_ai.choice",
         }, events
         assert {s for _, s in events} == {c["span_id"] for c in calls}
+    elif run.producer.log_events == PER_MESSAGE_NESTED:
+        # ADK's legacy schema with content capture on: a record per message of each request
+        # and per choice, with the content, tied to the generate_content span inside each
+        # model call's span, which says nothing of its own (the records are its parent's
+        # messages again: not a second model call).
+        assert {e for e, _ in events} == {
+            "gen_ai.system.message",
+            "gen_ai.user.message",
+            "gen_ai.choice",
+        }, events
+        assert run.sql("SELECT count(*) FROM logs WHERE response_text IS NOT NULL") == [
+            (len(PLAN.turns),)
+        ]
+        nested = run.sql(
+            f"""SELECT s.span_id, s.parent_span_id, s.operation,
+                      s.user_message IS NOT NULL OR s.tool_calls_requested IS NOT NULL
+                      OR s.tool_results IS NOT NULL OR s.response_text IS NOT NULL
+               FROM {SPANS_WITH_EVENTS} s SEMI JOIN logs l ON l.span_id = s.span_id"""
+        )
+        assert sorted(parent for _, parent, _, _ in nested) == sorted(c["span_id"] for c in calls)
+        assert {(operation, says) for _, _, operation, says in nested} == {
+            ("generate_content", False)
+        }
     else:  # one record per model call, tied to its span
         assert [e for e, _ in events] == [run.producer.log_events] * len(calls)
         assert sorted(s for _, s in events) == sorted(c["span_id"] for c in calls)

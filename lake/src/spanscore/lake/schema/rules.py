@@ -41,6 +41,33 @@ _CALLS_TYPE = """'[{"id": "VARCHAR", "name": "VARCHAR", "arguments": "JSON"}]'""
 _RESULTS_TYPE = """'[{"id": "VARCHAR", "result": "JSON"}]'"""
 
 
+# Spans of an agent, a workflow or an agent loop: they repeat what their model calls said, so
+# they are never model calls themselves, whatever messages they carry (the collector stores
+# no requested calls for them). One list, read by the collector, the views and the builder.
+AGENT_OPERATIONS = (
+    "invoke_agent",
+    "create_agent",
+    "invoke_workflow",
+    "execute_event_loop_cycle",
+    "workflow",
+    "task",
+)
+
+
+# An agent's span that carries the user's message (an `invoke_agent` span with the turn's
+# messages): never a model call, but it starts a turn as a model call would, and gives the turn
+# its user message and, when no model call answered, its answer. Producers that capture content
+# only on agent spans have turns this way.
+_TURN_AGENT_SQL = f"""(coalesce(operation, '') IN ({", ".join(f"'{o}'" for o in AGENT_OPERATIONS)})
+    AND user_message IS NOT NULL)"""
+
+
+# Which spans are model calls (`placed` below).
+MODEL_CALL_SQL = f"""(operation = 'chat' OR (
+    (tool_calls_requested IS NOT NULL OR response_text IS NOT NULL)
+    AND coalesce(operation, '') NOT IN ({", ".join(f"'{o}'" for o in AGENT_OPERATIONS)})))"""
+
+
 # Log records that say something about a span's model call: what `events` reads. While a lake
 # has none, its views are those of `views(log_records=False)`; the collector's writer replaces
 # them with the full ones in the transaction that stores the first such record.
@@ -92,15 +119,31 @@ _EVENTS = _events()
 
 # Spans with what `events` (or `marks`) says, where the span's own attributes say nothing: in
 # a query that defines it (`_spans_and`), or on its own (`SPANS_WITH_EVENTS`).
-def _spans_and(events: str = "events") -> str:
+# A span directly inside a model call (its parent is one by its own attributes) is part of
+# that call, and what its log records say is that call's messages again: they are not joined.
+# Joined, they made it a second model call (Google ADK's legacy schema with content capture on:
+# the records of the `generate_content` span inside each `call_llm` span, whose attributes
+# hold the same request and response, split each turn in two and asked for each call twice).
+# `where` narrows the parents read as it narrows the records (`_events`). The parents are
+# grouped, not filtered: DuckDB 1.5 keeps the conversation's filter out of a scan filtered by
+# `MODEL_CALL_SQL` (its list of operations becomes a join), so a point query read every model
+# call of the lake.
+_SAID = ("user_message", "tool_calls_requested", "tool_results", "response_text")
+
+
+def _spans_and(events: str = "events", where: str = "") -> str:
+    said = ",\n        ".join(
+        f"coalesce(s.{c}, CASE WHEN m.span_id IS NULL THEN e.{c} END) AS {c}" for c in _SAID
+    )
     return f"""(
     SELECT s.* REPLACE (
-        coalesce(s.user_message, e.user_message) AS user_message,
-        coalesce(s.tool_calls_requested, e.tool_calls_requested) AS tool_calls_requested,
-        coalesce(s.tool_results, e.tool_results) AS tool_results,
-        coalesce(s.response_text, e.response_text) AS response_text),
+        {said}),
         s.rowid AS span_row
-    FROM spans s LEFT JOIN {events} e ON e.conversation_id = s.conversation_id
+    FROM spans s
+    LEFT JOIN (SELECT conversation_id, trace_id, span_id FROM spans s {where} GROUP BY ALL
+               HAVING bool_or({MODEL_CALL_SQL})) m ON m.conversation_id = s.conversation_id
+        AND m.trace_id = s.trace_id AND m.span_id = s.parent_span_id
+    LEFT JOIN {events} e ON e.conversation_id = s.conversation_id
         AND e.trace_id = s.trace_id AND e.span_id = s.span_id
 )"""
 
@@ -172,33 +215,6 @@ WHERE l.trace_id = s.trace_id AND l.span_id = s.span_id
 UNRESOLVED_RECORDS = """
 SELECT count(*) FROM {logs} l JOIN {spans} s ON l.trace_id = s.trace_id AND l.span_id = s.span_id
 WHERE l.conversation_id IS DISTINCT FROM s.conversation_id"""
-
-
-# Spans of an agent, a workflow or an agent loop: they repeat what their model calls said, so
-# they are never model calls themselves, whatever messages they carry (the collector stores
-# no requested calls for them). One list, read by the collector, the views and the builder.
-AGENT_OPERATIONS = (
-    "invoke_agent",
-    "create_agent",
-    "invoke_workflow",
-    "execute_event_loop_cycle",
-    "workflow",
-    "task",
-)
-
-
-# An agent's span that carries the user's message (an `invoke_agent` span with the turn's
-# messages): never a model call, but it starts a turn as a model call would, and gives the turn
-# its user message and, when no model call answered, its answer. Producers that capture content
-# only on agent spans have turns this way.
-_TURN_AGENT_SQL = f"""(coalesce(operation, '') IN ({", ".join(f"'{o}'" for o in AGENT_OPERATIONS)})
-    AND user_message IS NOT NULL)"""
-
-
-# Which spans are model calls (`placed` below).
-MODEL_CALL_SQL = f"""(operation = 'chat' OR (
-    (tool_calls_requested IS NOT NULL OR response_text IS NOT NULL)
-    AND coalesce(operation, '') NOT IN ({", ".join(f"'{o}'" for o in AGENT_OPERATIONS)})))"""
 
 
 # The order of a conversation's spans, everywhere (the builder reads them in this order too),
@@ -297,7 +313,8 @@ def _placed(where: str = "", extra: str = "", *, log_records: bool = True) -> st
     # `flagged`: every span with what it is; `marked`, the same rows read for the windows.
     if log_records:
         read = f"""{_events(where)}, {_events(where, marks=True)},
-    {flagged("flagged", _spans_and())}, {flagged("marked", _spans_and("marks"))},"""
+    {flagged("flagged", _spans_and(where=where))},
+    {flagged("marked", _spans_and("marks", where))},"""
     else:
         read = f"""{flagged("flagged", _SPANS_ALONE)},
     marked AS NOT MATERIALIZED (SELECT * FROM flagged),"""
