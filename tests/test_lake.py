@@ -303,7 +303,8 @@ def test_compactions_first_stage_leaves_sorted_files_its_second_stage_merges_aga
         ).fetchall()
     ]
     early = lake.maintenance.EARLY_ROW_GROUP_SPANS
-    assert len(row_groups) > 1 and max(row_groups) == early, row_groups
+    assert len(row_groups) > 1, row_groups
+    assert max(row_groups) == early, row_groups
     # The small row groups were for that file only: the option every other write reads is
     # the one it was.
     [(option,)] = con.execute(
@@ -314,7 +315,8 @@ def test_compactions_first_stage_leaves_sorted_files_its_second_stage_merges_aga
     assert con.execute(f"SELECT {columns} FROM spans ORDER BY span_id").fetchall() == before
     # The second stage merges the first stage's file with the commits since.
     con.execute(
-        "INSERT INTO spans (trace_id, span_id, name, conversation_id) VALUES ('t', 'late', 'n', 'c')"
+        "INSERT INTO spans (trace_id, span_id, name, conversation_id) "
+        "VALUES ('t', 'late', 'n', 'c')"
     )
     done = lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)
     assert done["span_files_sorted"] == 2, done
