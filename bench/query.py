@@ -55,7 +55,11 @@ answers in under a second". What it does, in one run:
    would), and the views are timed again, as committed and after maintenance; one
    conversation's trajectory by the rules (``load_trajectories``, ``stored=False``) before
    and after, in the same run.
-5. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
+5. ``--row-groups-baseline`` (off by default): the big lake built once more in DuckDB's
+   default row groups of 122,880 spans (how a lake created before its row groups were set at
+   creation was written until its first maintenance) and its point queries timed beside the
+   lake's, in the same run.
+6. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
    (for example ``HEAD~1``), side by side with today's on the big lake, in the same run: one
    conversation (warm, median of ``--runs``) and a full read of each view into Arrow (twice each,
    alternating, so that a drift of the machine's speed hits both). What "no slower than before"
@@ -119,6 +123,9 @@ def early_stage_applies(rows: int) -> bool:
     """Whether the collector runs compaction's first stage between commits of `rows` spans."""
     return bool(COMPACT_AFTER_SMALL_COMMITS) and rows < SMALL_COMMIT_SPANS
 
+
+# Spans per row group of DuckDB's Parquet writer by default (`--row-groups-baseline`).
+DUCKDB_ROW_GROUP_SPANS = 122_880
 
 # Issue 12: one conversation from each view, warm and on a fresh connection (connect included).
 VIEW_QUERIES = ("b", "c", "d")
@@ -367,11 +374,17 @@ def build_lake(
     label: str,
     *,
     spans: range | None = None,
+    row_groups: int | None = None,
 ) -> Built:
     """Fill a lake (new, or go on with one) with the layout's `spans` (all of them by default),
-    one DuckLake transaction (one data file) per `commit_rows` spans."""
+    one DuckLake transaction (one data file) per `commit_rows` spans; `row_groups`: spans per
+    row group of its files, instead of what the lake sets."""
     spans = spans if spans is not None else range(layout.spans)
     con = connect(lake_dir, create=True)
+    if row_groups is not None:
+        con.execute(
+            f"CALL lake.set_option('parquet_row_group_size', '{row_groups}', table_name => 'spans')"
+        )
     commits = 0
     started = time.perf_counter()
     next_report = started + 15.0
@@ -604,6 +617,27 @@ def big_lake(
     timings = [
         time_query(lake_dir, "big", q, conversation, args.runs, state.files) for q in QUERIES
     ]
+    if args.row_groups_baseline:
+        # The same lake as a lake created before its row groups were set from the start
+        # wrote it (DuckDB's default, until the first maintenance), in the same run.
+        baseline_dir = workdir / "big-baseline"
+        print(
+            f"\n== the same lake in row groups of {DUCKDB_ROW_GROUP_SPANS:,} spans (DuckDB's "
+            "default: lakes created before their row groups were set at creation)",
+            flush=True,
+        )
+        built = build_lake(
+            baseline_dir, layout, args.commit_rows, "baseline", row_groups=DUCKDB_ROW_GROUP_SPANS
+        )
+        print(f"  built in {built.seconds:.1f}s: {built.rate(layout.spans):,.0f} spans/s")
+        state = open_state(baseline_dir)
+        _print_state("lake", state)
+        timings += [
+            time_query(baseline_dir, "big, 122,880/rg", q, conversation, args.runs, state.files)
+            for q in QUERIES
+            if q.point
+        ]
+        shutil.rmtree(baseline_dir, ignore_errors=True)
     return timings, lake_dir, layout, conversation
 
 
@@ -956,6 +990,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         help="spans per commit after maintenance (default: --small-commit-rows; an "
         "exporter's batch is 512)",
+    )
+    parser.add_argument(
+        "--row-groups-baseline",
+        action="store_true",
+        help="also build the big lake in DuckDB's default row groups (122,880 spans), as a "
+        "lake created before its row groups were set at creation was written until its first "
+        "maintenance, and time its point queries beside the lake's",
     )
     parser.add_argument(
         "--no-early-stage",

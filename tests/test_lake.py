@@ -257,6 +257,31 @@ def test_compaction_sorts_an_embedded_lakes_spans_and_records_and_keeps_every_on
     con.close()
 
 
+def test_a_new_lakes_commits_are_written_in_small_row_groups_before_any_maintenance(
+    lake_dir: Path,
+) -> None:
+    # Issue 43: a lake of large commits before its first maintenance was written in DuckDB's
+    # row groups of 122,880 rows, and one conversation read that many of each wide column
+    # for each of its spans; the first maintenance set smaller ones only for later writes.
+    con = connect(lake_dir, create=True)
+    con.execute(
+        """INSERT INTO spans (trace_id, span_id, name, conversation_id)
+        SELECT 't', range::VARCHAR, 'n', md5(range::VARCHAR) FROM range(40000)"""
+    )
+    [(path,)] = con.execute("SELECT data_file FROM ducklake_list_files('lake', 'spans')").fetchall()
+    row_groups = [
+        int(r[0])
+        for r in con.execute(
+            "SELECT row_group_num_rows FROM parquet_metadata(?) "
+            "WHERE path_in_schema = 'conversation_id'",
+            [path],
+        ).fetchall()
+    ]
+    assert max(row_groups) == lake.maintenance.SORTED_ROW_GROUP_SPANS, row_groups
+    assert sum(row_groups) == 40000
+    con.close()
+
+
 def test_compactions_first_stage_leaves_sorted_files_its_second_stage_merges_again(
     lake_dir: Path,
 ) -> None:

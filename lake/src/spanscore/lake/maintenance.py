@@ -21,7 +21,7 @@ from spanscore.lake.lifecycle import (
     pending_erasures,
 )
 from spanscore.lake.location import ALIAS, _sql_string, log
-from spanscore.lake.migrate import _has_views, _view_marks
+from spanscore.lake.migrate import ROW_GROUP_SPANS, _has_views, _view_marks
 from spanscore.lake.retry import is_interrupt, retrying
 from spanscore.lake.snapshots import (
     _delete_old_files,
@@ -311,8 +311,9 @@ def maintain(
 
 
 # Spans per row group of the files compaction sorts: one conversation then reads about this
-# many spans of each wide column (bench/query.py). Log records too.
-SORTED_ROW_GROUP_SPANS = 16_384
+# many spans of each wide column (bench/query.py). Log records too. A new lake's commits are
+# written so from the start (`migrate.ROW_GROUP_SPANS`).
+SORTED_ROW_GROUP_SPANS = ROW_GROUP_SPANS
 
 
 # The first stage of compaction (`maintain(early=True)`) rewrites files under this size, the
