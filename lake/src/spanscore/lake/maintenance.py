@@ -225,9 +225,9 @@ def maintain(
     # A step like the others: setting an option is a commit, which a writer committing every
     # few milliseconds keeps from the SQLite catalog ("database is locked").
     step(set_options, "set options")
-    if early and compact_only and sorting:
+    if early and compact_only:
         done["early_files_sorted"] = done["early_steps"] = 0
-        for table in SORTED_TABLES:
+        for table in SORTED_TABLES if sorting else ():
             while True:  # one step per early file, until fewer than two small files are left
                 [(files,)] = step(
                     partial(
