@@ -113,10 +113,9 @@ class Maintenance:
             self.compaction_due.clear()
             # The first stage alone when only it is due (the writer's thread may set these
             # meanwhile: a commit counted now wakes the next round).
+            due = self.config.compact_after_commits
             early = (
-                not full
-                and self.early_due
-                and self.commits_since_compaction < (self.config.compact_after_commits or 0)
+                not full and self.early_due and not (due and self.commits_since_compaction >= due)
             )
             self.early_due = False
             self.commits_since_early = self.spans_since_early = 0
