@@ -95,7 +95,8 @@ def maintain(
     second stage still merges them into files of `merged_file_bytes`. Between two regular
     compactions a point query then opens a file per a dozen commits instead of one per
     commit, and skips all but a row group or two of each. On a lake whose spans are not
-    sorted, the same as `compact_only`.
+    sorted (a shared lake), nothing: DuckLake's merge of so few files would leave files past
+    `merge_below_bytes` that no later compaction merges.
 
     Compaction merges only files smaller than `merge_below_bytes`: without that bound, the
     file the last run made was merged again with the new ones every time, so each run
