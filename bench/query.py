@@ -43,16 +43,23 @@ answers in under a second". What it does, in one run:
    and (a) to (d) timed once more: the lake as the collector leaves it between two
    compactions, its past compacted and the commits since in small files (by default as many
    as the collector lets pile up: 5 minutes, its maintenance interval, of 2,000 spans/s, or
-   fewer past its ``compact_after_commits`` (or ``compact_after_small_commits``, when set and
-   the commits are small): 120 of 5,000 spans, 1,000 of 256; a list such as ``100,1000``
-   times each count in turn).
+   fewer past its ``compact_after_commits``: 120 of 5,000 spans, 1,000 of 512; a list such as
+   ``100,1000`` times each count in turn). Commits under 1,000 spans are then timed again
+   after compaction's first stage, which the collector runs every
+   ``compact_after_small_commits`` of them (``maintain(compact_only=True, early=True)``; its
+   steps and their length are printed): the same commits before (as main's collector left
+   them) and after, in the same run (``--no-early-stage``: not).
 4. ``--log-records`` (off by default): last, the fragmented lake's model calls (the lake as
    the collector writes it) get their messages as GenAI log records too (two per call, as
    producers that send messages as events do, committed in time order as the collector
    would), and the views are timed again, as committed and after maintenance; one
    conversation's trajectory by the rules (``load_trajectories``, ``stored=False``) before
    and after, in the same run.
-5. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
+5. ``--row-groups-baseline`` (off by default): the big lake built once more in DuckDB's
+   default row groups of 122,880 spans (how a lake created before its row groups were set at
+   creation was written until its first maintenance) and its point queries timed beside the
+   lake's, in the same run.
+6. ``--baseline-views REV`` (off by default): the same views as defined at git revision REV
    (for example ``HEAD~1``), side by side with today's on the big lake, in the same run: one
    conversation (warm, median of ``--runs``) and a full read of each view into Arrow (twice each,
    alternating, so that a drift of the machine's speed hits both). What "no slower than before"
@@ -106,11 +113,19 @@ COMPACT_AFTER_SMALL_COMMITS: int = CollectorConfig.model_fields[
 
 
 def recent_commits(rows: int) -> int:
-    """The commits of `rows` spans a lake holds at most between two compactions."""
-    small = COMPACT_AFTER_SMALL_COMMITS and rows < SMALL_COMMIT_SPANS
-    most = COMPACT_AFTER_SMALL_COMMITS if small else COMPACT_AFTER_COMMITS
-    return max(1, min(most, RECENT_SPANS // rows))
+    """The commits of `rows` spans a lake holds at most between two compactions (the first
+    stage, after `compact_after_small_commits` small ones, merges their files but is not one:
+    the commits since are timed before and after it)."""
+    return max(1, min(COMPACT_AFTER_COMMITS, RECENT_SPANS // rows))
 
+
+def early_stage_applies(rows: int) -> bool:
+    """Whether the collector runs compaction's first stage between commits of `rows` spans."""
+    return bool(COMPACT_AFTER_SMALL_COMMITS) and rows < SMALL_COMMIT_SPANS
+
+
+# Spans per row group of DuckDB's Parquet writer by default (`--row-groups-baseline`).
+DUCKDB_ROW_GROUP_SPANS = 122_880
 
 # Issue 12: one conversation from each view, warm and on a fresh connection (connect included).
 VIEW_QUERIES = ("b", "c", "d")
@@ -359,11 +374,17 @@ def build_lake(
     label: str,
     *,
     spans: range | None = None,
+    row_groups: int | None = None,
 ) -> Built:
     """Fill a lake (new, or go on with one) with the layout's `spans` (all of them by default),
-    one DuckLake transaction (one data file) per `commit_rows` spans."""
+    one DuckLake transaction (one data file) per `commit_rows` spans; `row_groups`: spans per
+    row group of its files, instead of what the lake sets."""
     spans = spans if spans is not None else range(layout.spans)
     con = connect(lake_dir, create=True)
+    if row_groups is not None:
+        con.execute(
+            f"CALL lake.set_option('parquet_row_group_size', '{row_groups}', table_name => 'spans')"
+        )
     commits = 0
     started = time.perf_counter()
     next_report = started + 15.0
@@ -542,7 +563,9 @@ def open_state(lake_dir: Path) -> LakeState:
 RETENTION_DAYS: list[float | None] = [None]
 
 
-def run_maintain(lake_dir: Path, *, sort_spans: bool = True) -> tuple[float, dict[str, int]]:
+def run_maintain(
+    lake_dir: Path, *, sort_spans: bool = True, compact_only: bool = False, early: bool = False
+) -> tuple[float, dict[str, int]]:
     con = connect(lake_dir)
     try:
         started = time.perf_counter()
@@ -552,6 +575,8 @@ def run_maintain(lake_dir: Path, *, sort_spans: bool = True) -> tuple[float, dic
             delete_older_than_s=0,
             sort_spans=sort_spans,
             retention_days=RETENTION_DAYS[0],
+            compact_only=compact_only,
+            early=early,
         )
         return time.perf_counter() - started, done
     finally:
@@ -592,6 +617,27 @@ def big_lake(
     timings = [
         time_query(lake_dir, "big", q, conversation, args.runs, state.files) for q in QUERIES
     ]
+    if args.row_groups_baseline:
+        # The same lake as a lake created before its row groups were set from the start
+        # wrote it (DuckDB's default, until the first maintenance), in the same run.
+        baseline_dir = workdir / "big-baseline"
+        print(
+            f"\n== the same lake in row groups of {DUCKDB_ROW_GROUP_SPANS:,} spans (DuckDB's "
+            "default: lakes created before their row groups were set at creation)",
+            flush=True,
+        )
+        built = build_lake(
+            baseline_dir, layout, args.commit_rows, "baseline", row_groups=DUCKDB_ROW_GROUP_SPANS
+        )
+        print(f"  built in {built.seconds:.1f}s: {built.rate(layout.spans):,.0f} spans/s")
+        state = open_state(baseline_dir)
+        _print_state("lake", state)
+        timings += [
+            time_query(baseline_dir, "big, 122,880/rg", q, conversation, args.runs, state.files)
+            for q in QUERIES
+            if q.point
+        ]
+        shutil.rmtree(baseline_dir, ignore_errors=True)
     return timings, lake_dir, layout, conversation
 
 
@@ -745,7 +791,37 @@ def fragmented_lake(
             time_query(
                 lake_dir, f"+{commits} recent", QUERY[k], conversation, args.runs, state.files
             )
-            for k in ("a", "b", "c", "d")
+            for k in ("a", "a'", "b", "c", "d")
+        ]
+        if not early_stage_applies(args.recent_commit_rows) or args.no_early_stage:
+            continue
+        # The collector runs compaction's first stage every `compact_after_small_commits`
+        # small commits; here once over all of them, which leaves the same files (each step
+        # takes the oldest small files, up to EARLY_FILE_BYTES): the same commits, timed
+        # before (above: as the collector left them without it) and after.
+        seconds, done = run_maintain(
+            lake_dir, sort_spans=not args.merge_spans, compact_only=True, early=True
+        )
+        steps = max(1, done.get("early_steps", done.get("merge_steps", 1)))
+        print(
+            f"  compaction's first stage took {seconds:.1f}s in {steps} steps "
+            f"(the longest {done['longest_step_ms']:,} ms; the collector runs one or two every "
+            f"{COMPACT_AFTER_SMALL_COMMITS} small commits): early_files_sorted "
+            f"{done.get('early_files_sorted', 0):,}",
+            flush=True,
+        )
+        state = open_state(lake_dir)
+        _print_state("after the first stage", state)
+        timings += [
+            time_query(
+                lake_dir,
+                f"+{commits} recent, 1st stage",
+                QUERY[k],
+                conversation,
+                args.runs,
+                state.files,
+            )
+            for k in ("a", "a'", "b", "c", "d")
         ]
     return timings, lake_dir, conversation
 
@@ -917,14 +993,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "times them at each count, the commits adding up (default: what the collector leaves "
         "between two compactions at most: 5 minutes of 2,000 spans/s, its maintenance "
         f"interval, or its compact_after_commits ({COMPACT_AFTER_COMMITS}) commits, "
-        f"compact_after_small_commits ({COMPACT_AFTER_SMALL_COMMITS}, 0: off) if under "
-        f"{SMALL_COMMIT_SPANS:,} spans, whichever is fewer: 120 of 5,000 spans; 0: none)",
+        "whichever is fewer: 120 of 5,000 spans; 0: none)",
     )
     parser.add_argument(
         "--recent-commit-rows",
         type=int,
         help="spans per commit after maintenance (default: --small-commit-rows; an "
         "exporter's batch is 512)",
+    )
+    parser.add_argument(
+        "--row-groups-baseline",
+        action="store_true",
+        help="also build the big lake in DuckDB's default row groups (122,880 spans), as a "
+        "lake created before its row groups were set at creation was written until its first "
+        "maintenance, and time its point queries beside the lake's",
+    )
+    parser.add_argument(
+        "--no-early-stage",
+        action="store_true",
+        help="do not time the recent commits again after compaction's first stage (which the "
+        "collector runs every compact_after_small_commits commits under "
+        f"{SMALL_COMMIT_SPANS:,} spans)",
     )
     parser.add_argument(
         "--merge-spans",

@@ -257,6 +257,99 @@ def test_compaction_sorts_an_embedded_lakes_spans_and_records_and_keeps_every_on
     con.close()
 
 
+def test_a_new_lakes_commits_are_written_in_small_row_groups_before_any_maintenance(
+    lake_dir: Path,
+) -> None:
+    # Issue 43: a lake of large commits before its first maintenance was written in DuckDB's
+    # row groups of 122,880 rows, and one conversation read that many of each wide column
+    # for each of its spans; the first maintenance set smaller ones only for later writes.
+    con = connect(lake_dir, create=True)
+    con.execute(
+        """INSERT INTO spans (trace_id, span_id, name, conversation_id)
+        SELECT 't', range::VARCHAR, 'n', md5(range::VARCHAR) FROM range(40000)"""
+    )
+    [(path,)] = con.execute("SELECT data_file FROM ducklake_list_files('lake', 'spans')").fetchall()
+    row_groups = [
+        int(r[0])
+        for r in con.execute(
+            "SELECT row_group_num_rows FROM parquet_metadata(?) "
+            "WHERE path_in_schema = 'conversation_id'",
+            [path],
+        ).fetchall()
+    ]
+    assert max(row_groups) == lake.maintenance.SORTED_ROW_GROUP_SPANS, row_groups
+    assert sum(row_groups) == 40000
+    con.close()
+
+
+def test_compactions_first_stage_leaves_sorted_files_its_second_stage_merges_again(
+    lake_dir: Path,
+) -> None:
+    # Issue 43: between two compactions, a point query opened every small commit's file.
+    # The first stage (the collector runs it every `compact_after_small_commits` small
+    # commits) rewrites them sorted, in small row groups, into files under the size the
+    # regular compaction merges: compacting sooner once left files later compactions never
+    # merged again, which is why it was off.
+    con = connect(lake_dir, create=True)
+    commits, per_commit = 6, 3000
+    for commit in range(commits):
+        con.execute(
+            """INSERT INTO spans (trace_id, span_id, name, conversation_id, start_time_unix_nano,
+                                  ingest_time)
+            SELECT 't', ($first + range)::VARCHAR, 'n', md5(($first + range)::VARCHAR),
+                   $first + range, now()
+            FROM range($n)""",
+            {"first": commit * per_commit, "n": per_commit},
+        )
+    columns = "trace_id, span_id, name, conversation_id, start_time_unix_nano, ingest_time"
+    before = con.execute(f"SELECT {columns} FROM spans ORDER BY span_id").fetchall()
+
+    def span_files() -> list[tuple[str, int]]:
+        return [
+            (str(path), int(size))
+            for path, size in con.execute(
+                "SELECT data_file, data_file_size_bytes FROM ducklake_list_files('lake', 'spans')"
+            ).fetchall()
+        ]
+
+    done = lake.maintain(con, compact_only=True, early=True)
+    assert done["early_files_sorted"] == commits, done
+    assert "span_files_sorted" not in done or done["span_files_sorted"] == 0, done
+    [(path, size)] = span_files()
+    assert size < lake.maintenance.MERGE_BELOW_BYTES  # so that the second stage takes it
+    in_file = [r[0] for r in con.execute(f"SELECT conversation_id FROM '{path}'").fetchall()]
+    assert in_file == sorted(in_file)
+    row_groups = [
+        int(r[0])
+        for r in con.execute(
+            "SELECT row_group_num_rows FROM parquet_metadata(?) "
+            "WHERE path_in_schema = 'conversation_id'",
+            [path],
+        ).fetchall()
+    ]
+    early = lake.maintenance.EARLY_ROW_GROUP_SPANS
+    assert len(row_groups) > 1, row_groups
+    assert max(row_groups) == early, row_groups
+    # The small row groups were for that file only: the option every other write reads is
+    # the one it was.
+    [(option,)] = con.execute(
+        "SELECT value FROM ducklake_options('lake') "
+        "WHERE option_name = 'parquet_row_group_size' AND scope_entry = 'main.spans'"
+    ).fetchall()
+    assert option == str(lake.maintenance.SORTED_ROW_GROUP_SPANS)
+    assert con.execute(f"SELECT {columns} FROM spans ORDER BY span_id").fetchall() == before
+    # The second stage merges the first stage's file with the commits since.
+    con.execute(
+        "INSERT INTO spans (trace_id, span_id, name, conversation_id) "
+        "VALUES ('t', 'late', 'n', 'c')"
+    )
+    done = lake.maintain(con, expire_older_than_s=0, delete_older_than_s=0)
+    assert done["span_files_sorted"] == 2, done
+    assert len(span_files()) == 1
+    assert con.execute("SELECT count(*) FROM spans").fetchone() == (commits * per_commit + 1,)
+    con.close()
+
+
 def test_repaired_views_read_log_records_when_the_lake_has_some_about_spans(
     lake_dir: Path,
 ) -> None:

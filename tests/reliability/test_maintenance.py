@@ -146,9 +146,10 @@ def test_small_commits_are_compacted_sooner_than_large_ones(
     make_collector: Callable[..., Collector], lake_dir: Path
 ) -> None:
     """Exporters' batches of a few hundred spans make several commits a second: each costs a
-    point query a file, and a hundred of them are cheap to compact. So the collector compacts
-    after `compact_after_small_commits` commits when they averaged under SMALL_COMMIT_SPANS,
-    and leaves large ones (a collector near its full speed) to `compact_after_commits`."""
+    point query a file, and a dozen of them are cheap to rewrite. So the collector runs
+    compaction's first stage after `compact_after_small_commits` commits when they averaged
+    under SMALL_COMMIT_SPANS, and leaves large ones (a collector near its full speed) to
+    `compact_after_commits`."""
     from spanscore.collector.config import SMALL_COMMIT_SPANS
 
     collector = make_collector(
@@ -172,7 +173,9 @@ def test_small_commits_are_compacted_sooner_than_large_ones(
     for n in range(8):
         reply = export(collector, "http", trace_request([make_span(f"small {n}")]))
         assert reply.ok, reply
-    wait_for(lambda: counters("compactions") >= 1, timeout=120, interval=0.2)
+    wait_for(lambda: counters("early_compactions") >= 1, timeout=120, interval=0.2)
+    assert counters("compactions") == 0  # the first stage only: compact_after_commits never came
+    assert counters("early_files_sorted") >= 2
     assert counters("maintenance_runs") == 0  # the interval never came
     assert counters("maintenance_failed") == 0
     wait_for(lambda: span_files(lake_dir) <= 3, timeout=120, interval=0.2)  # 14 without

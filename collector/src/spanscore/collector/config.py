@@ -125,13 +125,13 @@ class CollectorConfig(BaseModel):
         "small file a commit wrote",
     )
     compact_after_small_commits: int = Field(
-        0,
+        16,
         ge=0,
-        description="compact sooner, as soon as this many commits were made since the last "
-        f"compaction if they stored fewer than {SMALL_COMMIT_SPANS:,} spans each on average "
-        "(0: never sooner); exporters' batches of a few hundred spans make several commits a "
-        "second, each as costly to a point query as a large one, but each such compaction "
-        "leaves a sorted file of its own, and many of them slow every point query later",
+        description="run compaction's first stage as soon as this many commits were made since "
+        f"the last compaction if they stored fewer than {SMALL_COMMIT_SPANS:,} spans each on "
+        "average (0: never); exporters' batches of a few hundred spans make several commits a "
+        "second, each a file a point query opens: the first stage rewrites such files into "
+        "sorted files of a few MiB, which the regular compaction merges again",
     )
     store_trajectories: bool = Field(
         True,

@@ -2,9 +2,12 @@
 
 One thread runs `Maintenance.run`. Every `maintenance_interval_s` it runs the whole of
 `lake.maintain` (flushing inlined rows, compaction, snapshot expiry, file cleanup, stored
-trajectories); in between, compaction alone whenever `compact_after_commits` commits, or
-`compact_after_small_commits` small ones (under SMALL_COMMIT_SPANS spans on average), were made
-since the last (`count_commit`, called by the writer after each commit, wakes it).
+trajectories); in between, compaction alone whenever `compact_after_commits` commits were made
+since the last, and its first stage alone (`lake.maintain(early=True)`: small files rewritten
+into sorted files that the regular compaction merges again) whenever
+`compact_after_small_commits` small ones (under SMALL_COMMIT_SPANS spans on average) were made
+since the last compaction of either kind (`count_commit`, called by the writer after each
+commit, wakes it).
 
 Each step holds the writer (`GroupCommitWriter.paused`): exports wait meanwhile, and a step that
 another process keeps failing gives up after MAINTENANCE_STEP_DEADLINE_S and runs again next
@@ -62,6 +65,11 @@ class Maintenance:
         self.compaction_due = threading.Event()
         self.commits_since_compaction = 0
         self.spans_since_compaction = 0
+        # Commits since the last compaction of either stage, and their spans: past
+        # `compact_after_small_commits` small ones, the first stage is due.
+        self.commits_since_early = 0
+        self.spans_since_early = 0
+        self.early_due = False
         # The oldest rows of each kind, as the last full maintenance left them (/status).
         self.kept: dict[str, str | None] = {}
 
@@ -70,21 +78,26 @@ class Maintenance:
         commits, or `compact_after_small_commits` small ones, wake maintenance."""
         self.commits_since_compaction += 1
         self.spans_since_compaction += spans
-        commits = self.commits_since_compaction
+        self.commits_since_early += 1
+        self.spans_since_early += spans
         due = self.config.compact_after_commits
         small_due = self.config.compact_after_small_commits
-        if (due and commits >= due) or (
+        if due and self.commits_since_compaction >= due:
+            self.compaction_due.set()
+        elif (
             small_due
-            and commits >= small_due
-            and self.spans_since_compaction < commits * SMALL_COMMIT_SPANS
+            and self.commits_since_early >= small_due
+            and self.spans_since_early < self.commits_since_early * SMALL_COMMIT_SPANS
         ):
+            self.early_due = True
             self.compaction_due.set()
 
     def run(self) -> None:
         """Maintenance every `maintenance_interval_s`; between two, compaction alone whenever
-        `compact_after_commits` commits, or `compact_after_small_commits` small ones, were made
-        since the last (a busy lake then never holds more small files than that, whatever the
-        interval)."""
+        `compact_after_commits` commits were made since the last (a busy lake then never holds
+        more small files than that, whatever the interval), and its first stage alone whenever
+        `compact_after_small_commits` small ones were (a quiet one then holds a file per a
+        dozen small commits)."""
         con = lake.side_cursor(self._con)
         try:
             self.kept = _data_kept(con)
@@ -98,7 +111,16 @@ class Maintenance:
                 return
             full = time.monotonic() >= next_full
             self.compaction_due.clear()
-            self.commits_since_compaction = self.spans_since_compaction = 0
+            # The first stage alone when only it is due (the writer's thread may set these
+            # meanwhile: a commit counted now wakes the next round).
+            due = self.config.compact_after_commits
+            early = (
+                not full and self.early_due and not (due and self.commits_since_compaction >= due)
+            )
+            self.early_due = False
+            self.commits_since_early = self.spans_since_early = 0
+            if not early:
+                self.commits_since_compaction = self.spans_since_compaction = 0
             if full:
                 next_full = time.monotonic() + interval
             try:
@@ -125,16 +147,24 @@ class Maintenance:
                         # a first run over a large lake goes on next time
                         store_deadline_s=max(self.config.maintenance_interval_s / 2, 1.0),
                         compact_only=not full,
+                        early=early,
                         retention_days=self.config.retention_days,
                         score_retention_days=self.config.score_retention_days,
                     )
                     if full:
                         self.kept = _data_kept(con)
-                self.stats.add("maintenance_runs" if full else "compactions")
-                for counted in ("span_files_sorted", "log_files_sorted", "records_resolved"):
+                self.stats.add(
+                    "maintenance_runs" if full else "early_compactions" if early else "compactions"
+                )
+                for counted in (
+                    "span_files_sorted",
+                    "log_files_sorted",
+                    "early_files_sorted",
+                    "records_resolved",
+                ):
                     self.stats.add(counted, done.get(counted, 0))
                 log.info(
-                    "maintenance" if full else "compaction",
+                    "maintenance" if full else "early compaction" if early else "compaction",
                     extra={
                         **done,
                         "seconds": round(time.monotonic() - started, 3),

@@ -21,7 +21,7 @@ from spanscore.lake.lifecycle import (
     pending_erasures,
 )
 from spanscore.lake.location import ALIAS, _sql_string, log
-from spanscore.lake.migrate import _has_views, _view_marks
+from spanscore.lake.migrate import ROW_GROUP_SPANS, _has_views, _view_marks
 from spanscore.lake.retry import is_interrupt, retrying
 from spanscore.lake.snapshots import (
     _delete_old_files,
@@ -66,6 +66,7 @@ def maintain(
     store_deadline_s: float | None = None,
     sort_spans: bool | None = None,
     compact_only: bool = False,
+    early: bool = False,
     orphans_kept_s: float = ORPHANS_KEPT_S,
     retention_days: float | None = None,
     score_retention_days: float | None = None,
@@ -85,6 +86,17 @@ def maintain(
 
     `compact_only`: compaction alone, which a busy collector runs between two whole runs
     (its `compact_after_commits`), so that queries never open more small files than that.
+
+    `early` (with `compact_only`): the first stage of a two-stage compaction, which a collector
+    runs after a few small commits (its `compact_after_small_commits`): on a lake whose spans
+    are sorted, the small files commits left (under `EARLY_INPUT_BELOW_BYTES`) are rewritten
+    sorted, in row groups of `EARLY_ROW_GROUP_SPANS`, into files under `EARLY_FILE_BYTES`
+    (`early_files_sorted`, `early_steps`): below `merge_below_bytes`, so that the regular,
+    second stage still merges them into files of `merged_file_bytes`. Between two regular
+    compactions a point query then opens a file per a dozen commits instead of one per
+    commit, and skips all but a row group or two of each. On a lake whose spans are not
+    sorted (a shared lake), nothing: DuckLake's merge of so few files would leave files past
+    `merge_below_bytes` that no later compaction merges.
 
     Compaction merges only files smaller than `merge_below_bytes`: without that bound, the
     file the last run made was merged again with the new ones every time, so each run
@@ -214,6 +226,26 @@ def maintain(
     # A step like the others: setting an option is a commit, which a writer committing every
     # few milliseconds keeps from the SQLite catalog ("database is locked").
     step(set_options, "set options")
+    if early and compact_only:
+        done["early_files_sorted"] = done["early_steps"] = 0
+        for table in SORTED_TABLES if sorting else ():
+            while True:  # one step per early file, until fewer than two small files are left
+                [(files,)] = step(
+                    partial(
+                        _sort_small_files,
+                        con,
+                        table,
+                        EARLY_INPUT_BELOW_BYTES,
+                        EARLY_FILE_BYTES,
+                        row_group_rows=EARLY_ROW_GROUP_SPANS,
+                    ),
+                    f"early sort {table}",
+                )
+                done["early_steps"] += 1
+                done["early_files_sorted"] += files
+                if not files:
+                    break
+        return done
     done["span_files_sorted"] = done["log_files_sorted"] = done["sort_steps"] = 0
     for table in SORTED_TABLES if sorting else ():
         while True:  # one step per merged file, until fewer than two small files are left
@@ -280,8 +312,21 @@ def maintain(
 
 
 # Spans per row group of the files compaction sorts: one conversation then reads about this
-# many spans of each wide column (bench/query.py). Log records too.
-SORTED_ROW_GROUP_SPANS = 16_384
+# many spans of each wide column (bench/query.py). Log records too. A new lake's commits are
+# written so from the start (`migrate.ROW_GROUP_SPANS`).
+SORTED_ROW_GROUP_SPANS = ROW_GROUP_SPANS
+
+
+# The first stage of compaction (`maintain(early=True)`) rewrites files under this size, the
+# ones small commits leave (a commit of 1,000 spans, SMALL_COMMIT_SPANS, writes about 0.5 MiB),
+# into files of at most EARLY_FILE_BYTES, in row groups of EARLY_ROW_GROUP_SPANS spans: under
+# MERGE_BELOW_BYTES, so that the second stage merges them again into sorted files of
+# MERGED_FILE_BYTES, and small row groups, so that a point query reads about that many
+# conversation ids of each file (bench/query.py; with row groups of SORTED_ROW_GROUP_SPANS the
+# id column alone took half as long again, docs/design/reading-one-conversation.md).
+EARLY_INPUT_BELOW_BYTES = 1 << 20
+EARLY_FILE_BYTES = 3 << 20
+EARLY_ROW_GROUP_SPANS = 2_048
 
 
 # The tables compaction sorts on an embedded lake, and their order: by conversation first, so
@@ -293,11 +338,20 @@ SORTED_TABLES = {
 
 
 def _sort_small_files(
-    con: duckdb.DuckDBPyConnection, table: str, below_bytes: int, up_to_bytes: int
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    below_bytes: int,
+    up_to_bytes: int,
+    *,
+    row_group_rows: int | None = None,
 ) -> list[tuple[Any, ...]]:
     """One transaction: the oldest small files of `table` (under `below_bytes`, at least two,
     together about `up_to_bytes`) rewritten as one, their rows in `SORTED_TABLES` order.
     Returns [(files rewritten,)], 0 when fewer than two were small.
+
+    `row_group_rows` (the early stage): the files chosen add up to at most `up_to_bytes`, and
+    the new one is written in row groups of that many rows; the table's option is set for the
+    rewrite and set back in the same transaction, so that no other write sees it.
 
     A rewrite, not DuckLake's sorted merge: that renumbered the rows it moved (row ids are
     what DuckLake's deletes name rows by), and readers missed conversations while it ran. Here
@@ -313,6 +367,8 @@ def _sort_small_files(
     chosen: list[str] = []
     size = 0
     for path, file_bytes in small:
+        if row_group_rows is not None and size + int(file_bytes) > up_to_bytes:
+            break
         chosen.append(str(path))
         size += int(file_bytes)
         if size >= up_to_bytes:
@@ -322,10 +378,17 @@ def _sort_small_files(
         return [(0,)]
     files = ", ".join(_sql_string(path) for path in chosen)
     rows = f"{ALIAS}.{table}"
+    before = _option(con, "parquet_row_group_size", table) if row_group_rows else None
+    if row_group_rows:
+        _set_option(con, "parquet_row_group_size", row_group_rows, table=table)
     con.execute(
         f"INSERT INTO {rows} BY NAME SELECT * FROM {rows} WHERE filename IN ({files}) "
         f"ORDER BY {SORTED_TABLES[table]}"
     )
+    if row_group_rows:
+        _set_option(
+            con, "parquet_row_group_size", int(before or SORTED_ROW_GROUP_SPANS), table=table
+        )
     con.execute(f"DELETE FROM {rows} WHERE filename IN ({files})")
     con.execute("COMMIT")
     return [(len(chosen),)]
@@ -337,14 +400,20 @@ def _set_option(
     """A DuckLake option of the lake, or of one `table`, given in `unit` and read back as a
     plain number (set only when it differs: options are kept in the catalog, and setting one
     is a commit)."""
+    current = _option(con, option, table)
+    if current is None or current != str(value):
+        on_table = f", table_name => {_sql_string(table)}" if table else ""
+        con.execute(
+            f"CALL {ALIAS}.set_option({_sql_string(option)}, '{int(value)}{unit}'{on_table})"
+        )
+
+
+def _option(con: duckdb.DuckDBPyConnection, option: str, table: str = "") -> str | None:
+    """A DuckLake option's value, of the lake or of one `table` (None: not set there)."""
     scope = f"scope_entry = 'main.{table}'" if table else "scope = 'GLOBAL'"
     row = con.execute(
         f"SELECT value FROM ducklake_options({_sql_string(ALIAS)}) "
         f"WHERE option_name = ? AND {scope}",
         [option],
     ).fetchone()
-    if row is None or str(row[0]) != str(value):
-        on_table = f", table_name => {_sql_string(table)}" if table else ""
-        con.execute(
-            f"CALL {ALIAS}.set_option({_sql_string(option)}, '{int(value)}{unit}'{on_table})"
-        )
+    return None if row is None else str(row[0])

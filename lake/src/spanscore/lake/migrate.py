@@ -18,6 +18,15 @@ from spanscore.lake.location import (
 )
 from spanscore.lake.retry import retrying
 
+# Spans (and log records) per row group of the files every write makes, from the lake's
+# creation on: one conversation then reads about this many spans of each wide column in each
+# file its rows lie in. DuckDB's default, 122,880, made a lake of large commits before its
+# first maintenance (which sets this) read seven times as much for each span of the
+# conversation, and take twice as long (docs/design/reading-one-conversation.md). Compaction
+# sorts in row groups of this size too (`maintenance.SORTED_ROW_GROUP_SPANS`).
+ROW_GROUP_SPANS = 16_384
+ROW_GROUP_TABLES = ("spans", "logs")
+
 
 def _lake_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
     rows = con.execute(
@@ -90,6 +99,15 @@ def ensure_schema(
             [schema.SCHEMA_VERSION, _package_version()],
         )
         con.execute("COMMIT")
+        if not current:
+            # A new lake: its first commits are written in small row groups too (an option
+            # cannot be set on tables created in the same transaction; if this fails, the
+            # first maintenance sets it).
+            for table in ROW_GROUP_TABLES:
+                con.execute(
+                    f"CALL {ALIAS}.set_option('parquet_row_group_size', '{ROW_GROUP_SPANS}', "
+                    f"table_name => {_sql_string(table)})"
+                )
         log.info("lake schema at version %d (was %s)", schema.SCHEMA_VERSION, current or "empty")
         return schema.SCHEMA_VERSION
 
