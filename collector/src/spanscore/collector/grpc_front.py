@@ -1,10 +1,11 @@
 """The OTLP/gRPC front end: the trace and logs `Export` services, over the shared export path.
 
-`start_grpc` binds the services (TLS when a certificate is configured) and starts gRPC's own
-thread pool of `max_concurrent_requests` threads. gRPC receives each request whole (up to
-`max_request_bytes`; at most twice `max_concurrent_requests` at once, beyond which gRPC itself
-answers RESOURCE_EXHAUSTED, which exporters retry); the bearer token is checked, then the
-request goes to `Ingest`, which answers once its spans are committed.
+`start_grpc` binds the services (TLS when a certificate is configured) to a private address
+(the public port is `grpc_port.GrpcPort`'s, which relays gRPC here and answers HTTP/1 itself)
+and starts gRPC's own thread pool of `max_concurrent_requests` threads. gRPC receives each
+request whole (up to `max_request_bytes`; at most twice `max_concurrent_requests` at once,
+beyond which gRPC itself answers RESOURCE_EXHAUSTED, which exporters retry); the bearer token
+is checked, then the request goes to `Ingest`, which answers once its spans are committed.
 
 A refusal is a gRPC status with `google.rpc.Status` details, and `RetryInfo` for the retryable
 ones, as OTLP exporters expect to read the delay before retrying.
@@ -27,9 +28,9 @@ from .stats import Stats
 
 
 def start_grpc(
-    config: CollectorConfig, admission: Admission, stats: Stats, ingest: Ingest
-) -> tuple[grpc.Server, int]:
-    """The started gRPC server, and the port it listens on (`grpc_port` 0 picks a free one)."""
+    config: CollectorConfig, admission: Admission, stats: Stats, ingest: Ingest, address: str
+) -> grpc.Server:
+    """The started gRPC server, listening on `address` (a `grpc_port.private_address`)."""
     cfg = config
     options = [
         ("grpc.max_receive_message_length", cfg.max_request_bytes),
@@ -58,7 +59,6 @@ def start_grpc(
             for service, handler in handlers.items()
         ]
     )
-    address = f"{_bracket(cfg.host)}:{cfg.grpc_port}"
     if cfg.tls_cert is not None and cfg.tls_key is not None:
         creds = grpc.ssl_server_credentials([(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
         port = server.add_secure_port(address, creds)
@@ -67,7 +67,7 @@ def start_grpc(
     if port == 0:
         raise OSError(f"cannot bind OTLP/gRPC to {address}")
     server.start()
-    return server, port
+    return server
 
 
 def _export_method(
@@ -87,10 +87,6 @@ def _export_method(
 
     # Wrapped, so that the bytes can be let go once decoded (see Body).
     return grpc.unary_unary_rpc_method_handler(export, request_deserializer=Body)
-
-
-def _bracket(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _text(value: str | bytes | None) -> str | None:
