@@ -164,7 +164,8 @@ class Collector:
         return self
 
     def __enter__(self) -> Collector:
-        return self.start()
+        # `with start_collector(...)`: already started; a second start would leak the first.
+        return self if self.writer is not None else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
