@@ -44,7 +44,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from .stats import Stats
 
@@ -138,19 +138,8 @@ class GrpcPort:
         self.stats = stats
         self.http_port = 0  # named in the answer to HTTP; set before `start`
         self.once = OncePerClient()
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:  # "::" takes IPv4 too, as grpcio's did
-                with contextlib.suppress(OSError):
-                    self._listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            self._listener.bind((host.strip("[]"), port))
-            self._listener.listen(1024)  # exporters reconnecting together after a restart
-        except BaseException:
-            self._listener.close()
-            raise
-        self.port: int = self._listener.getsockname()[1]
+        self._listeners = _listen(host.strip("[]"), port)
+        self.port: int = self._listeners[0].getsockname()[1]
         self._wake_r, self._wake_w = socket.socketpair()
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
@@ -174,7 +163,8 @@ class GrpcPort:
             self._wake_w.send(b"x")
         if self._acceptor.is_alive():
             self._acceptor.join(5)
-        self._listener.close()
+        for listener in self._listeners:
+            listener.close()
         self._wake_r.close()
         self._wake_w.close()
 
@@ -193,14 +183,15 @@ class GrpcPort:
 
     def _accept_loop(self) -> None:
         with selectors.DefaultSelector() as selector:
-            selector.register(self._listener, selectors.EVENT_READ)
+            for listener in self._listeners:
+                selector.register(listener, selectors.EVENT_READ)
             selector.register(self._wake_r, selectors.EVENT_READ)
             while not self._closed:
                 for key, _ in selector.select():
                     if key.fileobj is self._wake_r or self._closed:
                         return
                     try:
-                        client, address = self._listener.accept()
+                        client, address = key.fileobj.accept()  # type: ignore[union-attr]
                     except OSError as exc:  # EMFILE and the like: log, keep serving
                         if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED):
                             log.warning("OTLP/gRPC port: cannot accept a connection: %s", exc)
@@ -341,6 +332,44 @@ class GrpcPort:
                     break
                 drained += len(chunk)
         self._untrack(client)
+
+
+def _listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on every address `host` resolves to (`localhost`: 127.0.0.1 and ::1,
+    as grpcio did), one port for all (`port` 0: the first one's); `::` takes IPv4 too."""
+    addresses: list[tuple[socket.AddressFamily, socket.SocketKind, int, tuple[Any, ...]]] = []
+    for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+        if (info[0], info[4][0]) not in [(f, a[0]) for f, _, _, a in addresses]:
+            addresses.append((info[0], info[1], info[2], info[4]))
+    listeners: list[socket.socket] = []
+    try:
+        for family, kind, proto, address in addresses:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:  # alone (`::`), it takes IPv4 too
+                    with contextlib.suppress(OSError):
+                        v6only = int(len(addresses) > 1)
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
+                bound = listeners[0].getsockname()[1] if listeners else port
+                sock.bind((address[0], bound, *address[2:]))
+                sock.listen(1024)  # exporters reconnecting together after a restart
+            except OSError as exc:
+                sock.close()
+                if len(addresses) > 1 and exc.errno in _UNUSABLE:
+                    continue  # one address of several this host cannot use (no IPv6)
+                raise
+            listeners.append(sock)
+    except BaseException:
+        for sock in listeners:
+            sock.close()
+        raise
+    if not listeners:
+        raise OSError(errno.EADDRNOTAVAIL, f"no address of {host} to listen on")
+    return listeners
+
+
+_UNUSABLE = (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
 
 
 def _host_of(authority: str) -> str:
