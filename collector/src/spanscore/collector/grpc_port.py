@@ -65,6 +65,9 @@ _HEAD_LIMIT = 16 * 1024
 _DRAIN_S = 5.0
 _DRAIN_BYTES = 64 * 1024 * 1024
 _CHUNK = 1 << 20
+# Pipe capacity counts against the user's pipe pages (fs.pipe-user-pages-soft, 64 MiB): past
+# it, new pipes get 8 KiB. Two pipes of 256 KiB per connection: ~128 connections' worth.
+_PIPE_BYTES = 256 * 1024
 
 
 def classify(first: bytes) -> str | None:
@@ -145,6 +148,7 @@ class GrpcPort:
         self._open: set[socket.socket] = set()
         self._threads: set[threading.Thread] = set()
         self._closed = False
+        self._ending = False  # `shutdown`: connections still being read are not relayed
         self._acceptor = threading.Thread(
             target=self._accept_loop, name="spanscore-grpc-port", daemon=True
         )
@@ -172,6 +176,7 @@ class GrpcPort:
         """`close()`, then end every connection still open and wait for its threads."""
         self.close()
         with self._lock:
+            self._ending = True
             still_open = list(self._open)
             threads = list(self._threads)
         for sock in still_open:
@@ -197,6 +202,7 @@ class GrpcPort:
                             log.warning("OTLP/gRPC port: cannot accept a connection: %s", exc)
                             time.sleep(0.1)
                         continue
+                    self._track(client)  # before its thread runs: `shutdown` sees it
                     self._spawn(self._serve, client, str(address[0]))
 
     def _spawn(self, target: Callable[..., None], *args: object) -> None:
@@ -228,12 +234,14 @@ class GrpcPort:
             sock.close()
 
     def _serve(self, client: socket.socket, host: str) -> None:
-        self._track(client)
         try:
             with contextlib.suppress(OSError):
                 client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._sniff(client) == HTTP1:
                 self._answer_http(client, host)
+                return
+            if self._ending:
+                self._untrack(client)
                 return
             upstream = _connect_private(self.upstream)
         except BaseException:
@@ -271,10 +279,11 @@ class GrpcPort:
 
     def _answer_http(self, client: socket.socket, host: str) -> None:
         """Read the request's head, answer 400 with the fix, close after the client's body."""
-        client.settimeout(_DRAIN_S)
         head = b""
+        deadline = time.monotonic() + _DRAIN_S  # a head sent byte by byte holds no thread long
         with contextlib.suppress(OSError):
             while b"\r\n\r\n" not in head and len(head) < _HEAD_LIMIT:
+                client.settimeout(max(0.01, deadline - time.monotonic()))
                 chunk = client.recv(_HEAD_LIMIT)
                 if not chunk:
                     break
@@ -327,6 +336,7 @@ class GrpcPort:
             deadline = time.monotonic() + _DRAIN_S
             drained = 0
             while drained < _DRAIN_BYTES and time.monotonic() < deadline:
+                client.settimeout(max(0.01, deadline - time.monotonic()))
                 chunk = client.recv(_CHUNK)
                 if not chunk:
                     break
@@ -410,7 +420,7 @@ def _splice(src: int, dst: int) -> None:
         with contextlib.suppress(OSError):
             import fcntl
 
-            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _CHUNK)
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
         while True:
             moved = os.splice(src, write_end, _CHUNK)
             if moved == 0:
