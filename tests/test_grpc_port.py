@@ -189,5 +189,22 @@ def test_open_connections_do_not_hold_up_stop(tmp_path: Path) -> None:
     assert silent.recv(4096) == b""  # the collector closed its end: no hang
     silent.close()
     channel.close()
-    relays = [t for t in threading.enumerate() if t.name.startswith("spanscore-grpc")]
+    relays = [t for t in threading.enumerate() if t.name.startswith("spanscore-grpc-")]
     assert relays == []
+
+
+def test_with_grpcio_on_the_port_grpc_works_and_http_goes_unnamed(tmp_path: Path) -> None:
+    """`grpc_listener = "grpcio"`: no relay, and the mistake is not seen (as before)."""
+    collector = start_collector(tmp_path / "lake", grpc_listener="grpcio")
+    try:
+        grpc_exporter = GrpcExporter(
+            endpoint=f"127.0.0.1:{collector.grpc_port}", insecure=True, timeout=30
+        )
+        assert _send(grpc_exporter, "grpc") is SpanExportResult.SUCCESS
+        wrong = HttpExporter(endpoint=f"http://127.0.0.1:{collector.grpc_port}/v1/traces")
+        assert _send(wrong, "http") is SpanExportResult.FAILURE
+        assert collector.stats.get("refused_http_on_grpc_port") == 0
+        assert [t for t in threading.enumerate() if t.name.startswith("spanscore-grpc-")] == []
+    finally:
+        assert collector.stop(timeout=30)
+    assert query(tmp_path / "lake", "SELECT name FROM spans") == [("grpc",)]

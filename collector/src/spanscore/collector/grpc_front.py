@@ -28,9 +28,15 @@ from .stats import Stats
 
 
 def start_grpc(
-    config: CollectorConfig, admission: Admission, stats: Stats, ingest: Ingest, address: str
-) -> grpc.Server:
-    """The started gRPC server, listening on `address` (a `grpc_port.private_address`)."""
+    config: CollectorConfig,
+    admission: Admission,
+    stats: Stats,
+    ingest: Ingest,
+    address: str | None = None,
+) -> tuple[grpc.Server, int]:
+    """The started gRPC server listening on `address` (a `grpc_port.private_address`), or on
+    the gRPC port itself when None; and the port it listens on (meaningless on a private
+    address)."""
     cfg = config
     options = [
         ("grpc.max_receive_message_length", cfg.max_request_bytes),
@@ -59,6 +65,8 @@ def start_grpc(
             for service, handler in handlers.items()
         ]
     )
+    if address is None:
+        address = f"{_bracket(cfg.host)}:{cfg.grpc_port}"
     if cfg.tls_cert is not None and cfg.tls_key is not None:
         creds = grpc.ssl_server_credentials([(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
         port = server.add_secure_port(address, creds)
@@ -67,7 +75,7 @@ def start_grpc(
     if port == 0:
         raise OSError(f"cannot bind OTLP/gRPC to {address}")
     server.start()
-    return server
+    return server, port
 
 
 def _export_method(
@@ -87,6 +95,10 @@ def _export_method(
 
     # Wrapped, so that the bytes can be let go once decoded (see Body).
     return grpc.unary_unary_rpc_method_handler(export, request_deserializer=Body)
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _text(value: str | bytes | None) -> str | None:

@@ -18,7 +18,7 @@ The relay moves bytes with `splice(2)` through a pipe (no copy through Python) w
 platform has it, one thread per direction per connection, blocked in the kernel (the GIL is
 released) until bytes arrive. Its cost against grpcio on the public port, the alternatives
 measured and those that do not exist (grpcio takes no accepted socket) are in
-docs/design/grpc-port.md.
+docs/design/grpc-port.md. The setting `grpc_listener = "grpcio"` gives the port back to grpcio.
 
 Shutdown: `close()` stops accepting (call it when the collector stops taking exports); relays
 go on carrying what grpcio answers during its grace period, and end when grpcio closes its

@@ -2,7 +2,8 @@
 
 The parts, each in its own module: admission (the token and the limits a client meets),
 the flattening pool, the group-commit writer, the shared export path (ingest), the gRPC and
-HTTP front ends over it, and lake maintenance.
+HTTP front ends over it (the gRPC port's own listener, `grpc_port`, in front of grpcio unless
+`grpc_listener` is `grpcio`), and lake maintenance.
 
 `start()` takes the lake's single-writer lock, connects, starts the writer and the pool, then
 opens the front ends (ports 0 pick free ports: read `grpc_port` / `http_port`), and the
@@ -128,10 +129,15 @@ class Collector:
             )
             self.admission.open()
             self._spawn(self.admission.deadlines.run, "spanscore-deadlines")
-            private, self._remove_private = private_address()
-            self._grpc = start_grpc(cfg, self.admission, self.stats, self.ingest, private)
-            self._grpc_port = GrpcPort(cfg.host, cfg.grpc_port, private, self.stats)
-            self.grpc_port = self._grpc_port.port
+            if cfg.grpc_listener == "collector":
+                private, self._remove_private = private_address()
+                self._grpc, _ = start_grpc(cfg, self.admission, self.stats, self.ingest, private)
+                self._grpc_port = GrpcPort(cfg.host, cfg.grpc_port, private, self.stats)
+                self.grpc_port = self._grpc_port.port
+            else:
+                self._grpc, self.grpc_port = start_grpc(
+                    cfg, self.admission, self.stats, self.ingest
+                )
             self._http = start_http(
                 cfg,
                 self.admission,
@@ -143,7 +149,8 @@ class Collector:
             )
             self.http_port = self._http.port
             self._spawn(self._http.serve_forever, "spanscore-http")
-            self._grpc_port.start(self.http_port)
+            if self._grpc_port is not None:
+                self._grpc_port.start(self.http_port)
         except Exception:
             self.stop(timeout=5)
             raise
