@@ -146,6 +146,7 @@ class GrpcPort:
         self._wake_r, self._wake_w = socket.socketpair()
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
+        self._relayed: set[socket.socket] = set()  # of `_open`, those relayed to grpcio
         self._threads: set[threading.Thread] = set()
         self._closed = False
         self._ending = False  # `shutdown`: connections still being read are not relayed
@@ -173,16 +174,29 @@ class GrpcPort:
         self._wake_w.close()
 
     def shutdown(self, timeout: float) -> None:
-        """`close()`, then end every connection still open and wait for its threads."""
+        """`close()`, then end every connection: those not relayed (still being read) at once;
+        relayed ones once they have passed on grpcio's last bytes (grpcio, stopped, closes its
+        side; cutting them earlier could lose an answer grpcio had already sent), or at
+        `timeout`."""
         self.close()
         with self._lock:
             self._ending = True
-            still_open = list(self._open)
-            threads = list(self._threads)
-        for sock in still_open:
+            waiting = [s for s in self._open if s not in self._relayed]
+        for sock in waiting:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
         deadline = time.monotonic() + timeout
+        self._join(deadline)
+        with self._lock:
+            left = list(self._open)
+        for sock in left:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._join(time.monotonic() + 1.0)
+
+    def _join(self, deadline: float) -> None:
+        with self._lock:
+            threads = list(self._threads)
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
@@ -230,6 +244,7 @@ class GrpcPort:
     def _untrack(self, *socks: socket.socket) -> None:
         with self._lock:
             self._open.difference_update(socks)
+            self._relayed.difference_update(socks)
         for sock in socks:
             sock.close()
 
@@ -240,14 +255,16 @@ class GrpcPort:
             if self._sniff(client) == HTTP1:
                 self._answer_http(client, host)
                 return
-            if self._ending:
-                self._untrack(client)
-                return
             upstream = _connect_private(self.upstream)
+            with self._lock:
+                if self._ending:  # `shutdown` began while this connection was being read
+                    upstream.close()
+                    raise ConnectionAbortedError("the collector is stopping")
+                self._open.add(upstream)
+                self._relayed.update((client, upstream))
         except BaseException:
             self._untrack(client)
             raise
-        self._track(upstream)
         back = threading.Thread(
             target=self._run, args=(_pump_back, upstream, client), name="spanscore-grpc-relay"
         )
