@@ -655,13 +655,37 @@ def test_a_busy_port_is_one_line_and_creates_no_lake(tmp_path: Path):
 
 
 def test_status_pointed_at_the_grpc_port_says_so_in_one_line(tmp_path: Path):
-    """The hint used to name the gRPC port, where `status` died with a 40-line traceback."""
+    """The hint used to name the gRPC port, where `status` died with a 40-line traceback. The
+    collector's gRPC port answers HTTP/1 itself and names its HTTP port."""
     with start_collector(tmp_path / "lake") as collector:
         done = cli("status", "--endpoint", f"http://127.0.0.1:{collector.grpc_port}")
+        assert collector.stats.get("refused_http_on_grpc_port") == 1
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"Error: http://127.0.0.1:{collector.grpc_port} is the collector's OTLP/gRPC port. "
+        f"`status` asks its OTLP/HTTP port, {collector.http_port}: `spanscore status "
+        f"--endpoint http://127.0.0.1:{collector.http_port}`\n"
+    )
+
+
+def test_status_pointed_at_another_grpc_server_says_so_in_one_line():
+    """Any other gRPC server (an upstream OpenTelemetry Collector's, an older collector's)
+    opens with HTTP/2 SETTINGS, which `status` recognises."""
+    from concurrent import futures
+
+    import grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        done = cli("status", "--endpoint", f"http://127.0.0.1:{port}")
+    finally:
+        server.stop(None).wait(30)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith(
-        f"Error: http://127.0.0.1:{collector.grpc_port} answers HTTP/2 (gRPC): it is the "
+        f"Error: http://127.0.0.1:{port} answers HTTP/2 (gRPC): it is the "
         "collector's OTLP/gRPC port. `status` asks the OTLP/HTTP port"
     ), done.stderr
     assert "`spanscore status --endpoint http://127.0.0.1:4318`" in done.stderr

@@ -231,12 +231,21 @@ def status_command(endpoint: str, token: str | None, as_json: bool, wait: float)
                 doc = json.load(response)
             break
         except urllib.error.HTTPError as exc:
+            http_port = exc.headers.get("Spanscore-Http-Port")  # the collector's gRPC port
+            if http_port and http_port.isdigit():
+                host = urllib.parse.urlsplit(endpoint).hostname or "127.0.0.1"
+                host = f"[{host}]" if ":" in host else host
+                raise click.ClickException(
+                    f"{endpoint} is the collector's OTLP/gRPC port. `status` asks its OTLP/HTTP "
+                    f"port, {http_port}: `spanscore status --endpoint http://{host}:{http_port}`"
+                ) from None
             raise click.ClickException(
                 f"{endpoint} answered {exc.code}: {exc.read().decode(errors='replace')}"
             ) from exc
         except http.client.HTTPException as exc:  # an answer that is no HTTP/1.1 at all
             host = urllib.parse.urlsplit(endpoint).hostname or "127.0.0.1"
             host = f"[{host}]" if ":" in host else host
+            # Collectors before the gRPC port answered HTTP/1 themselves: grpcio's own answer.
             # A gRPC server opens with an HTTP/2 SETTINGS frame: a 9-byte header of type 4.
             line = str(exc.args[0]) if exc.args else ""
             if len(line) >= 4 and line.startswith("\x00") and line[3] == "\x04":

@@ -47,6 +47,12 @@ class CollectorConfig(BaseModel):
     host: str = Field("127.0.0.1", description="address both servers bind")
     grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC port (0: any free)")
     http_port: int = Field(4318, ge=0, le=65535, description="OTLP/HTTP port (0: any free)")
+    grpc_listener: Literal["collector", "grpcio"] = Field(
+        "collector",
+        description="who listens on the gRPC port: `collector` reads each connection's first "
+        "bytes, answers HTTP sent there with the HTTP port and relays gRPC to grpcio; `grpcio` "
+        "listens itself (no relay; HTTP sent there goes unnamed)",
+    )
     token: str | None = Field(
         None,
         description="bearer token clients must send (on the command line other users see it "

@@ -1,10 +1,11 @@
 """The OTLP/gRPC front end: the trace and logs `Export` services, over the shared export path.
 
-`start_grpc` binds the services (TLS when a certificate is configured) and starts gRPC's own
-thread pool of `max_concurrent_requests` threads. gRPC receives each request whole (up to
-`max_request_bytes`; at most twice `max_concurrent_requests` at once, beyond which gRPC itself
-answers RESOURCE_EXHAUSTED, which exporters retry); the bearer token is checked, then the
-request goes to `Ingest`, which answers once its spans are committed.
+`start_grpc` binds the services (TLS when a certificate is configured) to a private address
+(the public port is `grpc_port.GrpcPort`'s, which relays gRPC here and answers HTTP/1 itself)
+and starts gRPC's own thread pool of `max_concurrent_requests` threads. gRPC receives each
+request whole (up to `max_request_bytes`; at most twice `max_concurrent_requests` at once,
+beyond which gRPC itself answers RESOURCE_EXHAUSTED, which exporters retry); the bearer token
+is checked, then the request goes to `Ingest`, which answers once its spans are committed.
 
 A refusal is a gRPC status with `google.rpc.Status` details, and `RetryInfo` for the retryable
 ones, as OTLP exporters expect to read the delay before retrying.
@@ -27,9 +28,15 @@ from .stats import Stats
 
 
 def start_grpc(
-    config: CollectorConfig, admission: Admission, stats: Stats, ingest: Ingest
+    config: CollectorConfig,
+    admission: Admission,
+    stats: Stats,
+    ingest: Ingest,
+    address: str | None = None,
 ) -> tuple[grpc.Server, int]:
-    """The started gRPC server, and the port it listens on (`grpc_port` 0 picks a free one)."""
+    """The started gRPC server listening on `address` (a `grpc_port.private_address`), or on
+    the gRPC port itself when None; and the port it listens on (meaningless on a private
+    address)."""
     cfg = config
     options = [
         ("grpc.max_receive_message_length", cfg.max_request_bytes),
@@ -58,7 +65,8 @@ def start_grpc(
             for service, handler in handlers.items()
         ]
     )
-    address = f"{_bracket(cfg.host)}:{cfg.grpc_port}"
+    if address is None:
+        address = f"{_bracket(cfg.host)}:{cfg.grpc_port}"
     if cfg.tls_cert is not None and cfg.tls_key is not None:
         creds = grpc.ssl_server_credentials([(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
         port = server.add_secure_port(address, creds)

@@ -2,7 +2,8 @@
 
 The parts, each in its own module: admission (the token and the limits a client meets),
 the flattening pool, the group-commit writer, the shared export path (ingest), the gRPC and
-HTTP front ends over it, and lake maintenance.
+HTTP front ends over it (the gRPC port's own listener, `grpc_port`, in front of grpcio unless
+`grpc_listener` is `grpcio`), and lake maintenance.
 
 `start()` takes the lake's single-writer lock, connects, starts the writer and the pool, then
 opens the front ends (ports 0 pick free ports: read `grpc_port` / `http_port`), and the
@@ -32,6 +33,7 @@ from .admission import Admission
 from .config import CollectorConfig
 from .flatten import Limits
 from .grpc_front import start_grpc
+from .grpc_port import GrpcPort, private_address
 from .http_front import OTLPHTTPServer, start_http
 from .ingest import Ingest
 from .maintenance import Maintenance
@@ -81,6 +83,8 @@ class Collector:
         self._size_at = -LAKE_SIZE_EVERY_S
         self._size_failed = False
         self._grpc: grpc.Server | None = None
+        self._grpc_port: GrpcPort | None = None
+        self._remove_private: Callable[[], None] | None = None
         self._http: OTLPHTTPServer | None = None
         self._threads: list[threading.Thread] = []
 
@@ -125,7 +129,15 @@ class Collector:
             )
             self.admission.open()
             self._spawn(self.admission.deadlines.run, "spanscore-deadlines")
-            self._grpc, self.grpc_port = start_grpc(cfg, self.admission, self.stats, self.ingest)
+            if cfg.grpc_listener == "collector":
+                private, self._remove_private = private_address()
+                self._grpc, _ = start_grpc(cfg, self.admission, self.stats, self.ingest, private)
+                self._grpc_port = GrpcPort(cfg.host, cfg.grpc_port, private, self.stats)
+                self.grpc_port = self._grpc_port.port
+            else:
+                self._grpc, self.grpc_port = start_grpc(
+                    cfg, self.admission, self.stats, self.ingest
+                )
             self._http = start_http(
                 cfg,
                 self.admission,
@@ -137,6 +149,8 @@ class Collector:
             )
             self.http_port = self._http.port
             self._spawn(self._http.serve_forever, "spanscore-http")
+            if self._grpc_port is not None:
+                self._grpc_port.start(self.http_port)
         except Exception:
             self.stop(timeout=5)
             raise
@@ -157,7 +171,8 @@ class Collector:
         return self
 
     def __enter__(self) -> Collector:
-        return self.start()
+        # `with start_collector(...)`: already started; a second start would leak the first.
+        return self if self.writer is not None else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -170,6 +185,8 @@ class Collector:
         self._closing = True
         self.admission.close()
         deadline = time.monotonic() + timeout
+        if self._grpc_port is not None:
+            self._grpc_port.close()  # no new connections; those open carry the grace period
         grpc_done = self._grpc.stop(grace=timeout) if self._grpc is not None else None
         if self._http is not None:
             self._http.shutdown()  # stops accepting; in-flight handlers go on
@@ -178,6 +195,10 @@ class Collector:
         )
         if grpc_done is not None:
             grpc_done.wait(max(0.1, deadline - time.monotonic()))
+        if self._grpc_port is not None:
+            self._grpc_port.shutdown(max(0.1, deadline - time.monotonic()))
+        if self._remove_private is not None:
+            self._remove_private()
         if self._http is not None:
             self._http.requests.wait_idle(max(0.1, deadline - time.monotonic()))
             self._http.server_close()
