@@ -3,9 +3,10 @@
 What it measures, in one run:
 
 1. **In-process ceiling** (no network, no collector process): the same request bodies through
-   parse (``ExportTraceServiceRequest.FromString``), flatten (``Flattener().spans``) and the
-   collector's own ``GroupCommitWriter`` appending ~50,000-row groups to a fresh lake, fed from
-   two threads. Printed as spans/s for parse alone, flatten alone and the three end to end.
+   parse (``ExportTraceServiceRequest.FromString``), flatten (decode and ``Flattener().spans``,
+   as a decode worker does) and the collector's own ``GroupCommitWriter`` appending
+   ~50,000-row groups to a fresh lake, fed from two threads. Printed as spans/s for parse
+   alone, flatten alone and the three end to end.
 2. **OTLP/gRPC**: ``spanscore serve`` in a child process on a fresh lake; ``--clients`` threads
    (one channel each) export pre-serialized 512-span requests for ``--seconds``. An export is
    acknowledged only after its commit, so the figures are accepted spans/s (spans in successful
@@ -42,6 +43,10 @@ too (its sources extracted to a temporary directory and put first on the collect
 PYTHONPATH; its lake counted by its own code), alternating with today's for
 ``--baseline-rounds`` rounds (default 2), and prints both rates and their ratio: ingest of
 today's collector against an earlier one's, in the same run.
+
+With ``--baseline-collector REV`` the in-process ceiling is also measured for both
+collectors, each in fresh child processes on the same bodies, alternating, and printed with
+their ratio.
 
 ``--baseline-flatten REV`` also times the flattener of git revision REV (its ``collector`` and
 ``lake`` sources, extracted to a temporary directory) on the same request bodies as today's,
@@ -85,7 +90,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from spanscore.collector.config import CollectorConfig
 from spanscore.collector.flatten import LOGS_SCHEMA, Flattener, Limits
-from spanscore.collector.pool import FlattenPool
+from spanscore.collector.pool import FlattenPool, flatten_request
 from spanscore.collector.stats import Stats
 from spanscore.collector.writer import CONVERSATION_TRACES, GroupCommitWriter, Pending, QueueFull
 from spanscore.lake import connect
@@ -756,10 +761,10 @@ print(*con.execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM sp
 """
 
 
-def _run_python(script: str, argument: str, sources: str) -> str:
+def _run_python(script: str, argument: str, sources: str, *more: str) -> str:
     """What `script` prints, run with `argument` in a fresh interpreter on `sources`."""
     done = subprocess.run(
-        [sys.executable, "-c", script, argument],
+        [sys.executable, "-c", script, argument, *more],
         env=_python_env(sources),
         capture_output=True,
         text=True,
@@ -1004,13 +1009,14 @@ def run_ceiling(
         parse(body)
     result.parse_rate = result.spans / (time.perf_counter() - started)
 
+    # Flattening as a decode worker does it: the body decoded, then flattened (parsing is the
+    # small part: see parse alone).
     flattener = Flattener()
-    sample = [parse(b) for b in bodies[: max(1, min(len(bodies), 120))]]
+    sample = bodies[: max(1, min(len(bodies), 120))]
     started = time.perf_counter()
-    for request in sample:
-        flattener.spans(request.resource_spans)
+    for body in sample:
+        flatten_request(flattener, "spans", body, False)
     result.flatten_rate = len(sample) * batch_size / (time.perf_counter() - started)
-    del sample
 
     lake_dir = workdir / "lake-ceiling"
     con = connect(lake_dir, create=True)
@@ -1233,17 +1239,16 @@ def _raise_interrupt(signum: int, frame: types.FrameType | None) -> None:
 # `spanscore.collector` PYTHONPATH puts first. Prints the best of 5 passes, in spans/s.
 _FLATTEN_TIMER = """
 import pickle, sys, time
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from spanscore.collector.flatten import Flattener
+from spanscore.collector.pool import flatten_request
 with open(sys.argv[1], "rb") as f:
     bodies, batch_size = pickle.load(f)
-requests = [trace_service_pb2.ExportTraceServiceRequest.FromString(b) for b in bodies]
 flattener, best = Flattener(), 0.0
 for _ in range(5):
     started = time.perf_counter()
-    for request in requests:
-        flattener.spans(request.resource_spans)
-    best = max(best, len(requests) * batch_size / (time.perf_counter() - started))
+    for body in bodies:
+        flatten_request(flattener, "spans", body, False)
+    best = max(best, len(bodies) * batch_size / (time.perf_counter() - started))
 print(best)
 """
 
@@ -1277,9 +1282,53 @@ def compare_flatten(rev: str, bodies: Sequence[bytes], batch_size: int, workdir:
         for name, path in paths.items():
             best[name] = max(best[name], float(_run_python(_FLATTEN_TIMER, str(sample), path)))
     print(
-        f"  flatten, same bodies, fresh processes (best of 3 rounds): today "
+        f"  decode + flatten (as a worker does), same bodies, fresh processes (best of 3 "
+        f"rounds): today "
         f"{_fmt_rate(best['today'])} spans/s, {rev} {_fmt_rate(best[rev])} spans/s; "
         f"today / {rev} = {best['today'] / best[rev]:.2f}",
+        flush=True,
+    )
+
+
+_CEILING_RUNNER = """
+import pickle, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+import ingest
+with open(sys.argv[1], "rb") as f:
+    bodies, batch_size, threads = pickle.load(f)
+r = ingest.run_ceiling(bodies, batch_size, Path(sys.argv[1]).parent, threads=threads)
+print(r.end_to_end_rate, r.flatten_rate, r.parse_rate)
+"""
+
+
+def compare_ceiling(
+    rev: str, bodies: Sequence[bytes], batch_size: int, workdir: Path, threads: int, rounds: int
+) -> None:
+    """The in-process ceiling of today's collector against revision `rev`'s on the same bodies,
+    alternating fresh child processes (`rounds` each): both best rates and their ratio."""
+    sample = workdir / "ceiling-bodies.pickle"
+    with sample.open("wb") as f:
+        pickle.dump((list(bodies), batch_size, threads), f)
+    paths = {"today": "", rev: revision_sources(rev, workdir)}
+    best = dict.fromkeys(paths, (0.0, 0.0))
+    bench_dir = str(Path(__file__).resolve().parent)
+    for round_ in range(rounds):
+        for name, path in paths.items():
+            out = _run_python(_CEILING_RUNNER, str(sample), path, bench_dir).split()
+            end_to_end, flatten = float(out[0]), float(out[1])
+            print(
+                f"  round {round_ + 1}, {name}: parse+flatten+append {_fmt_rate(end_to_end)} "
+                f"spans/s (flatten alone {_fmt_rate(flatten)})",
+                flush=True,
+            )
+            best[name] = max(best[name], (end_to_end, flatten))
+    sample.unlink()
+    today, before = best["today"][0], best[rev][0]
+    print(
+        f"  the ceiling, same bodies, fresh processes (best of {rounds}): today "
+        f"{_fmt_rate(today)} spans/s, {rev} {_fmt_rate(before)} spans/s; "
+        f"today / {rev} = {today / before:.2f}",
         flush=True,
     )
 
@@ -1349,6 +1398,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
         if args.baseline_flatten:
             compare_flatten(args.baseline_flatten, bodies, args.batch_size, workdir)
+        if args.baseline_collector:
+            print(f"\n== in-process ceiling, today's collector and {args.baseline_collector}'s")
+            compare_ceiling(
+                args.baseline_collector,
+                bodies,
+                args.batch_size,
+                workdir,
+                args.clients,
+                args.baseline_rounds,
+            )
         del bodies
 
         # Enough requests for well over the ceiling's rate; a phase that runs out ends early.
