@@ -178,9 +178,7 @@ def rebuild_in_workers(
                 "ORDER BY 1"
             ).fetchall()
         ]
-        chunks = _all_chunks(
-            con, suite, ids, options.batch_size, query_size(options, workers)
-        )
+        chunks = _all_chunks(con, suite, ids, options.batch_size, query_size(options, workers))
         pending: set[Future[tuple[int, int]]] = set()
         count = tool_calls = 0
 

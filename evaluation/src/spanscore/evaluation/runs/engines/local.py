@@ -85,9 +85,9 @@ def _all_chunks(
 ) -> Iterator[pa.Table]:
     """Chunks of whole conversations, from one sorted query per `per_query` conversations:
     the sort's memory, and that of the rows held, is bounded by that, not by the window. The
-    first chunk has a query of its own, so scoring (and the judge's first questions) start at once, not after the sort
-    of the first `per_query` conversations. A thread runs each query while the chunks of the
-    one before are cut and handed out (`rows_of_chunks`)."""
+    first chunk has a query of its own, so scoring (and the judge's first questions) start at
+    once, not after the sort of the first `per_query` conversations. A thread runs each query
+    while the chunks of the one before are cut and handed out (`rows_of_chunks`)."""
     queries: list[list[str]] = []
     start, step = 0, size
     while start < len(todo):
