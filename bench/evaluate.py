@@ -37,6 +37,7 @@ except ImportError as exc:
 from spanscore.evaluation import load_suite, load_trajectories
 from spanscore.evaluation.runs.options import Progress, RunOptions
 from spanscore.evaluation.runs.run import evaluate
+from spanscore.evaluation.runs.store import run_row
 from spanscore.lake import connect
 from spanscore.lake.stored import store_trajectories
 
@@ -169,6 +170,7 @@ def main() -> None:
             )
             rss.append(total / 2**20)
 
+        cpu_before = _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         result = evaluate(
             lake,
@@ -177,7 +179,15 @@ def main() -> None:
             progress=sample_memory,
         )
         run_s = time.perf_counter() - started
+        # CPU seconds of this process (the queries, cutting and shipping chunks, the commits)
+        # and of the workers (rebuild, score, Arrow conversion), counted once they are gone.
+        self_cpu = _cpu_s(resource.RUSAGE_SELF) - cpu_before[0]
+        workers_cpu = _cpu_s(resource.RUSAGE_CHILDREN) - cpu_before[1]
         peak_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        con = connect(lake)
+        row = run_row(con, result.run_id)
+        con.close()
+        write_s = float(row.facts.get("write_s", 0.0)) if row is not None else 0.0
 
         # The same run once maintenance has stored the rebuilt rows (`spanscore.lake.stored`),
         # as the collector does for conversations that have settled before a nightly run.
@@ -215,6 +225,12 @@ def main() -> None:
             f"(maintenance stored {stored:,} conversations' rows beforehand in {store_s:.1f}s: "
             f"{stored / store_s:,.0f} conversations/s)"
         )
+        ratio = result.scored / run_s / (rebuilt / baseline_s)
+        print(
+            f"ratio of the run to rebuilding alone: {ratio:.2f} (target >= 0.5)"
+            f"; CPU: this process {self_cpu:.1f}s (of which committing scores {write_s:.1f}s "
+            f"wall), workers {workers_cpu:.1f}s, over {run_s:.1f}s"
+        )
         if rss:
             quarter = max(1, len(rss) // 4)
             print(
@@ -225,6 +241,11 @@ def main() -> None:
         print("target: >= 2,000 conversations/s on 2 cores (printed, not asserted)")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _cpu_s(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":
