@@ -2,9 +2,9 @@
 chunks of whole conversations that a pool of worker processes rebuilds and scores.
 
 Memory is set by `--batch-size`, not by the window: a query reads one batch per worker (the
-first, one batch), its rows are held while a thread runs the next query, and at most two
-chunks per worker are in flight. With 2 workers that is about ten batches of span rows at
-a time, whether the window holds ten thousand conversations or ten million."""
+first, one batch; at least `MIN_QUERY_CONVERSATIONS`), its rows are held while a thread runs
+the next query, and at most two chunks per worker are in flight: a few queries' rows at a
+time, whether the window holds ten thousand conversations or ten million."""
 
 from __future__ import annotations
 
@@ -70,10 +70,19 @@ def local_batches(
         yield score_table(missing[i : i + size]), len(missing[i : i + size]), [], False
 
 
+# Conversations a query reads at least: each query has a cost of its own (the lake's metadata,
+# the plan; bench/evaluate.py: about a quarter of a second of this process's CPU), which
+# queries of one small batch per worker (1,000 at the default --batch-size) paid too often.
+MIN_QUERY_CONVERSATIONS = 5_000
+
+
 def query_size(options: RunOptions, workers: int) -> int:
     """Conversations per sorted query: `query_conversations`, by default one batch per worker
-    (each query's rows are held while the next one runs: this is what sets a run's memory)."""
-    return options.query_conversations or max(1, options.batch_size) * max(1, workers)
+    and at least `MIN_QUERY_CONVERSATIONS` (each query's rows are held while the next one
+    runs: this is what sets a run's memory, whatever the window)."""
+    if options.query_conversations:
+        return options.query_conversations
+    return max(max(1, options.batch_size) * max(1, workers), MIN_QUERY_CONVERSATIONS)
 
 
 def _all_chunks(
