@@ -43,7 +43,7 @@ from spanscore.evaluation.runs.chunks import (
     received,
     shipped,
 )
-from spanscore.evaluation.runs.engines.local import _all_chunks
+from spanscore.evaluation.runs.engines.local import _all_chunks, query_size
 from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.trajectory.load import (
     CHUNK_SPANS,
@@ -178,7 +178,7 @@ def rebuild_in_workers(
                 "ORDER BY 1"
             ).fetchall()
         ]
-        chunks = _all_chunks(con, suite, ids, options.batch_size, options.query_conversations)
+        chunks = _all_chunks(con, suite, ids, options.batch_size, query_size(options, workers))
         pending: set[Future[tuple[int, int]]] = set()
         count = tool_calls = 0
 

@@ -158,6 +158,14 @@ def test_the_first_batch_is_read_by_a_query_of_its_own(
     assert score_rows(synthetic_lake, small_first.run_id) == score_rows(
         synthetic_lake, whole.run_id
     )
+    # By default a query reads one batch per worker: what a run holds is set by --batch-size,
+    # not by the window (a query of 20,000 conversations held ahead was 1.8 GB at 100k); and
+    # at least a floor of conversations, lowered here for so small a lake.
+    monkeypatch.setattr(run_module, "MIN_QUERY_CONVERSATIONS", 50)
+    asked.clear()
+    by_batch = run(synthetic_lake, suite, batch_size=40, workers=2, **again)
+    assert asked == [40, 80, 80, 80, 20]
+    assert score_rows(synthetic_lake, by_batch.run_id) == score_rows(synthetic_lake, whole.run_id)
 
 
 @given(

@@ -1,5 +1,7 @@
-"""`quick_check`, the judge's shortcut for checking a verdict against its schema, never accepts
-what `check_arguments` finds a problem with, and accepts the verdicts judges give."""
+"""`quick_check`, the judge's shortcut for checking a verdict against its schema, and
+`surely_valid`, tool-call validity's shortcut for the common tool schema, never accept what
+`check_arguments` finds a problem with, and accept the verdicts judges give and the calls
+agents make."""
 
 from __future__ import annotations
 
@@ -9,7 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spanscore.evaluation.llm.answers import strict_schema
-from spanscore.evaluation.matching.schema_check import check_arguments, quick_check
+from spanscore.evaluation.matching.schema_check import (
+    check_arguments,
+    quick_check,
+    surely_valid,
+)
 
 SCALAR = st.one_of(
     st.none(),
@@ -73,6 +79,48 @@ def test_what_the_quick_check_accepts_has_no_problem(data: st.DataObject):
     answer = data.draw(answers(schema))
     if quick is not None and quick(answer):
         assert check_arguments(answer, schema) == []
+
+
+@settings(max_examples=600, deadline=None)
+@given(data=st.data(), strict=st.booleans())
+def test_what_the_tool_schema_shortcut_accepts_has_no_problem(data: st.DataObject, strict: bool):
+    schema = dict(data.draw(verdict_schemas()))  # a strict schema is shared and read-only
+    names = list(schema["properties"])
+    schema["required"] = data.draw(st.lists(st.sampled_from([*names, "gone"]), unique=True))
+    additional = data.draw(st.sampled_from([None, True, False, {"type": "string"}]))
+    if additional is None:
+        schema.pop("additionalProperties", None)
+    else:
+        schema["additionalProperties"] = additional
+    answer = data.draw(answers(schema))
+    if surely_valid(answer, schema, strict=strict):
+        assert check_arguments(answer, schema, strict=strict) == []
+
+
+def test_the_calls_agents_make_take_the_tool_schema_shortcut():
+    schema = {
+        "type": "object",
+        "description": "an order",
+        "properties": {
+            "order_id": {"type": "string", "description": "ORD-..."},
+            "n": {"type": "integer"},
+            "mode": {"type": "string", "enum": ["fast", "slow"]},
+        },
+        "required": ["order_id"],
+    }
+    assert surely_valid({"order_id": "ORD-1", "n": 2, "mode": "fast", "note": "x"}, schema)
+    # anything else is left to check_arguments, which says what is wrong (or that it is fine)
+    for wrong, strict in (
+        ({"n": 2}, False),
+        ({"order_id": "ORD-1", "n": True}, False),
+        ({"order_id": "ORD-1", "mode": "other"}, False),
+        ({"order_id": "ORD-1", "note": "x"}, True),
+        ({"order_id": "ORD-1", "n": 2.0}, False),  # valid (2.0 is an integer), said the long way
+    ):
+        assert not surely_valid(wrong, schema, strict=strict)
+    assert check_arguments({"order_id": "ORD-1", "n": 2.0}, schema) == []
+    nested = {"type": "object", "properties": {"address": {"type": "object"}}}
+    assert not surely_valid({"address": {}}, nested)
 
 
 def test_the_judges_verdicts_take_the_quick_path():

@@ -342,7 +342,8 @@ class _Echo:
     type=click.IntRange(min=1),
     default=500,
     show_default=True,
-    help="Conversations per committed batch.",
+    help="Conversations per committed batch. A run's memory follows this (above a floor), "
+    "never the size of the window.",
 )
 @option(
     "--fail-under",

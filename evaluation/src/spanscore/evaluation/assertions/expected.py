@@ -156,26 +156,25 @@ class _CallMatcher:
         return found
 
     def compare(self, expected: ExpectedCall, actual: ToolCall) -> ArgumentResult | None:
-        """None when the names differ; else the argument comparison."""
+        """None when the names differ; else the argument comparison (made once per pair: the
+        pairing, its details and the goals ask again)."""
+        key = (id(expected), id(actual))
+        cache = self._cache
+        if key in cache:
+            return cache[key]
         if self.key(expected.name) != self.key(actual.name):
-            return None
-        settings = self.settings(expected)
-        if settings is None:
-            return _NAMES_ONLY
-        mode, rules = settings
-        return match_arguments(expected.arguments, actual.arguments, mode=mode, rules=rules)
+            result = None
+        elif (settings := self.settings(expected)) is None:
+            result = _NAMES_ONLY
+        else:
+            mode, rules = settings
+            result = match_arguments(expected.arguments, actual.arguments, mode=mode, rules=rules)
+        cache[key] = result
+        return result
 
     def weight(self, expected: ExpectedCall, actual: ToolCall) -> float | None:
         """A pair's weight in [0, 1] when the actual call satisfies the expected one."""
-        if self.key(expected.name) != self.key(actual.name):
-            return None
-        if self.settings(expected) is None:
-            return 1.0
-        key = (id(expected), id(actual))
-        if key in self._cache:
-            result = self._cache[key]
-        else:
-            result = self._cache[key] = self.compare(expected, actual)
+        result = self.compare(expected, actual)
         if result is None or not result.passed:
             return None
         return result.score

@@ -137,17 +137,18 @@ class GoalsAssertion(AssertionBase):
                 timeline.append(("call", call))
             if turn.final_response is not None:
                 timeline.append(("text", turn.final_response))
-        if self._plan is None:  # the graph does not change: work it out once
+        plan = self._plan
+        if plan is None:  # the graph does not change: work it out once
             prerequisites: dict[str, list[str]] = {g.name: [] for g in self.goal_details}
             for source, dependents in self.goals.items():
                 for dependent in dependents:
                     prerequisites[dependent].append(source)
             by_name = {g.name: g for g in self.goal_details}
-            self._plan = [(by_name[n], prerequisites[n]) for n in self._order()]
+            plan = self._plan = [(by_name[n], prerequisites[n]) for n in self._order()]
         matcher = _CallMatcher("exact", {}, self.normalize_names)
-        placed = self._best_placement(timeline, matcher)
+        placed = self._best_placement(plan, timeline, matcher)
         report: dict[str, dict[str, Any]] = {}
-        for goal, needs in self._plan:
+        for goal, needs in plan:
             name = goal.name
             if name in placed:
                 report[name] = {"met": True, "at": placed[name]}
@@ -185,15 +186,16 @@ class GoalsAssertion(AssertionBase):
         )
 
     def _best_placement(
-        self, timeline: Sequence[tuple[str, Any]], matcher: _CallMatcher
+        self,
+        plan: list[tuple[Goal, list[str]]],
+        timeline: Sequence[tuple[str, Any]],
+        matcher: _CallMatcher,
     ) -> dict[str, int]:
         """Where each met goal is met, for the most goals met: each tool call meets at most one
         goal and every goal comes after the goals it depends on. An exact branch and bound
         over the goals in dependency order, earliest placements first (so the first solution
         is the greedy one and ties keep it); it stops at a solution meeting every goal, or
         after `_SEARCH_LIMIT` steps with the best found so far."""
-        assert self._plan is not None
-        plan = self._plan
         matches = {goal.name: self._matches(goal, timeline, matcher) for goal, _ in plan}
         total = len(plan)
         best: list[Any] = [-1, {}]

@@ -92,8 +92,9 @@ class ToolCallsAssertion(AssertionBase):
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         matcher = _CallMatcher(self.arguments, self.tools, self.normalize_names)
-        if self._prepared is None:  # the expectation does not change: prepare it once
-            self._prepared = self._items()
+        prepared = self._prepared
+        if prepared is None:  # the expectation does not change: prepare it once
+            prepared = self._prepared = self._items()
         made = trajectory.tool_calls
         kept = [
             index
@@ -102,8 +103,8 @@ class ToolCallsAssertion(AssertionBase):
             and not (self.ignore_tools and self._ignored(call.name))
         ]
         if len(kept) == len(made):
-            return _score_calls(self, self._prepared, made, matcher)
-        score = _score_calls(self, self._prepared, [made[i] for i in kept], matcher)
+            return _score_calls(self, prepared, made, matcher)
+        score = _score_calls(self, prepared, [made[i] for i in kept], matcher)
         details = dict(score.details or {})
         # positions in the trajectory, as the report marks them, not in the calls compared
         for key in ("actual_index", "not_allowed_index"):

@@ -114,8 +114,11 @@ class ArgumentRule(BaseModel):
 # --- values ----------------------------------------------------------------------------------
 
 
+_NUMBERS = (int, float, Decimal)  # a tuple: `int | float | Decimal` is built on every call
+
+
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+    return isinstance(value, _NUMBERS) and not isinstance(value, bool)
 
 
 def _as_decimal(value: Any) -> Decimal | None:

@@ -305,3 +305,86 @@ def quick_check(schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
         return True
 
     return test
+
+
+# Keywords `check_arguments` reads nothing from (annotations): a schema of only these and the
+# ones `surely_valid` checks itself may take its shortcut.
+_ANNOTATIONS = frozenset(("description", "title", "default", "examples", "$comment"))
+
+
+_OBJECT_KEYWORDS = _ANNOTATIONS | {"type", "properties", "required", "additionalProperties"}
+
+
+_SCALAR_KEYWORDS = _ANNOTATIONS | {"type", "enum"}
+
+
+# (schema, strict) by the schema's id -> (the schema, kept alive so the id stays its own; the
+# test, or None where the schema is not one it can decide)
+_SURE: dict[tuple[int, bool], tuple[Mapping[str, Any], Callable[[Any], bool] | None]] = {}
+
+
+def surely_valid(arguments: Any, schema: Mapping[str, Any], *, strict: bool = False) -> bool:
+    """True only when `check_arguments(arguments, schema, strict=strict)` finds no problem;
+    False means "ask it" (it also says why). Decides the common tool schema (an object of
+    scalar properties, some required, each a `type` with an optional `enum`) with a few
+    dictionary look-ups, prepared once per schema: tool-call validity checks every call of
+    every conversation against a handful of schemas. Schemas are read-only here: prepared
+    by identity, as `llm.answers` does (the entry keeps the schema alive, so its id is not
+    reused)."""
+    key = (id(schema), strict)
+    found = _SURE.get(key)
+    if found is None or found[0] is not schema:
+        if len(_SURE) >= 1024:  # schemas come from the suite and the agents' recorded tools
+            _SURE.clear()
+        found = _SURE[key] = (schema, _scalar_object_test(schema, strict))
+    test = found[1]
+    return test is not None and test(arguments)
+
+
+def _scalar_object_test(schema: Mapping[str, Any], strict: bool) -> Callable[[Any], bool] | None:
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    additional = schema.get("additionalProperties", True)
+    if (
+        schema.get("type") != "object"
+        or not isinstance(properties, dict)
+        or not isinstance(required, list)
+        or additional not in (True, False)  # a schema for the others: the full check
+        or not set(schema) <= _OBJECT_KEYWORDS
+    ):
+        return None
+    fields: dict[str, tuple[tuple[type, ...], frozenset[Any] | None]] = {}
+    for name, sub in properties.items():
+        if not isinstance(sub, dict) or not set(sub) <= _SCALAR_KEYWORDS:
+            return None
+        types = _QUICK_TYPES.get(sub.get("type"))  # type: ignore[arg-type]
+        if types is None:
+            return None
+        enum = sub.get("enum")
+        if enum is not None:
+            # only values of the exact type: `True == 1` and `1 == 1.0` must not decide here
+            if not isinstance(enum, list) or not all(type(o) in types[:1] for o in enum):
+                return None
+            enum = frozenset(enum)
+        fields[name] = (types, enum)
+    needed = tuple(required)
+    closed = additional is False or (strict and bool(properties))
+
+    def test(value: Any) -> bool:
+        if type(value) is not dict:
+            return False
+        for name in needed:
+            if name not in value:
+                return False
+        for name, item in value.items():
+            field = fields.get(name)
+            if field is None:
+                if closed:
+                    return False
+                continue
+            types, enum = field
+            if type(item) not in types or (enum is not None and item not in enum):
+                return False
+        return True
+
+    return test

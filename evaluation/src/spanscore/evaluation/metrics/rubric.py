@@ -76,7 +76,8 @@ class ToolCallRubric(AssertionBase):
     """
 
     type: Literal["tool_call_rubric"]
-    _prepared: tuple[list[float], list[list[Any]]] | None = PrivateAttr(None)
+    # (critic weights, expected values per critic, normalised expected names)
+    _prepared: tuple[list[float], list[list[Any]], list[str]] | None = PrivateAttr(None)
     expected: list[RubricCall] = Field(description="the expected tool calls")
     critics: list[CriticEntry] = Field(
         default_factory=list,
@@ -140,29 +141,47 @@ class ToolCallRubric(AssertionBase):
             self._prepared = (
                 critic_weights(self.critics),
                 [[argument(e.arguments, c.field) for c in self.critics] for e in self.expected],
+                [normalize_name(e.name) for e in self.expected],
             )
-        weights, wanted = self._prepared
+        weights, wanted, expected_keys = self._prepared
+        critics = list(zip(self.critics, weights, strict=True))
         got = [[argument(args, c.field) for c in self.critics] for _, args in actual]
+        actual_keys = [normalize_name(name) for name in actual_names]
+        selection_weight = self.tool_selection_weight
         judged: dict[tuple[int, int, int], Any] = {}  # each judgement made once, reused below
-        pair_weights: list[list[float | None]] = [
-            [
-                self._pair_score(e, name, wanted[i], got[j], weights, judged, i, j)
-                for j, (name, _) in enumerate(actual)
-            ]
-            for i, e in enumerate(self.expected)
-        ]
+        # Every pair's score, as Arcade's cost matrix: the tool-selection weight when the
+        # names match, plus each critic's score where both values are present (a critic that
+        # cannot judge adds nothing).
+        pair_weights: list[list[float | None]] = []
+        for i, key in enumerate(expected_keys):
+            want_row = wanted[i]
+            row: list[float | None] = []
+            for j, actual_key in enumerate(actual_keys):
+                score = selection_weight if key == actual_key else 0.0
+                got_row = got[j]
+                for k, (critic, weight) in enumerate(critics):
+                    want, value = want_row[k], got_row[k]
+                    if want is None or value is None:
+                        continue
+                    try:
+                        judgement = judged[(i, j, k)] = critic.judge(want, value, weight)
+                    except Exception:
+                        continue
+                    score += judgement.score
+                row.append(score)
+            pair_weights.append(row)
         pairs = self._pairs(pair_weights)
         total = weight_sum = 0.0
         results: list[dict[str, Any]] = []
         for i, j in pairs:
             expected = self.expected[i]
             name = actual[j][0]
-            selected = same_tool_name(expected.name, name)
-            selection = self.tool_selection_weight if selected else 0.0
+            selected = expected_keys[i] == actual_keys[j]
+            selection = selection_weight if selected else 0.0
             total += selection
-            weight_sum += self.tool_selection_weight
+            weight_sum += selection_weight
             critiques = []
-            for k, (critic, weight) in enumerate(zip(self.critics, weights, strict=True)):
+            for k, (critic, weight) in enumerate(critics):
                 want, value = wanted[i][k], got[j][k]
                 try:
                     judgement = judged.get((i, j, k)) or critic.judge(want, value, weight)
@@ -215,29 +234,6 @@ class ToolCallRubric(AssertionBase):
                 strict=False,
             )
         )
-
-    def _pair_score(
-        self,
-        expected: RubricCall,
-        name: str,
-        wanted: list[Any],
-        got: list[Any],
-        weights: list[float],
-        judged: dict[tuple[int, int, int], Any],
-        i: int,
-        j: int,
-    ) -> float:
-        score = self.tool_selection_weight if same_tool_name(expected.name, name) else 0.0
-        for k, (critic, weight) in enumerate(zip(self.critics, weights, strict=True)):
-            want, value = wanted[k], got[k]
-            if want is None or value is None:
-                continue  # as Arcade's cost matrix
-            try:
-                judgement = judged[(i, j, k)] = critic.judge(want, value, weight)
-            except Exception:  # a critic that cannot judge adds nothing
-                continue
-            score += judgement.score
-        return score
 
     @staticmethod
     def _pairs(weights: list[list[float | None]]) -> list[tuple[int, int]]:

@@ -10,7 +10,7 @@ from pydantic import (
     Field,
 )
 
-from spanscore.evaluation.matching.schema_check import check_arguments
+from spanscore.evaluation.matching.schema_check import check_arguments, surely_valid
 from spanscore.evaluation.metrics.common import (
     _NO_TOOLS,
     _arguments,
@@ -80,4 +80,6 @@ class ToolCallValidity(_Graded):
             return [f"the arguments are not a JSON object: {str(arguments)[:60]!r}"]
         if not spec.parameters:
             return []  # a tool without a schema accepts any arguments
+        if surely_valid(arguments, spec.parameters, strict=self.strict):
+            return []  # the common case, without walking the schema
         return check_arguments(arguments, spec.parameters, strict=self.strict)

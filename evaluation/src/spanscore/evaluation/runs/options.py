@@ -32,8 +32,10 @@ class RunOptions:
     workers: int = 0  # 0: one per CPU
     engine: str = "local"  # local (processes of this host) or ray (tasks on a Ray cluster)
     ray_address: str | None = None  # the Ray cluster to join (None: RAY_ADDRESS, else start one)
-    batch_size: int = 500
-    query_conversations: int = 20_000  # conversations per sorted query (bounds its memory)
+    batch_size: int = 500  # conversations per committed batch; it sets the run's memory
+    # Conversations per sorted query; None: one batch per worker. A query's rows are held
+    # while the next query runs, so memory follows this, not the window (`engines.local`).
+    query_conversations: int | None = None
     gates: Sequence[Gate] = ()  # on top of the suite's
     min_conversations: int | None = None  # over the suite's `min_conversations`
     strict: bool | None = None  # over the suite's `strict`: warnings fail the run

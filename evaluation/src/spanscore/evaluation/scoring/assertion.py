@@ -4,7 +4,7 @@ validated configuration that scores one trajectory."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,9 +44,37 @@ class AssertionBase(BaseModel):
         """Whether scoring may ask the LLM judge (it then runs in a judge session)."""
         return False
 
+    if not TYPE_CHECKING:  # as pydantic's own: mypy must not allow any attribute
+
+        def __getattr__(self, item: str) -> Any:
+            # Private attributes hold what an assertion works out once per suite (its plan,
+            # its prepared expectation) and are read on every conversation: straight from
+            # their dict. Pydantic's own way asks each whether it is a descriptor, through an
+            # exception, on every read (3-5 us; 16 reads a conversation on the bench's suite).
+            private = object.__getattribute__(self, "__pydantic_private__")
+            if private is not None and item in private and item in _plain_private(type(self)):
+                return private[item]
+            return super().__getattr__(item)
+
     def graded(self, value: float, passed: bool, **fields: Any) -> Score:
         """A graded score; `threshold`, when set, decides pass/fail instead of the rule."""
         value = min(1.0, max(0.0, value))
         if self.threshold is not None:
             passed = value >= self.threshold
         return Score(value=value, passed=passed, threshold=self.threshold, **fields)
+
+
+_PLAIN_PRIVATE: dict[type, frozenset[str]] = {}
+
+
+def _plain_private(cls: type[AssertionBase]) -> frozenset[str]:
+    """The class's private attributes whose default is not a descriptor (pydantic calls a
+    descriptor's `__get__` on each read: those are left to it)."""
+    found = _PLAIN_PRIVATE.get(cls)
+    if found is None:
+        found = _PLAIN_PRIVATE[cls] = frozenset(
+            name
+            for name, attribute in cls.__private_attributes__.items()
+            if not hasattr(attribute, "__get__")
+        )
+    return found

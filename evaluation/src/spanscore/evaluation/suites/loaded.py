@@ -26,6 +26,10 @@ from spanscore.evaluation.suites.model import (
 )
 from spanscore.evaluation.trajectory.model import Trajectory
 
+# A group's (scenario id, position) items: for a production conversation (metrics about the
+# simulated user left out), and for a simulated one.
+_Items = tuple[list[tuple[str | None, int]], list[tuple[str | None, int]]]
+
 
 class ScoreRow(NamedTuple):
     scenario_id: str | None
@@ -93,6 +97,18 @@ class LoadedSuite:
         self.assertions = [a for _, a in located_assertions(self.suite)]
         self._position = {id(a): i for i, a in enumerate(self.assertions)}
         self._judged = {i for i, a in enumerate(self.assertions) if a.may_judge(self.registry)}
+        # What `score_deterministic` scores, worked out once (not per conversation): the
+        # (scenario id, position) items of the suite's metrics and of each selecting group,
+        # for a production conversation and for a simulated one.
+        position = self._position
+
+        def items(sid: str | None, group: Sequence[AssertionBase]) -> _Items:
+            every = [(sid, position[id(a)]) for a in group]
+            real = [(sid, position[id(a)]) for a in group if not a.simulated_only]
+            return real, every
+
+        self._metric_items = items(None, self.suite.metrics) if self.suite.metrics else None
+        self._group_items = [(g, items(g.id, g.assertions)) for g in self._selecting]
 
     @property
     def uses_judge(self) -> bool:
@@ -151,8 +167,13 @@ class LoadedSuite:
 
     def score_deterministic(self, trajectory: Trajectory) -> tuple[list[ScoreRow], Deferred | None]:
         """The scores that need no judge, and what waits for it (None: nothing)."""
-        position = self._position
-        items = [(sid, position[id(a)]) for sid, group in self.groups(trajectory) for a in group]
+        simulated = SIMULATION_ATTRIBUTE in trajectory.attributes  # as `groups` decides
+        items: list[tuple[str | None, int]] = []
+        if self._metric_items is not None:
+            items += self._metric_items[simulated]
+        for group, group_items in self._group_items:
+            if group.selector.selects(trajectory):
+                items += group_items[simulated]
         rows, waiting, requests = self.evaluate_items(trajectory, items, {})
         if not waiting:
             return rows, None

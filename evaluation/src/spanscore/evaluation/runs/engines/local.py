@@ -1,5 +1,10 @@
 """The local engine: one sorted query per group of conversations at the pinned snapshot, cut into
-chunks of whole conversations that a pool of worker processes rebuilds and scores."""
+chunks of whole conversations that a pool of worker processes rebuilds and scores.
+
+Memory is set by `--batch-size`, not by the window: a query reads one batch per worker (the
+first, one batch; at least `MIN_QUERY_CONVERSATIONS`), its rows are held while a thread runs
+the next query, and at most two chunks per worker are in flight: a few queries' rows at a
+time, whether the window holds ten thousand conversations or ten million."""
 
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ def local_batches(
     workers = options.workers or os.cpu_count() or 1
     workers = min(workers, math.ceil(len(todo) / size))
     try:
-        chunks = _all_chunks(con, suite, todo, size, options.query_conversations)
+        chunks = _all_chunks(con, suite, todo, size, query_size(options, workers))
         if workers <= 1:
             for chunk in chunks:
                 scores, ids, deferred = score_chunk(suite, chunk)
@@ -65,6 +70,21 @@ def local_batches(
         yield score_table(missing[i : i + size]), len(missing[i : i + size]), [], False
 
 
+# Conversations a query reads at least: each query has a cost of its own (the lake's metadata,
+# the plan; bench/evaluate.py: about a quarter of a second of this process's CPU), which
+# queries of one small batch per worker (1,000 at the default --batch-size) paid too often.
+MIN_QUERY_CONVERSATIONS = 5_000
+
+
+def query_size(options: RunOptions, workers: int) -> int:
+    """Conversations per sorted query: `query_conversations`, by default one batch per worker
+    and at least `MIN_QUERY_CONVERSATIONS` (each query's rows are held while the next one
+    runs: this is what sets a run's memory, whatever the window)."""
+    if options.query_conversations:
+        return options.query_conversations
+    return max(max(1, options.batch_size) * max(1, workers), MIN_QUERY_CONVERSATIONS)
+
+
 def _all_chunks(
     con: duckdb.DuckDBPyConnection,
     suite: LoadedSuite,
@@ -73,10 +93,10 @@ def _all_chunks(
     per_query: int,
 ) -> Iterator[pa.Table]:
     """Chunks of whole conversations, from one sorted query per `per_query` conversations:
-    the sort's memory is bounded by that, not by the window. The first chunk has a query of
-    its own, so scoring (and the judge's first questions) start at once, not after the sort
-    of the first `per_query` conversations. A thread runs each query while the chunks of the
-    one before are cut and handed out (`rows_of_chunks`)."""
+    the sort's memory, and that of the rows held, is bounded by that, not by the window. The
+    first chunk has a query of its own, so scoring (and the judge's first questions) start at
+    once, not after the sort of the first `per_query` conversations. A thread runs each query
+    while the chunks of the one before are cut and handed out (`rows_of_chunks`)."""
     queries: list[list[str]] = []
     start, step = 0, size
     while start < len(todo):
