@@ -47,14 +47,18 @@ def _twice(lake: Path) -> list[tuple[object, ...]]:
 
 
 @contextlib.contextmanager
-def _follower(lake: Path, suite: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def _follower(
+    lake: Path, suite: Path, log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     args = [
         sys.executable, "-m", "spanscore.cli", "evaluate", "--lake", str(lake),
         "--suite", str(suite), "--follow", "--settle", "0s", "--poll", "0.2s",
         "--batch-size", "2", "--workers", "1", "--since", "2023-01-01",
     ]  # fmt: skip
     with log.open("ab") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
     try:
         yield proc
     finally:
@@ -67,14 +71,29 @@ def _follower(lake: Path, suite: Path, log: Path) -> Iterator[subprocess.Popen[b
                     child.kill()
 
 
+SLOW_METRIC = """
+import time
+
+
+def takes_its_time(trajectory):
+    time.sleep(0.2)
+    return True
+"""
+
+
 @pytest.mark.slow
 def test_follower_scores_each_conversation_once_across_kill_9_and_restart(tmp_path: Path) -> None:
     lake = tmp_path / "lake"
     total = 30
     build_lake(lake, total)
-    suite = write_suite(tmp_path, SUITE)
+    # A metric that takes its time (0.2 s a conversation, committed two at a time), so that
+    # the kill lands while the backfill is scored, however fast the machine.
+    (tmp_path / "slow_metric.py").write_text(SLOW_METRIC)
+    slow = {"type": "metric", "metric": "slow_metric:takes_its_time"}
+    suite = write_suite(tmp_path, {**SUITE, "metrics": [*SUITE["metrics"], slow]})
+    env = {"PYTHONPATH": str(tmp_path)}
     log = tmp_path / "follow.log"
-    with _follower(lake, suite, log) as first:
+    with _follower(lake, suite, log, env) as first:
         wait_for(lambda: _scored(lake) > 0 or first.poll() is not None, timeout=120, interval=0.2)
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
@@ -82,7 +101,7 @@ def test_follower_scores_each_conversation_once_across_kill_9_and_restart(tmp_pa
     assert 0 < at_kill < total, log.read_text()[-2000:]
     assert query(lake, "SELECT status FROM eval_runs") == [("running",)]
 
-    with _follower(lake, suite, log) as second:
+    with _follower(lake, suite, log, env) as second:
         wait_for(lambda: _scored(lake) == total, timeout=240, interval=0.5)
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=60) == 0, log.read_text()[-2000:]
