@@ -259,52 +259,15 @@ _QUICK_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-_QUICK_KEYWORDS = frozenset(("type", "enum", "description"))
-
-
 def quick_check(schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
-    """For a closed object of scalar properties (every property required, no other allowed;
-    each property a `type`, with an optional `enum` of that type's values), a test that is
-    True only for values `check_arguments` finds no problem with (False means "ask
-    `check_arguments`", which also says why). None for any other schema.
-
-    A judge's verdict is such an object, and its answers are checked one by one: this makes
-    the check a few dictionary look-ups."""
-    properties = schema.get("properties")
-    if (
-        schema.get("type") != "object"
-        or not isinstance(properties, dict)
-        or schema.get("additionalProperties") is not False
-        or schema.get("required") != list(properties)
-        or not set(schema) <= {"type", "properties", "required", "additionalProperties"}
-    ):
-        return None
-    fields: list[tuple[str, tuple[type, ...], frozenset[Any] | None]] = []
-    for name, sub in properties.items():
-        if not isinstance(sub, dict) or not set(sub) <= _QUICK_KEYWORDS:
-            return None
-        types = _QUICK_TYPES.get(sub.get("type"))  # type: ignore[arg-type]
-        if types is None:
-            return None
-        enum = sub.get("enum")
-        if enum is not None:
-            # only values of the exact type: `True == 1` and `1 == 1.0` must not decide here
-            if not isinstance(enum, list) or not all(type(o) in types[:1] for o in enum):
-                return None
-            enum = frozenset(enum)
-        fields.append((name, types, enum))
-    names = set(properties)
-
-    def test(value: Any) -> bool:
-        if type(value) is not dict or value.keys() != names:
-            return False
-        for name, types, enum in fields:
-            item = value[name]
-            if type(item) not in types or (enum is not None and item not in enum):
-                return False
-        return True
-
-    return test
+    """For an object of scalar properties, every one required (each a `type`, with an optional
+    `enum` of that type's values), a test that is True only for values `check_arguments` finds
+    no problem with (False means "ask `check_arguments`", which also says why). None for any
+    other schema. `surely_valid`'s test, for a judge's verdict schema: its answers are checked
+    one by one, and this makes the check a few dictionary look-ups."""
+    if schema.get("required") != list(schema.get("properties") or ()):
+        return None  # not every property required: `surely_valid`'s wider case
+    return _scalar_object_test(schema, strict=False)
 
 
 # Keywords `check_arguments` reads nothing from (annotations): a schema of only these and the
