@@ -5,15 +5,17 @@ A local OpenAI-compatible server in its own process (``spanscore.examples.llm_se
 is an async function in this process that answers at once. Each run uses a new embedded lake
 (no cached user turn). Printed:
 
-- simulated turns per second, and the simulator's own CPU per turn (target < 2 ms): this
-  process's CPU over the simulation, over the turns; beside it, in the same run, the floor: the
-  bare ``AsyncOpenAI`` client asking the same number of user-model questions of the same
-  shape, the same number at once (what any simulator built on ``openai`` pays), and the
-  simulator's share above it;
+- simulated turns per second, and the simulator's CPU per turn (target < 2 ms): the CPU this
+  process spends on the turns of a run of ``--trials`` trials a scenario beyond one of half as
+  many, over the turns between them (so the lake's set-up, the extensions' loading and the last
+  commit cancel out). The user model's client (``openai`` on the judge's transport) is part of
+  it; beside it, in the same run, that client alone asking the same number of questions of the
+  same shape, as many at once, and the simulator's own share above it;
 - against a user-model server that answers after ``--latency-ms`` and refuses with 429 past
   ``--capacity`` questions in flight, the user model's questions per second as a share of the
-  server's capacity (capacity / latency; target >= 90 %), the 429s received and where the
-  adaptive limit settled.
+  server's capacity (capacity / latency; target >= 90 %): over the whole run, and in its steady
+  state (the middle 80 % of the turns' send times, without the first conversations' ramp-up and
+  the last ones' tail); and the 429s received.
 
 Figures are printed, nothing is asserted.
 
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +88,24 @@ async def agent(message: str) -> str:
     return f"done: {message}"
 
 
-def run(
-    directory: Path, url: str, trials: int, concurrency: int
-) -> tuple[SimulationResult, float, float]:
-    """One simulation on a new lake: (result, process CPU seconds spent in it, seconds from the
-    first trial's start to the last one's end: the lake's set-up and the final commit left
-    out)."""
+@dataclass
+class Run:
+    result: SimulationResult
+    cpu_s: float  # this process's CPU over `simulate`, set-up and last commit included
+    active_s: float  # from the first trial's start to the last one's end
+    steady_turns_per_s: float  # turns sent in the middle 80 % of the turns' send times
+
+    @property
+    def turns(self) -> int:
+        return sum(o.turns for o in self.result.outcomes)
+
+    @property
+    def questions(self) -> int:
+        return int(self.result.user.get("calls", 0))
+
+
+def run(directory: Path, url: str, trials: int, concurrency: int) -> Run:
+    """One simulation on a new lake."""
     lake = directory / f"lake-{time.monotonic_ns()}"
     connect(lake, create=True).close()
     suite = load_suite(suite_file(directory))
@@ -108,17 +123,25 @@ def run(
         row = con.execute(
             "SELECT epoch(max(finished_at)) - epoch(min(started_at)) FROM simulated_conversations"
         ).fetchone()
+        sent = con.execute(
+            "SELECT quantile_cont(epoch(sent_at), [0.1, 0.9]), count(*) FROM simulated_turns"
+        ).fetchone()
     finally:
         con.close()
-    return result, cpu, float(row[0]) if row and row[0] else result.elapsed_s
+    active = float(row[0]) if row and row[0] else result.elapsed_s
+    (p10, p90), count = sent if sent and sent[0] else ((0.0, 0.0), 0)
+    steady = 0.8 * count / (p90 - p10) if p90 > p10 else 0.0
+    return Run(result, cpu, active, steady)
 
 
 def floor_cpu_per_call(url: str, calls: int, concurrency: int, turns: int) -> float:
-    """CPU ms per call of the bare AsyncOpenAI client asking user-model questions of the same
-    shape (a history of `turns` / 2 messages), `concurrency` at once."""
+    """CPU ms per call of the user model's client alone (the `openai` client on the judge's
+    transport, as the simulator uses it) asking user-model questions of the same shape (a
+    history of `turns` / 2 messages), `concurrency` at once."""
     import orjson
     from openai import AsyncOpenAI
 
+    from spanscore.evaluation.llm.http import judge_http_client
     from spanscore.evaluation.suites.users import SimulatedUser
 
     user = SimulatedUser(goal="goal 0", profile="a user of the benchmark")
@@ -135,7 +158,9 @@ def floor_cpu_per_call(url: str, calls: int, concurrency: int, turns: int) -> fl
     )
 
     async def main() -> float:
-        client = AsyncOpenAI(base_url=url, api_key="bench", max_retries=0)
+        client = AsyncOpenAI(
+            base_url=url, api_key="bench", max_retries=0, http_client=judge_http_client(url, 600)
+        )
         slots = asyncio.Semaphore(concurrency)
 
         async def one() -> None:
@@ -153,7 +178,7 @@ def floor_cpu_per_call(url: str, calls: int, concurrency: int, turns: int) -> fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=200, help="trials per scenario (10)")
+    parser.add_argument("--trials", type=int, default=200, help="trials per scenario (200)")
     parser.add_argument("--turns", type=int, default=4, help="user messages per conversation")
     parser.add_argument("--concurrency", type=int, default=64, help="conversations at once")
     parser.add_argument("--capacity", type=int, default=32, help="the limited server's capacity")
@@ -164,42 +189,46 @@ def main() -> None:
         # 1. The simulator's own speed and CPU, the user model answering at once.
         server, url = start_users(args.turns, None, 0)
         try:
-            result, cpu, active = run(directory, url, args.trials, args.concurrency)
-            turns = sum(o.turns for o in result.outcomes)
-            questions = result.user.get("calls", 0)
-            floor = floor_cpu_per_call(url, questions, args.concurrency, args.turns)
+            half = run(directory, url, max(1, args.trials // 2), args.concurrency)
+            whole = run(directory, url, args.trials, args.concurrency)
+            extra_questions = whole.questions - half.questions
+            floor = floor_cpu_per_call(url, extra_questions, args.concurrency, args.turns)
         finally:
             server.terminate()
             server.wait()
-        per_turn = cpu / turns * 1000
+        extra_turns = whole.turns - half.turns
+        per_turn = (whole.cpu_s - half.cpu_s) / extra_turns * 1000
+        client = floor * extra_questions / extra_turns
         print(
-            f"{len(result.outcomes)} conversations ({SCENARIOS} scenarios x {args.trials} "
-            f"trials), {turns} simulated turns and {questions} user-model questions in "
-            f"{active:.1f} s: {turns / active:.0f} turns/s ({result.elapsed_s:.1f} s with the "
-            "lake's set-up and the last commit)"
+            f"{len(whole.result.outcomes)} conversations ({SCENARIOS} scenarios x {args.trials} "
+            f"trials), {whole.turns} simulated turns and {whole.questions} user-model questions "
+            f"in {whole.active_s:.1f} s: {whole.turns / whole.active_s:.0f} turns/s "
+            f"({whole.result.elapsed_s:.1f} s with the lake's set-up and the last commit)"
         )
         print(
-            f"  simulator CPU per turn: {per_turn:.3f} ms (target < 2 ms), including the user "
-            f"model's client; the bare AsyncOpenAI client's floor for the same questions: "
-            f"{floor * questions / turns:.3f} ms per turn, so the simulator's own share above "
-            f"it: {per_turn - floor * questions / turns:.3f} ms"
+            f"  CPU per turn: {per_turn:.3f} ms (target < 2 ms; the {extra_turns} turns beyond a "
+            f"run of {len(half.result.outcomes)} conversations), the user "
+            f"model's client included; that client alone for the same questions: {client:.3f} ms "
+            f"a turn, so the simulator's own share: {per_turn - client:.3f} ms"
         )
         # 2. Against a provider with a capacity limit: the share of its capacity used.
         server, url = start_users(args.turns, args.capacity, args.latency_ms)
         try:
-            trials = max(1, (args.capacity * 20) // SCENARIOS)
-            result, _, active = run(directory, url, trials, args.capacity * 4)
+            trials = max(1, (args.capacity * 40) // SCENARIOS)
+            limited = run(directory, url, trials, args.capacity * 4)
         finally:
             server.terminate()
             server.wait()
-        calls = result.user.get("calls", 0)
+        calls = limited.questions
         ceiling = args.capacity / (args.latency_ms / 1000)
-        rate = calls / active
+        rate = calls / limited.active_s
+        steady = limited.steady_turns_per_s * calls / max(1, limited.turns)
         print(
             f"user model against a server of capacity {args.capacity} and {args.latency_ms} ms "
             f"latency ({ceiling:.0f} questions/s at most): {calls} questions in "
-            f"{active:.1f} s = {rate:.0f}/s = {rate / ceiling:.1%} of its capacity "
-            f"(target >= 90 %); {result.user.get('throttled', 0)} answers were 429s"
+            f"{limited.active_s:.1f} s = {rate:.0f}/s = {rate / ceiling:.1%} of its capacity over "
+            f"the whole run; {steady:.0f}/s = {steady / ceiling:.1%} in its steady state (target "
+            f">= 90 %); {limited.result.user.get('throttled', 0)} answers were 429s"
         )
 
 

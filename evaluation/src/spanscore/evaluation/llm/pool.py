@@ -79,6 +79,11 @@ class JudgeCache:
         }
         return len(rows)
 
+    @property
+    def in_memory(self) -> bool:
+        """Whether look-ups are answered from memory (`preload`), never from the lake."""
+        return self._memory is not None
+
     def get_many(self, keys: list[str]) -> dict[str, JudgeAnswer]:
         if not keys:
             return {}
@@ -290,7 +295,9 @@ class JudgeRunner:
     async def _answer_all(self, requests: dict[str, JudgeRequest]) -> dict[str, JudgeAnswer]:
         keys = {digest: self.client.cache_key(r) for digest, r in requests.items()}
         found: dict[str, JudgeAnswer] = {}
-        if self.cache is not None:
+        if self.cache is not None and self.cache.in_memory:
+            found = self.cache.get_many(list(keys.values()))  # a dict look-up: no thread hop
+        elif self.cache is not None:
             found = await asyncio.to_thread(self.cache.get_many, sorted(set(keys.values())))
         answers: dict[str, JudgeAnswer] = {}
         waiting: dict[str, asyncio.Future[JudgeAnswer]] = {}
