@@ -277,18 +277,22 @@ def test_rows_past_retention_are_gone_from_every_file(
 
 @pytest.mark.postgres
 @pytest.mark.slow
-def test_an_erased_conversation_is_gone_from_a_shared_lakes_bucket(
+@pytest.mark.parametrize("how", ["erase", "retention"])
+def test_a_marked_conversation_is_gone_from_a_shared_lakes_bucket_and_catalog(
+    how: str,
     shared_lake: str,
     postgres_database: str,
     s3_server: S3Server,
     make_collector: Callable[..., Collector],
     tmp_path: Path,
 ) -> None:
-    """The same on a lake whose catalog is on PostgreSQL and whose data is in a bucket; and
-    the catalog's own rows (its column statistics) hold no marker either."""
+    """The same on a lake whose catalog is on PostgreSQL and whose data is in a bucket, after
+    an erase and after retention; and the catalog's own rows (its column statistics) hold no
+    marker either."""
     _uncompressed_lake(shared_lake)
     collector = make_collector(lake=shared_lake, maintenance_interval_s=0)
-    marker, kept = _write_marked_lake(collector, shared_lake, tmp_path, marked_at=NOW - MINUTES)
+    marked_at = NOW - MINUTES if how == "erase" else OLD
+    marker, kept = _write_marked_lake(collector, shared_lake, tmp_path, marked_at=marked_at)
 
     def bucket() -> dict[str, bytes]:
         return {key: s3_server.read(key) for key in s3_server.objects("lake/")}
@@ -296,11 +300,32 @@ def test_an_erased_conversation_is_gone_from_a_shared_lakes_bucket(
     before = marker_hits(bucket(), marker)
     tables = {key.split("/")[2] for key in before}
     assert {"spans", "logs", "scores", "judge_cache", "trajectory_steps"} <= tables, before
+    assert _catalog_tables_with(postgres_database, marker), "the catalog search sees nothing"
     shown = {name: _show(shared_lake, name) for name in kept}
-    erased = _erase(shared_lake, "marked", "--yes")
-    assert erased.returncode == 0, erased.stdout + erased.stderr
+    counts = _counts(shared_lake, kept)
+    if how == "erase":
+        erased = _erase(shared_lake, "marked", "--yes")
+        assert erased.returncode == 0, erased.stdout + erased.stderr
+    else:
+        con = lake.connect(shared_lake)
+        try:
+            done = lake.maintain(
+                con, retention_days=30, expire_older_than_s=0, delete_older_than_s=0
+            )
+            status = con.execute("SELECT reason, status FROM erasures").fetchall()
+        finally:
+            con.close()
+        assert done["retention_rows_deleted"] > 0, done
+        assert done["retention_finished"] == 1, done
+        assert status == [("retention", "purged")]
     assert marker_hits(bucket(), marker) == []
+    assert _counts(shared_lake, kept) == counts
     assert {name: _show(shared_lake, name) for name in kept} == shown
+    assert _catalog_tables_with(postgres_database, marker) == []
+
+
+def _catalog_tables_with(postgres_database: str, marker: str) -> list[str]:
+    """The catalog's tables (on PostgreSQL) with a row whose text holds the marker."""
     import psycopg
 
     with psycopg.connect(postgres_database, autocommit=True) as catalog:
@@ -309,7 +334,7 @@ def test_an_erased_conversation_is_gone_from_a_shared_lakes_bucket(
             "WHERE table_name LIKE 'ducklake%'"
         ).fetchall()
         assert tables
-        holding = [
+        return [
             name
             for schema, name in tables
             if catalog.execute(
@@ -318,7 +343,6 @@ def test_an_erased_conversation_is_gone_from_a_shared_lakes_bucket(
             ).fetchone()
             != (0,)
         ]
-    assert holding == []
 
 
 def test_an_unknown_id_is_reported_and_nothing_is_touched(
