@@ -491,6 +491,44 @@ def test_a_running_evaluation_keeps_its_snapshot_through_erase_and_retention(
         con.close()
 
 
+def test_retention_ages_what_no_span_ages(tmp_path: Path) -> None:
+    """Judge answers, simulated turns and score explanations past retention go by their own
+    age, also of a conversation with no span in the lake (a simulated conversation whose
+    agent sends its spans elsewhere); younger ones, and the scores' values, stay."""
+    con = lake.connect(tmp_path / "lake", create=True)
+    try:
+        for conversation, at in (("simulated-old", OLD), ("simulated-new", NOW)):
+            con.execute(
+                "INSERT INTO judge_cache (key, purpose, answer, created_at, conversation_id) "
+                "VALUES (?, 'simulated_user', '{}', ?, ?)",
+                [conversation, at, conversation],
+            )
+            con.execute(
+                "INSERT INTO simulated_turns (conversation_id, turn_index, user_message, "
+                "sent_at) VALUES (?, 0, 'my address is 1 Elm street', ?)",
+                [conversation, at],
+            )
+            con.execute(
+                "INSERT INTO scores (conversation_id, metric, value, explanation, details, "
+                "created_at) VALUES (?, 'tone', 1, 'quoting 1 Elm street', '{}', ?)",
+                [conversation, at],
+            )
+        done = lake.maintain(con, retention_days=30, expire_older_than_s=0, delete_older_than_s=0)
+        assert done["retention_rows_deleted"] == 3, done
+        left = con.execute(
+            "SELECT (SELECT list(conversation_id) FROM judge_cache), "
+            "(SELECT list(conversation_id) FROM simulated_turns)"
+        ).fetchone()
+        scores = con.execute(
+            "SELECT conversation_id, value, explanation IS NULL, details IS NULL FROM scores "
+            "ORDER BY conversation_id"
+        ).fetchall()
+    finally:
+        con.close()
+    assert left == (["simulated-new"], ["simulated-new"])
+    assert scores == [("simulated-new", 1.0, False, False), ("simulated-old", 1.0, True, True)]
+
+
 def test_status_shows_the_oldest_data_kept_and_the_retention(
     lake_dir: Path, make_collector: Callable[..., Collector]
 ) -> None:

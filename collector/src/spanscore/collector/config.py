@@ -162,8 +162,9 @@ class CollectorConfig(BaseModel):
         None,
         gt=0,
         description="spans and log records older than this many days are deleted by "
-        "maintenance, with the trajectories stored and the judge answers made from them and "
-        "older scores' explanations and details (unset: kept for ever); they leave the disk "
+        "maintenance, with the trajectories stored and the judge answers made from them, "
+        "and judge answers, simulated turns and scores' explanations and details older than "
+        "that (unset: kept for ever); they leave the disk "
         "once the snapshots before them expire (snapshot_retention_s, twice)",
     )
     score_retention_days: float | None = Field(

@@ -41,6 +41,8 @@ Step = Callable[[str | Callable[[], list[tuple[Any, ...]]], str], list[tuple[Any
 
 # The raw tables and the time that ages their rows.
 RAW_TIMES = {"spans": "start_time", "logs": "time"}
+# Tables of `CONVERSATION_CONTENT` that retention also ages by a time of their own.
+AGED_CONTENT = {"judge_cache": "created_at", "simulated_turns": "sent_at"}
 
 _IDS = "temp.main.spanscore_erase_ids"
 _SELECTED = f"(SELECT conversation_id FROM {_IDS})"
@@ -395,8 +397,9 @@ def apply_retention(
     """Delete the rows past retention, in one transaction: spans and log records older than
     `retention_days` (by their start, their time); of the conversations they belonged to,
     the rows of `CONVERSATION_CONTENT` and the scores' explanation and details (which may
-    quote them); judge answers older than that which name no conversation; and scores and
-    finished `eval_runs` older than `score_retention_days`. The files holding them are
+    quote them); judge answers, simulated turns and score explanations and details older
+    than that, whatever conversation they name (`AGED_CONTENT`); and scores and finished
+    `eval_runs` older than `score_retention_days`. The files holding them are
     rewritten at once; they leave the disk with the snapshots maintenance expires
     (`finish_retention`). The cutoff moves by whole hours, so that later passes in the hour
     find nothing (and commit nothing). Recorded in `erasures` when it deleted anything."""
@@ -439,15 +442,16 @@ def apply_retention(
                     f"DELETE FROM {ALIAS}.{quote_identifier(table)} "
                     f"WHERE conversation_id IN {_SELECTED}",
                 )
-            delete(
-                "judge_cache",
-                f"DELETE FROM {ALIAS}.judge_cache "
-                f"WHERE conversation_id IS NULL AND created_at < {raw}",
-            )
+            # And by their own age, whatever conversation they name: what was made of a
+            # conversation is never younger than it, and some conversations have no span
+            # here to age them (a simulated one whose agent sends its spans elsewhere, answers
+            # stored before the cache named the conversation that asked).
+            for table, column in AGED_CONTENT.items():
+                delete(table, f"DELETE FROM {ALIAS}.{table} WHERE {column} < {raw}")
             delete(
                 "scores_cleared",
                 f"UPDATE {ALIAS}.scores SET explanation = NULL, details = NULL "
-                f"WHERE conversation_id IN {_SELECTED} "
+                f"WHERE (conversation_id IN {_SELECTED} OR created_at < {raw}) "
                 "AND (explanation IS NOT NULL OR details IS NOT NULL)",
             )
         if score_retention_days is not None:
