@@ -64,6 +64,12 @@ answers in under a second". What it does, in one run:
    conversation (warm, median of ``--runs``) and a full read of each view into Arrow (twice each,
    alternating, so that a drift of the machine's speed hits both). What "no slower than before"
    is measured with when a view's definition changes.
+7. ``--compare-retention-days N`` (off by default): the fragmented lake's phase (3) run once
+   more with ``retention_days`` N applied by each of its maintenance runs, in the same run, its
+   rows labelled ``retention Nd`` beside the phase's without it. The spans start at
+   ``FIRST_ARRIVAL`` and cover ``DAYS`` days: a limit past their age deletes nothing and
+   measures what checking costs every maintenance; a limit within them deletes the older ones.
+   (``--retention-days N`` applies N to every phase instead.)
 
 A summary table ends the run. Figures are printed, never asserted: the 1 s target is shown for
 context only, next to the full scan of the same lake as a baseline.
@@ -74,6 +80,7 @@ Run (from the repository root)::
     .venv/bin/python bench/query.py --quick           # 500k spans, smoke test
     .venv/bin/python bench/query.py --in-flight 250   # conversations close together in the lake
     .venv/bin/python bench/query.py --baseline-views HEAD~1   # views against an earlier version
+    .venv/bin/python bench/query.py --compare-retention-days 3650   # retention's cost, same run
 """
 
 from __future__ import annotations
@@ -90,7 +97,7 @@ import tempfile
 import time
 import types
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -826,6 +833,27 @@ def fragmented_lake(
     return timings, lake_dir, conversation
 
 
+def compare_retention(
+    args: argparse.Namespace, workdir: Path, picks: tuple[Any, ...]
+) -> list[Timing]:
+    """The fragmented lake's phase again, in the same run, with `--compare-retention-days`
+    applied by each of its maintenance runs (instead of `--retention-days`): the same spans,
+    commits and conversation, so that its timings and its maintenance's compare with the
+    phase's above, on the same machine at the same time."""
+    days = args.compare_retention_days
+    print(f"\n== the same, with retention_days {days:g}", flush=True)
+    saved, RETENTION_DAYS[0] = RETENTION_DAYS[0], days
+    try:
+        rng = random.Random()
+        rng.setstate(picks)  # the conversation the phase without it queried
+        (workdir / "retention").mkdir(exist_ok=True)
+        timings, lake_dir, _ = fragmented_lake(args, workdir / "retention", rng)
+    finally:
+        RETENTION_DAYS[0] = saved
+    shutil.rmtree(lake_dir, ignore_errors=True)
+    return [replace(t, scenario=f"{t.scenario}, retention {days:g}d") for t in timings]
+
+
 # --- the views against an earlier definition ---------------------------------------------------
 
 REPO = Path(__file__).resolve().parent.parent
@@ -981,6 +1009,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "past its age deletes nothing and measures what checking costs)",
     )
     parser.add_argument(
+        "--compare-retention-days",
+        type=float,
+        help="also run the fragmented lake's phase again with this retention, in the same run, "
+        "and print both (spans start at FIRST_ARRIVAL, over DAYS days: a limit past their age "
+        "deletes nothing and measures what checking costs; a limit within them deletes the "
+        "older spans)",
+    )
+    parser.add_argument(
         "--baseline-views",
         metavar="REV",
         help="also time the views as defined at this git revision, beside today's",
@@ -1067,7 +1103,7 @@ def _commit_counts(text: str) -> tuple[int, ...]:
 
 
 def print_summary(timings: list[Timing], args: argparse.Namespace) -> None:
-    width = 34
+    width = max([34, *(len(f"{t.scenario} ({t.query.key}) {t.query.label}") + 2 for t in timings)])
     print()
     print(
         f"Summary ({args.spans:,}-span lake in {args.commit_rows:,}-span commits; fragmented "
@@ -1133,8 +1169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unfilled:
             print(f"  columns this benchmark leaves NULL: {', '.join(unfilled)}")
         timings, lake_dir, _layout, conversation = big_lake(args, workdir, rng)
+        picks = rng.getstate()
         fragmented, collectors_lake, its_conversation = fragmented_lake(args, workdir, rng)
         timings += fragmented
+        if args.compare_retention_days is not None:
+            timings += compare_retention(args, workdir, picks)
         comparison = (
             compare_views(lake_dir, conversation, args.baseline_views, args.runs)
             if args.baseline_views
