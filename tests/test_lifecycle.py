@@ -196,6 +196,15 @@ def _erase(lake_dir: Path | str, *args: str, env: dict[str, str] | None = None) 
     )
 
 
+def _assert_marked_everywhere(lake_dir: Path, marker: str) -> None:
+    """The search sees the marker wherever it was written: in the raw tables, in what was made
+    of them, in the scores, and in the catalog (its column statistics)."""
+    before = marker_hits(local_files(lake_dir), marker)
+    tables = {name.split("/")[2] for name in before if name.startswith("data/main/")}
+    assert {"spans", "logs", "scores", "judge_cache", "trajectory_steps"} <= tables, before
+    assert "catalog.sqlite" in before, before
+
+
 @pytest.fixture
 def marked_collector(lake_dir: Path, make_collector: Callable[..., Collector]) -> Collector:
     _uncompressed_lake(lake_dir)
@@ -209,11 +218,7 @@ def test_an_erased_conversation_is_gone_from_every_file_while_the_collector_runs
     marker, kept = _write_marked_lake(
         marked_collector, lake_dir, tmp_path, marked_at=NOW - dt.timedelta(minutes=4)
     )
-    # The search sees the marker wherever it was written: in the raw tables, in what was made
-    # of them, in the scores.
-    before = marker_hits(local_files(lake_dir), marker)
-    tables = {name.split("/")[2] for name in before if name.startswith("data/main/")}
-    assert {"spans", "logs", "scores", "judge_cache", "trajectory_steps"} <= tables, before
+    _assert_marked_everywhere(lake_dir, marker)
     shown = {name: _show(lake_dir, name) for name in kept}
     counts = _counts(lake_dir, kept)
 
@@ -249,7 +254,7 @@ def test_rows_past_retention_are_gone_from_every_file(
     marked_collector: Collector, lake_dir: Path, tmp_path: Path
 ) -> None:
     marker, kept = _write_marked_lake(marked_collector, lake_dir, tmp_path, marked_at=OLD)
-    assert marker_hits(local_files(lake_dir), marker)
+    _assert_marked_everywhere(lake_dir, marker)
     shown = {name: _show(lake_dir, name) for name in kept}
     counts = _counts(lake_dir, kept)
     con = lake.connect(str(lake_dir))
