@@ -449,12 +449,14 @@ def test_an_erase_killed_midway_leaves_a_consistent_lake_and_a_rerun_finishes_it
         con.close()
 
 
+@pytest.mark.parametrize("kind", ["embedded", pytest.param("shared", marks=pytest.mark.postgres)])
 def test_a_running_evaluation_keeps_its_snapshot_through_erase_and_retention(
-    tmp_path: Path,
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """An erase while a run runs takes the rows out of the current data at once, and their
-    files off the disk only once the run ends; retention never expires the run's snapshot."""
-    where = tmp_path / "lake"
+    files off the disk only once the run ends; retention never expires the run's snapshot.
+    On an embedded lake and on a shared one (PostgreSQL catalog, data in a bucket)."""
+    where = tmp_path / "lake" if kind == "embedded" else request.getfixturevalue("shared_lake")
     con = lake.connect(where, create=True)
     try:
         for conversation, started in (("old", OLD), ("gone", NOW), ("kept", NOW)):
