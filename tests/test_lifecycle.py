@@ -392,6 +392,10 @@ def test_a_where_matching_everything_needs_yes_and_a_dry_run_erases_nothing(
     everything = _erase(lake_dir, "--where", "true")
     assert everything.returncode == 2, everything.stderr
     assert "--yes" in everything.stderr, everything.stderr
+    # Its dry run lists them all, and erases nothing.
+    listed = _erase(lake_dir, "--where", "true", "--dry-run")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert {"w-1", "w-2"} <= set(listed.stdout.split()), listed.stdout
     bad = _erase(lake_dir, "--where", "no_such_column = 1", "--yes")
     assert bad.returncode == 2, bad.stderr
     assert "--where" in bad.stderr, bad.stderr

@@ -114,7 +114,7 @@ def erase_command(
             report["erased"] = False
             _print(report, as_json, note="no conversation matches: nothing to erase")
             return
-        if where is not None and not yes:
+        if where is not None and not yes and not dry_run:  # a dry run lists them all
             [(total,)] = con.execute("SELECT count(*) FROM conversations").fetchall()
             if len(selection.conversations) >= int(total):
                 _print(report, as_json)
