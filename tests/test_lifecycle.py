@@ -350,6 +350,40 @@ def _catalog_tables_with(postgres_database: str, marker: str) -> list[str]:
         ]
 
 
+@pytest.mark.slow
+def test_an_erase_while_the_collector_ingests_loses_nothing_it_acknowledged(
+    marked_collector: Collector, lake_dir: Path
+) -> None:
+    """Conversations keep arriving, and are acknowledged, while `spanscore erase` deletes,
+    rewrites files, expires snapshots and deletes files: every one of them is stored whole,
+    and the erased one is gone from every file."""
+    marker = f"MARK{uuid.uuid4().hex[:12]}ER"
+    _conversation(marked_collector, "marked", f"{marker} street", NOW - MINUTES)
+    _conversation(marked_collector, "kept", "a street", NOW - MINUTES)
+    kept = _counts(lake_dir, ["kept"])
+    proc = subprocess.Popen(
+        [*CLI, "erase", "--lake", str(lake_dir), "marked", "--yes"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    live: list[str] = []
+    try:
+        while proc.poll() is None or len(live) < 3:
+            live.append(f"live-{len(live)}")
+            _conversation(marked_collector, live[-1], "another street", NOW)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, out + err
+    assert marker_hits(local_files(lake_dir), marker) == []
+    assert _counts(lake_dir, ["kept"]) == kept
+    assert _counts(lake_dir, live) == sorted((name, 3, 1) for name in live)
+
+
 def test_an_unknown_id_is_reported_and_nothing_is_touched(
     collector: Collector, lake_dir: Path
 ) -> None:
