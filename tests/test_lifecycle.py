@@ -65,7 +65,11 @@ def _conversation(collector: Collector, conversation: str, text: str, at: dt.dat
     """A model call asking for a tool, the tool's span, and the answer; the first model call's
     messages sent as a log record, as newer GenAI instrumentations do."""
     start = _ns(at)
-    call = {"id": f"{conversation}-1", "name": "lookup", "arguments": {"address": text}}
+    call: dict[str, Any] = {
+        "id": f"{conversation}-1",
+        "name": "lookup",
+        "arguments": {"address": text},
+    }
     asking = _chat(conversation, user=f"ship it to {text}", calls=[call], at=start)
     record = _as_log_record(asking)
     _post(
@@ -513,7 +517,7 @@ def test_a_running_evaluation_keeps_its_snapshot_through_erase_and_retention(
         lifecycle.erase(con, selection, selection_kind="ids")
 
         def step(sql: Any, what: str) -> list[tuple[Any, ...]]:
-            return con.execute(sql).fetchall() if isinstance(sql, str) else sql()  # type: ignore[no-any-return]
+            return con.execute(sql).fetchall() if isinstance(sql, str) else sql()
 
         assert lifecycle.finish_erasures(con, step)["purge_deferred"] == 1
         done = lake.maintain(con, retention_days=30, expire_older_than_s=0, delete_older_than_s=0)
@@ -534,6 +538,35 @@ def test_a_running_evaluation_keeps_its_snapshot_through_erase_and_retention(
         assert lifecycle.pending_erasures(con) == []
     finally:
         con.close()
+
+
+@pytest.mark.slow
+def test_a_collector_applies_its_retention_down_to_the_disk(
+    lake_dir: Path, make_collector: Callable[..., Collector]
+) -> None:
+    """`retention_days` as a collector setting: its own maintenance deletes the rows past it,
+    and (with snapshots kept no time) takes them off the disk; the audit row says so."""
+    _uncompressed_lake(lake_dir)
+    collector = make_collector(maintenance_interval_s=1, retention_days=30, snapshot_retention_s=0)
+    marker = f"MARK{uuid.uuid4().hex[:12]}ER"
+    _conversation(collector, "old", f"{marker} street", OLD)
+    _conversation(collector, "new", "a street", NOW)
+
+    def purged() -> bool:
+        """Every pass done (the spans and the record may be two commits, and two passes)."""
+        con = lake.connect(str(lake_dir))
+        try:
+            rows = con.execute("SELECT reason, status, spans, log_records FROM erasures").fetchall()
+        finally:
+            con.close()
+        return all(row[:2] == ("retention", "purged") for row in rows) and (
+            sum(r[2] for r in rows),
+            sum(r[3] for r in rows),
+        ) == (3, 1)
+
+    wait_for(purged, timeout=120)
+    assert _counts(lake_dir, ["new", "old"]) == [("new", 3, 1)]
+    assert marker_hits(local_files(lake_dir), marker) == []
 
 
 def test_retention_ages_what_no_span_ages(tmp_path: Path) -> None:
