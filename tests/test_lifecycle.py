@@ -607,6 +607,47 @@ def test_retention_ages_what_no_span_ages(tmp_path: Path) -> None:
     assert scores == [("simulated-new", 1.0, False, False), ("simulated-old", 1.0, True, True)]
 
 
+def test_an_evaluation_starting_while_an_erase_rewrites_files_keeps_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    """A run that pins its snapshot after the erase looked for running runs, while it rewrites
+    the files: the erase defers expiring snapshots and deleting files, and the run reads its
+    snapshot whole; the erase is finished once the run ends."""
+    where = tmp_path / "lake"
+    con = lake.connect(where, create=True)
+    try:
+        for conversation in ("gone", "kept"):
+            con.execute(
+                "INSERT INTO spans (trace_id, span_id, conversation_id, start_time) "
+                "VALUES (?, 's', ?, ?)",
+                [conversation, conversation, NOW],
+            )
+        lifecycle.erase(con, lifecycle.select_conversations(con, ["gone"]), selection_kind="ids")
+        pinned: list[int] = []
+
+        def step(sql: Any, what: str) -> list[tuple[Any, ...]]:
+            if what == "rewrite files" and not pinned:  # a run starts, and pins the snapshot
+                pinned.append(lake.current_snapshot(con))
+                con.execute(
+                    "INSERT INTO eval_runs (run_id, status, started_at, details) "
+                    "VALUES ('r', 'running', now(), ?)",
+                    [f'{{"snapshot": {pinned[0]}}}'],
+                )
+            return con.execute(sql).fetchall() if isinstance(sql, str) else sql()
+
+        assert lifecycle.finish_erasures(con, step)["purge_deferred"] == 1
+        reader = lake.connect(where, snapshot=pinned[0])
+        try:
+            assert reader.execute("SELECT count(*) FROM spans").fetchone() == (1,)
+        finally:
+            reader.close()
+        assert lifecycle.pending_erasures(con) != []
+        con.execute("UPDATE eval_runs SET status = 'succeeded'")
+        assert lifecycle.finish_erasures(con, step)["erasures_finished"] == 1
+    finally:
+        con.close()
+
+
 def test_status_shows_the_oldest_data_kept_and_the_retention(
     lake_dir: Path, make_collector: Callable[..., Collector]
 ) -> None:

@@ -33,7 +33,12 @@ import pyarrow as pa
 from spanscore.lake.location import ALIAS, _sql_string, log
 from spanscore.lake.retry import retrying
 from spanscore.lake.schema.tables import CONVERSATION_CONTENT, quote_identifier
-from spanscore.lake.snapshots import _delete_old_files, _evaluation_running, _lake_settings
+from spanscore.lake.snapshots import (
+    _delete_old_files,
+    _evaluation_running,
+    _expirable_snapshots,
+    _lake_settings,
+)
 
 # A step of maintenance: runs a statement (or a function making one transaction), retried on
 # conflict, while the collector's writer is held off; returns its rows.
@@ -261,6 +266,8 @@ def finish_erasures(
         done["purge_deferred"] = 1
         return done
     done |= purge(con, step)
+    if done["purge_deferred"]:  # an evaluation started while the files were rewritten
+        return done
     if not done["catalog_scrubbed"]:
         done["purge_deferred"] = 1  # its old values are still in the catalog's free pages
         return done
@@ -280,8 +287,17 @@ def finish_erasures(
 
 def purge(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, int]:
     """Deleted rows off the disk: the files holding them rewritten, every snapshot but the
-    latest expired, unreferenced files deleted, a SQLite catalog compacted."""
-    done = {"files_rewritten": 0, "snapshots_expired": 0, "files_deleted": 0, "catalog_scrubbed": 0}
+    latest expired, unreferenced files deleted, a SQLite catalog compacted. An evaluation that
+    started while the files were rewritten defers the rest (`purge_deferred`): it reads the
+    snapshot it pinned, and the files of it; and a snapshot a running evaluation pinned is
+    never expired, however late it registered."""
+    done = {
+        "files_rewritten": 0,
+        "snapshots_expired": 0,
+        "files_deleted": 0,
+        "catalog_scrubbed": 0,
+        "purge_deferred": 0,
+    }
     for table in _affected_tables():
         rows = step(
             f"CALL ducklake_rewrite_data_files({_sql_string(ALIAS)}, {_sql_string(table)}, "
@@ -289,12 +305,10 @@ def purge(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, int]:
             "rewrite files",
         )
         done["files_rewritten"] += sum(int(r[2] or 0) for r in rows)
-    snapshots = f"ducklake_snapshots({_sql_string(ALIAS)})"
-    row = con.execute(
-        f"SELECT list(snapshot_id ORDER BY snapshot_id) FROM {snapshots} "
-        f"WHERE snapshot_id < (SELECT max(snapshot_id) FROM {snapshots})"
-    ).fetchone()
-    older = list(row[0]) if row and row[0] else []
+    if _evaluation_running(con):
+        done["purge_deferred"] = 1
+        return done
+    older = _expirable_snapshots(con, 0.0)
     if older:
         expired = step(
             f"CALL ducklake_expire_snapshots({_sql_string(ALIAS)}, versions => {older})",
