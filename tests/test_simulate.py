@@ -369,6 +369,20 @@ def test_a_simulation_that_completed_nothing_never_passes(
     )
     assert result.exit_code == 1
     assert document(result)["simulation"]["completed"] == 0
+    # Scored later, with no gate, the simulation still measured nothing: the run fails.
+    sid = document(result)["simulation"]["simulation_id"]
+    scored = CliRunner().invoke(
+        main,
+        ["evaluate", "--lake", str(tmp_path / "lake"), "--suite", str(suite),
+         "--simulation", sid, "--format", "json"],
+    )  # fmt: skip
+    assert scored.exit_code == 1, scored.output
+    run = json.loads(scored.stdout)
+    assert not run["passed"]
+    assert run["failures"] == [
+        f"simulation {sid} completed no conversation (agent_error 2): it measured nothing, "
+        "so it cannot pass"
+    ]
 
 
 def test_user_model_throttling_is_backed_off(

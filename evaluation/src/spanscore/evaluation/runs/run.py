@@ -70,6 +70,7 @@ from spanscore.lake import (
     current_snapshot,
     is_interrupt,
 )
+from spanscore.lake.schema import COMPLETED_STOP_REASONS
 
 log = logging.getLogger("spanscore.evaluate")
 
@@ -253,6 +254,10 @@ def _run(
             ).fetchall()
         }
     result.warnings = run_warnings(suite, result.summary, len(sample), simulated)
+    if options.simulation is not None:
+        nothing = _completed_nothing(con, options.simulation)
+        if nothing is not None:
+            result.failures.append(nothing)
     if single_traces * 2 > result.candidates:
         result.warnings.append(
             f"{single_traces} of the {result.candidates} conversations in the window carried no "
@@ -288,6 +293,26 @@ def _run(
     result.elapsed_s = time.monotonic() - started
     _finish_run(con, result, timings)
     return result
+
+
+def _completed_nothing(con: duckdb.DuckDBPyConnection, simulation_id: str) -> str | None:
+    """Why a simulation's run cannot pass when no trial of it completed (every one failed
+    in the agent, or never ran: the user model, the budget, an interruption); None when one
+    did. Without it, a run with no gate over a simulation that measured nothing passed."""
+    counts = dict(
+        con.execute(
+            "SELECT coalesce(stop_reason, status), count(*) FROM simulated_conversations "
+            "WHERE simulation_id = ? GROUP BY 1 ORDER BY 1",
+            [simulation_id],
+        ).fetchall()
+    )
+    if any(counts.get(reason) for reason in COMPLETED_STOP_REASONS):
+        return None
+    ended = ", ".join(f"{reason} {n}" for reason, n in counts.items()) or "no trial"
+    return (
+        f"simulation {simulation_id} completed no conversation ({ended}): it measured "
+        "nothing, so it cannot pass"
+    )
 
 
 def _check_simulation(con: duckdb.DuckDBPyConnection, simulation_id: str) -> None:

@@ -48,7 +48,7 @@ from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.evaluation.suites.model import Scenario
 from spanscore.evaluation.suites.users import SimulatedUser, SimulatorConfig
 from spanscore.lake import connect
-from spanscore.lake.schema import COUNTED_STOP_REASONS
+from spanscore.lake.schema import COMPLETED_STOP_REASONS
 
 log = logging.getLogger("spanscore.simulate")
 UTC = dt.UTC
@@ -112,7 +112,7 @@ class SimulationResult:
     @property
     def completed(self) -> int:
         """Trials the simulated user took to an end (the agent answered every turn)."""
-        return self.count("goal_reached", "user_gave_up", "max_turns")
+        return self.count(*COMPLETED_STOP_REASONS)
 
     @property
     def not_run(self) -> int:
@@ -389,7 +389,7 @@ async def _run_all(
         result.outcomes.append(outcome)
         done += 1
         if echo is not None:
-            flag = "" if outcome.stop_reason in COUNTED_STOP_REASONS[:3] else " !"
+            flag = "" if outcome.stop_reason in COMPLETED_STOP_REASONS else " !"
             echo(
                 f"[{done}/{len(plan)}] {outcome.conversation_id}: {outcome.stop_reason} "
                 f"after {outcome.turns} turn{'s' if outcome.turns != 1 else ''}{flag}"

@@ -38,6 +38,7 @@ from spanscore.lake.schema.rules import (
 )
 from spanscore.lake.schema.simulation import (
     AGENT_FAILURES,
+    COMPLETED_STOP_REASONS,
     COUNTED_STOP_REASONS,
     SIMULATION_STOP_REASONS,
     SIMULATOR_METRIC_PREFIX,
@@ -80,6 +81,7 @@ from spanscore.lake.schema.trajectory import (
 __all__ = [
     "AGENT_FAILURES",
     "AGENT_OPERATIONS",
+    "COMPLETED_STOP_REASONS",
     "CONVERSATION_ATTRIBUTES",
     "CONVERSATION_CONTENT",
     "CONVERSATION_SUMMARIES",

@@ -18,6 +18,9 @@ SIMULATION_STOP_REASONS = (
 )
 AGENT_FAILURES = ("agent_error", "timeout")
 COUNTED_STOP_REASONS = SIMULATION_STOP_REASONS[:5]
+# The simulated user took the conversation to an end (the agent answered every turn): a
+# simulation with none of these measured nothing, and never passes.
+COMPLETED_STOP_REASONS = SIMULATION_STOP_REASONS[:3]
 
 # Scores about the simulated user rather than the agent (`simulator.fidelity`): shown apart,
 # and never part of whether the agent passed a trial.
