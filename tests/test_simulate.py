@@ -272,6 +272,19 @@ def test_unreachable_agent_is_refused_before_anything_runs(tmp_path: Path) -> No
     assert query(tmp_path / "lake", "SELECT count(*) FROM simulations") == [(0,)]
 
 
+def test_unreachable_collector_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    connect(lake, create=True).close()
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    result = simulate(
+        lake, "--agent", f"{AGENT}:async_echo", "--endpoint", endpoint,
+        "--user-base-url", "http://127.0.0.1:9/v1",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"the collector at {endpoint} is unreachable" in result.stderr
+    assert query(lake, "SELECT count(*) FROM simulations") == [(0,)]
+
+
 def test_scenario_without_a_user_is_a_located_suite_error(tmp_path: Path) -> None:
     suite = write_suite(
         tmp_path,

@@ -228,8 +228,8 @@ def simulate_command(
 
     Exit status: 0 every trial ran to an end (and, with --evaluate, every gate passed); 1 a
     trial could not run (the user model failed or its budget was spent), no trial completed,
-    or a gate failed; 2 usage, suite, or an agent that cannot be reached; 3 the lake cannot be
-    opened; 130 interrupted (`--resume ID` runs the rest).
+    or a gate failed; 2 usage, suite, or an agent or collector that cannot be reached; 3 the
+    lake cannot be opened; 130 interrupted (`--resume ID` runs the rest).
 
     \b
     $ spanscore simulate --lake ./lake --suite suite.yaml --agent my_agent:answer --trials 3
@@ -245,7 +245,12 @@ def simulate_command(
         simulated_scenarios,
         stored_options,
     )
-    from spanscore.evaluation.simulation.targets import HttpSettings, TargetError, make_target
+    from spanscore.evaluation.simulation.targets import (
+        HttpSettings,
+        TargetError,
+        make_target,
+        reachable,
+    )
 
     try:
         suite = load_suite(suite_path, allow_outside_metrics=allow_outside_metrics)
@@ -314,6 +319,8 @@ def simulate_command(
         target = None if python_agent else make_target(agent, settings)
         if target is not None:
             asyncio.run(target.check())
+        if endpoint is not None:  # else the agent's spans would be lost, silently
+            asyncio.run(reachable(endpoint, "the collector"))
         with _span_route(lake, endpoint, python_agent=python_agent):
             # A Python agent is imported once the process is instrumented (its module may
             # create clients at import).

@@ -412,22 +412,7 @@ class HttpTarget:
         self._client: httpx.AsyncClient | None = None
 
     async def check(self) -> None:
-        parts = urllib.parse.urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise TargetError(f"{self.url}: not an http(s) URL")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        try:
-            _, writer = await asyncio.wait_for(
-                asyncio.open_connection(parts.hostname, port), timeout=10
-            )
-        except (OSError, TimeoutError) as exc:
-            raise TargetError(
-                f"the agent at {self.url} is unreachable ({type(exc).__name__}: {exc}); "
-                "nothing was simulated"
-            ) from None
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
+        await reachable(self.url, "the agent")
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -478,6 +463,29 @@ class HttpTarget:
         if not isinstance(value, str):
             raise AgentFailed(f"the agent's {path!r} is {type(value).__name__}, not text")
         return value
+
+
+async def reachable(url: str, what: str) -> None:
+    """Raise `TargetError`, naming `url`, when nothing accepts a connection there: an agent or
+    a collector that cannot be reached is refused before the first conversation."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TargetError(f"{url}: not an http(s) URL")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise TargetError(f"{url}: not a valid port") from None
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(parts.hostname, port), timeout=10
+        )
+    except (OSError, TimeoutError) as exc:
+        raise TargetError(
+            f"{what} at {url} is unreachable ({type(exc).__name__}: {exc}); nothing was simulated"
+        ) from None
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
 
 
 def _fill(template: Any, values: dict[str, str], history: list[dict[str, str]]) -> Any:
