@@ -285,6 +285,29 @@ def test_unreachable_collector_is_refused_before_anything_runs(tmp_path: Path) -
     assert query(lake, "SELECT count(*) FROM simulations") == [(0,)]
 
 
+def test_a_user_model_that_cannot_be_used_is_refused_before_anything_is_recorded(
+    tmp_path: Path,
+) -> None:
+    lake = tmp_path / "lake"
+    no_key = {"OPENAI_API_KEY": None, "OPENAI_BASE_URL": None, "AZURE_OPENAI_ENDPOINT": None}
+    args = ["simulate", "--lake", str(lake), "--suite", str(SUITE)]
+    args += ["--agent", f"{AGENT}:async_echo"]
+    result = CliRunner().invoke(main, args, env=no_key)
+    assert result.exit_code == 2, result.output
+    assert "the user model has no key and no endpoint" in result.stderr
+    assert "--user-base-url" in result.stderr
+    unpriced = CliRunner().invoke(
+        main,
+        [*args, "--user-base-url", "http://127.0.0.1:9/v1", "--user-model", "my-model",
+         "--max-user-cost", "1"],
+    )  # fmt: skip
+    assert unpriced.exit_code == 2, unpriced.output
+    assert "--max-user-cost needs the price of the user model 'my-model'" in unpriced.stderr
+    assert "simulator.prices" in unpriced.stderr
+    # Refused before the simulation was recorded: no simulation is left running.
+    assert query(lake, "SELECT count(*) FROM simulations") == [(0,)]
+
+
 def test_scenario_without_a_user_is_a_located_suite_error(tmp_path: Path) -> None:
     suite = write_suite(
         tmp_path,
@@ -462,6 +485,8 @@ def test_a_failing_user_model_marks_trials_incomplete_and_a_budget_not_run(
     assert out["status"] == "budget_spent"
     assert out["user_model"]["calls"] == 3
     assert out["stop_reasons"]["budget"] == out["not_run"] > 0
+    skipped = [c["error"] for c in out["conversations"] if c["stop_reason"] == "budget"]
+    assert set(skipped) == {"skipped: the user model's budget of 3 calls is spent"}
     assert sum(out["stop_reasons"].values()) == 14
 
 

@@ -241,9 +241,11 @@ def simulate_command(
     from spanscore.evaluation.simulation import records
     from spanscore.evaluation.simulation.simulate import (
         SimulationOptions,
+        check_user_model,
         simulate,
         simulated_scenarios,
         stored_options,
+        user_model_config,
     )
     from spanscore.evaluation.simulation.targets import (
         HttpSettings,
@@ -321,6 +323,7 @@ def simulate_command(
             asyncio.run(target.check())
         if endpoint is not None:  # else the agent's spans would be lost, silently
             asyncio.run(reachable(endpoint, "the collector"))
+        check_user_model(user_model_config(suite, options.user_model), options.environ)
         with _span_route(lake, endpoint, python_agent=python_agent):
             # A Python agent is imported once the process is instrumented (its module may
             # create clients at import).

@@ -27,7 +27,7 @@ from typing import Any
 
 import duckdb
 
-from spanscore.evaluation.llm.client import JudgeUnavailable
+from spanscore.evaluation.llm.client import JudgeClient, JudgeUnavailable
 from spanscore.evaluation.llm.pool import JudgeRunner
 from spanscore.evaluation.simulation import records
 from spanscore.evaluation.simulation.records import Recorder, SimulationRow, TrialRow, TurnRow
@@ -193,6 +193,26 @@ def user_model_config(suite: LoadedSuite, overrides: Mapping[str, Any]) -> Simul
     return SimulatorConfig.model_validate(base)
 
 
+def check_user_model(config: SimulatorConfig, environ: Mapping[str, str] | None) -> None:
+    """Refuse, before anything is recorded, a user model that would fail every call (no key
+    and no endpoint) or a cost budget that cannot be counted (no price): `TargetError`, in
+    the user model's own settings (the judge's checks speak of the judge's)."""
+    client = JudgeClient(config, environ=environ)
+    if client.api_key() is None and client.base_url() is None and not config.is_azure():
+        raise TargetError(
+            "the user model has no key and no endpoint: export OPENAI_API_KEY (or name the "
+            "variable with --user-api-key-env), or point it at an OpenAI-compatible endpoint "
+            "(--user-base-url, the suite's simulator.base_url, or OPENAI_BASE_URL; a local "
+            "server needs no key)"
+        )
+    if config.max_cost_usd is not None and config.price(config.model) is None:
+        raise TargetError(
+            f"--max-user-cost needs the price of the user model {config.model!r}: add it "
+            "under the suite's simulator.prices (USD per million tokens: input, cached_input, "
+            "output)"
+        )
+
+
 @dataclass
 class _Trial:
     scenario: Scenario
@@ -213,13 +233,14 @@ def simulate(
     that cannot be simulated and `TargetError` for an agent that cannot be reached, before
     anything is recorded."""
     started = time.monotonic()
+    config = user_model_config(suite, options.user_model)
+    check_user_model(config, options.environ)
     con = connect(lake)
     try:
         if resume is not None:
             result, plan = _resume_plan(con, suite, target, options, resume)
         else:
             result, plan = _new_plan(con, suite, target, options)
-        config = user_model_config(suite, options.user_model)
         runner = JudgeRunner(config, lake=con, run_id=result.simulation_id, environ=options.environ)
         if runner.cache is not None:  # a replay answers from memory, not a query per turn
             runner.cache.preload(PURPOSE_PREFIX)

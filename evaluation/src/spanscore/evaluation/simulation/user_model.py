@@ -137,8 +137,10 @@ class UserModelError(Exception):
 
 def read_turn(answer: JudgeAnswer) -> UserTurn:
     """The user's turn from the model's answer; `UserModelError` when there is none."""
-    if answer.skipped is not None:
-        raise UserModelError(answer.skipped, budget=True)
+    if answer.skipped is not None:  # the pool's words are the judge's
+        raise UserModelError(
+            answer.skipped.replace("the judge budget", "the user model's budget"), budget=True
+        )
     if answer.error is not None:
         raise UserModelError(answer.error.replace("judge failed", "the user model failed"))
     value = answer.value
