@@ -489,6 +489,28 @@ def test_a_failing_user_model_marks_trials_incomplete_and_a_budget_not_run(
     assert set(skipped) == {"skipped: the user model's budget of 3 calls is spent"}
     assert sum(out["stop_reasons"].values()) == 14
 
+    # A cost budget: the local model's usage priced as gpt-4.1-mini's; it stops at $0.0005.
+    spent = simulate(
+        tmp_path / "c",
+        "--agent",
+        f"{AGENT}:customer_service",
+        "--concurrency",
+        "1",
+        "--max-user-cost",
+        "0.0005",
+        "--user-model",
+        "gpt-4.1-mini",
+        "--user-base-url",
+        models["users"].base_url,
+    )
+    assert spent.exit_code == 1
+    out = document(spent)["simulation"]
+    assert out["status"] == "budget_spent"
+    assert 0.0005 <= out["user_model"]["cost_usd"] < 0.001
+    assert out["stop_reasons"]["budget"] == out["not_run"] > 0
+    skipped = [c["error"] for c in out["conversations"] if c["stop_reason"] == "budget"]
+    assert set(skipped) == {"skipped: the user model's budget of $0.0005 is spent"}
+
 
 def test_pass_hat_k_is_tau_bench_s_and_counts_only_trials_that_ran(tmp_path: Path) -> None:
     lake = tmp_path / "lake"
