@@ -187,10 +187,13 @@ def test_arksim_custom_agent_runs_unchanged(tmp_path: Path, models: dict[str, Sc
     assert spans == [(2,)]
 
 
-@pytest.fixture
-def http_agent(tmp_path: Path, models: dict[str, ScriptedLLM]) -> Iterator[tuple[str, Path, Any]]:
-    """The example agent behind HTTP in its own process, sending its spans to a collector on
-    the test's lake."""
+@pytest.fixture(params=["spanscore", "otel"])
+def http_agent(
+    request: pytest.FixtureRequest, tmp_path: Path, models: dict[str, ScriptedLLM]
+) -> Iterator[tuple[str, Path, Any]]:
+    """An agent behind HTTP in its own process, sending its spans to a collector on the test's
+    lake: the example agent instrumented with `spanscore.instrumentation`, or an agent traced
+    by the OpenTelemetry SDK alone plus the one documented line."""
     lake = tmp_path / "lake"
     collector = start_collector(lake)
     process = subprocess.Popen(
@@ -202,6 +205,8 @@ def http_agent(tmp_path: Path, models: dict[str, ScriptedLLM]) -> Iterator[tuple
             models["agent"].base_url,
             "--otlp",
             f"http://127.0.0.1:{collector.http_port}",
+            "--instrumentation",
+            request.param,
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,

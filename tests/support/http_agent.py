@@ -5,6 +5,12 @@ POST / with `{"message": ..., "conversation_id": ...}` answers `{"output": {"tex
 It is instrumented with `spanscore.instrumentation` and takes the request's context from its
 headers (W3C trace context and baggage), as any OpenTelemetry HTTP server instrumentation does:
 the conversation, scenario, simulation and trial the simulator sent as baggage stamp its spans.
+
+`--instrumentation otel`: no `spanscore.instrumentation.instrument()`; the agent is traced with
+the OpenTelemetry SDK alone (its own tracer provider and OTLP exporter, GenAI-convention spans:
+an `invoke_agent` span with an `execute_tool` span inside), plus the one line
+docs/simulation.md asks of such an agent, the `ConversationSpanProcessor` on its provider. It
+answers without a model.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
@@ -27,11 +34,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model-url", required=True)
     parser.add_argument("--otlp", required=True)
+    parser.add_argument("--instrumentation", choices=["spanscore", "otel"], default="spanscore")
     args = parser.parse_args()
-    spanscore.instrumentation.instrument(
-        endpoint=args.otlp, protocol="http/protobuf", service_name="http-agent"
-    )
-    answer = simulated_agent(openai.OpenAI(base_url=args.model_url, api_key="test", max_retries=0))
+    if args.instrumentation == "otel":
+        answer, flush = otel_agent(args.otlp)
+    else:
+        spanscore.instrumentation.instrument(
+            endpoint=args.otlp, protocol="http/protobuf", service_name="http-agent"
+        )
+        answer = simulated_agent(
+            openai.OpenAI(base_url=args.model_url, api_key="test", max_retries=0)
+        )
+        flush = _flush_spanscore
     states: dict[str, Any] = {}
     lock = threading.Lock()
 
@@ -51,7 +65,7 @@ def main() -> None:
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
-            spanscore.instrumentation.instrument().force_flush()
+            flush()
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -62,6 +76,40 @@ def main() -> None:
         server.serve_forever()
     finally:
         spanscore.instrumentation.uninstrument()
+
+
+def _flush_spanscore() -> None:
+    spanscore.instrumentation.instrument().force_flush()
+
+
+def otel_agent(otlp: str) -> tuple[Callable[[str, Any], str], Callable[[], None]]:
+    """An agent traced by the OpenTelemetry SDK alone, and how to flush its spans."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "http-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(f"{otlp}/v1/traces")))
+    # The one line (docs/simulation.md, "Marking a remote agent's spans"):
+    provider.add_span_processor(spanscore.instrumentation.ConversationSpanProcessor())
+    tracer = provider.get_tracer("a-genai-instrumentation")
+
+    def answer(message: str, turn: Any) -> str:
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "otel-agent"}
+        with tracer.start_as_current_span("invoke_agent otel-agent", attributes=agent):
+            turn.state["turns"] = turn.state.get("turns", 0) + 1
+            call = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "lookup",
+                "gen_ai.tool.call.id": f"call-{turn.state['turns']}",
+                "gen_ai.tool.call.arguments": json.dumps({"query": message}),
+            }
+            with tracer.start_as_current_span("execute_tool lookup", attributes=call):
+                pass
+        return f"Noted: {message}"
+
+    return answer, lambda: None  # each span is exported as it ends
 
 
 if __name__ == "__main__":
