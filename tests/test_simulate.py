@@ -163,10 +163,13 @@ def test_arksim_custom_agent_runs_unchanged(tmp_path: Path, models: dict[str, Sc
     from arksim.config import AgentConfig
 
     arksim_agent.CONFIGS.clear()
+    arksim_agent.CALLS.clear()
     result = simulate(
         tmp_path / "lake",
         "--agent",
         "tests.support.arksim_agent",  # the module: its one BaseAgent subclass
+        "--concurrency",
+        "1",
         "--scenario",
         "auth_account_lookup",
         "--scenario",
@@ -180,6 +183,17 @@ def test_arksim_custom_agent_runs_unchanged(tmp_path: Path, models: dict[str, Sc
     assert len(arksim_agent.CONFIGS) == 2
     assert all(isinstance(c, AgentConfig) for c in arksim_agent.CONFIGS)
     assert {c.agent_type for c in arksim_agent.CONFIGS} == {"custom"}
+    # Called as `arksim simulate` calls it: its chat id first, a turn at a time, then closed.
+    assert arksim_agent.CALLS[0] == "get_chat_id"
+    each: list[list[str]] = []
+    for call in arksim_agent.CALLS:
+        if call == "get_chat_id":
+            each.append([])
+        each[-1].append(call)
+    assert sorted(each) == [
+        ["get_chat_id", "execute", "close"],  # order_status_check: one user message
+        ["get_chat_id", "execute", "execute", "close"],  # auth_account_lookup: two
+    ]
     spans = query(
         tmp_path / "lake",
         "SELECT count(DISTINCT conversation_id) FROM spans WHERE conversation_id LIKE 'sim-%'",

@@ -18,6 +18,7 @@ from spanscore.examples.customer_service.openai_loop import simulated_agent
 
 MODEL_URL: str | None = None
 CONFIGS: list[AgentConfig] = []  # what each instance was given, for the test to look at
+CALLS: list[str] = []  # the methods called, in order, for the test to look at
 
 
 class CustomerServiceAgent(BaseAgent):
@@ -30,8 +31,13 @@ class CustomerServiceAgent(BaseAgent):
         self._turn = SimpleNamespace(state={})
 
     async def get_chat_id(self) -> str:
+        CALLS.append("get_chat_id")
         return self.chat_id
 
     async def execute(self, user_query: str, **kwargs: object) -> AgentResponse:
+        CALLS.append("execute")
         text = await asyncio.to_thread(self._answer, user_query, self._turn)
         return AgentResponse(content=text, tool_calls=[])
+
+    async def close(self) -> None:
+        CALLS.append("close")

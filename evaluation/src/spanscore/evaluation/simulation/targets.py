@@ -354,6 +354,9 @@ class _ArkSimSession:
             self.agent = await _in_conversation(
                 self.conv, self.target.cls, (self.target.agent_config(),)
             )
+            # As `arksim simulate` does before the first turn (an agent may open its session
+            # there); the chat id stays ours, the conversation's.
+            await _in_conversation(self.conv, self.agent.get_chat_id, ())
         metadata = {
             "chat_id": self.conv.conversation_id,
             "user_goal": self.conv.goal,
