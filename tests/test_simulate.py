@@ -753,3 +753,26 @@ def test_chat_completions_agent_and_an_agent_server_error(tmp_path: Path) -> Non
         "SELECT agent_reply FROM simulated_turns WHERE conversation_id LIKE '%/ok/t1'",
     )
     assert turns == [("Agent heard 1 messages",)]
+
+
+def test_an_http_agent_that_hangs_times_out_its_turn(tmp_path: Path) -> None:
+    suite = write_suite(
+        tmp_path, "name: s\nscenarios:\n  - {id: slow, user: {goal: g, opening: hello}}\n"
+    )
+    with ScriptedLLM(lambda request: "too late", delay_s=5) as agent:
+        result = simulate(
+            tmp_path / "lake",
+            "--agent",
+            f"{agent.base_url}/chat/completions",
+            "--turn-timeout",
+            "0.5",
+            "--user-base-url",
+            agent.base_url,
+            suite=suite,
+        )
+    [trial] = document(result)["simulation"]["conversations"]
+    assert (trial["stop_reason"], trial["turns"]) == ("timeout", 1)
+    assert trial["error"] == "the agent did not answer within 0.5 s"
+    assert query(tmp_path / "lake", "SELECT agent_reply, error FROM simulated_turns") == [
+        (None, "the agent did not answer within 0.5 s")
+    ]

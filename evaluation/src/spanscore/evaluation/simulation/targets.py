@@ -517,8 +517,10 @@ class _HttpSession:
             answer = await target.client().post(
                 target.url, json=target.body(self.conv, message, history), headers=headers
             )
-        except httpx.TimeoutException:
-            raise
+        except httpx.TimeoutException as exc:
+            # The agent hangs: a timed-out turn whichever clock runs out first, the turn's
+            # or the HTTP client's (not an agent error).
+            raise TimeoutError(f"{type(exc).__name__}: {exc}") from exc
         except httpx.HTTPError as exc:
             raise AgentFailed(f"{type(exc).__name__}: {exc}") from exc
         return target.reply(answer)
