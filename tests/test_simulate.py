@@ -776,3 +776,50 @@ def test_an_http_agent_that_hangs_times_out_its_turn(tmp_path: Path) -> None:
     assert query(tmp_path / "lake", "SELECT agent_reply, error FROM simulated_turns") == [
         (None, "the agent did not answer within 0.5 s")
     ]
+
+
+def test_the_trials_grid_shows_the_trials_that_did_not_count(tmp_path: Path) -> None:
+    from spanscore.evaluation.report.html import _trials
+    from spanscore.evaluation.report.trials import trials_doc
+
+    con = connect(tmp_path / "lake", create=True)
+    con.execute("INSERT INTO eval_runs (run_id, simulation_id) VALUES ('r', 's')")
+    rows = [
+        # (scenario, trial, attempt, status, stop reason)
+        ("a", 1, 1, "finished", "user_model_error"),
+        ("a", 2, 1, "finished", "goal_reached"),
+        ("a", 3, 1, "finished", "budget"),
+        ("b", 1, 1, "finished", "interrupted"),
+        ("b", 1, 2, "finished", "max_turns"),  # resumed: counted, the first attempt not shown
+        ("b", 2, 1, "planned", None),  # killed before it ran
+        ("c", 1, 1, "finished", "budget"),  # no trial of it counted
+    ]
+    for scenario, trial, attempt, status, reason in rows:
+        con.execute(
+            "INSERT INTO simulated_conversations (conversation_id, simulation_id, scenario_id, "
+            "trial, attempt, status, stop_reason) VALUES (?, 's', ?, ?, ?, ?, ?)",
+            [f"s/{scenario}/t{trial}/a{attempt}", scenario, trial, attempt, status, reason],
+        )
+    for cid in ("s/a/t2/a1", "s/b/t1/a2"):
+        con.execute(
+            "INSERT INTO scores (run_id, conversation_id, metric, passed) "
+            "VALUES ('r', ?, 'm', true)",
+            [cid],
+        )
+    doc = trials_doc(con, "r", "s")
+    con.close()
+    assert doc is not None
+    shown = {
+        s["scenario"]: (s["trials"], [(c["trial"], c["stop_reason"]) for c in s["not_counted"]])
+        for s in doc["scenarios"]
+    }
+    assert shown == {
+        "a": (1, [(1, "user_model_error"), (3, "budget")]),
+        "b": (1, [(2, "not_run")]),
+        "c": (0, [(1, "budget")]),
+    }
+    page = _trials({"trials": doc, "summary": []})  # type: ignore[typeddict-item]
+    assert "<th>trial 3</th>" in page  # a column per trial, though one trial counted
+    assert "\u2013 budget (not counted)" in page
+    assert "\u2713 goal_reached" in page
+    assert "\u2013 user_model_error (not counted)" in page

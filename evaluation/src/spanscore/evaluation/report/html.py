@@ -237,20 +237,29 @@ def _trials(doc: ReportDoc) -> str:
         return ""
     most = max((s["trials"] for s in trials["scenarios"]), default=0)
     ks = [str(k) for k in range(1, most + 1)]
+    # A column per trial number, counted or not (a trial left out of pass^k keeps its place).
+    every = [c["trial"] for s in trials["scenarios"] for c in [*s["cells"], *s["not_counted"]]]
+    numbers = [str(n) for n in range(1, max(every, default=0) + 1)]
     head = (
         "<tr><th>scenario</th>"
-        + "".join(f"<th>trial {k}</th>" for k in ks)
+        + "".join(f"<th>trial {n}</th>" for n in numbers)
         + "".join(f"<th>pass^{k}</th>" for k in ks)
         + "</tr>"
     )
     rows = []
     for scenario in trials["scenarios"]:
         cells = {str(c["trial"]): c for c in scenario["cells"]}
+        left_out = {str(c["trial"]): c for c in scenario["not_counted"]}
         shown = []
-        for k in ks:
-            cell = cells.get(k)
+        for n in numbers:
+            cell = cells.get(n)
             if cell is None:
-                shown.append("<td></td>")
+                out = left_out.get(n)
+                if out is None:
+                    shown.append("<td></td>")
+                    continue
+                text = f"\u2013 {out['stop_reason']} (not counted)"
+                shown.append(f'<td class="notrun">{_link(out["conversation_id"], text)}</td>')
                 continue
             mark = "passed" if cell["passed"] else "failed"
             text = ("\u2713 " if cell["passed"] else "\u2717 ") + cell["stop_reason"]

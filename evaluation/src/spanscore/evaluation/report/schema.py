@@ -288,12 +288,22 @@ class TrialCellDoc(TypedDict):
     stop_reason: str
 
 
+class NotCountedDoc(TypedDict):
+    """A trial that ended short of counting in pass^k: the user model failed, its budget was
+    spent, the simulation was stopped (`stop_reason`), or it never ran (`not_run`)."""
+
+    trial: int
+    conversation_id: str
+    stop_reason: str
+
+
 class ScenarioTrialsDoc(TypedDict):
     scenario: str
-    trials: int
+    trials: int  # counted in pass^k
     passed: int
     pass_hat_k: dict[str, float]  # k -> pass^k
     cells: list[TrialCellDoc]
+    not_counted: list[NotCountedDoc]
 
 
 class TrialsDoc(TypedDict):
