@@ -718,6 +718,17 @@ def test_importers_carry_the_users_of_native_formats(tmp_path: Path) -> None:
     assert tau2.unknown == ["You do not know your user id."]
     assert tau2.instructions is not None
     assert tau2.instructions.startswith("Ask how much will be refunded")
+    # `spanscore import` writes the users into the suite it prints.
+    for fmt, native, expected in [
+        ("arksim", ROOT / "examples" / "customer_service" / "arksim_scenarios.json", user),
+        ("tau2", ROOT / "examples" / "tau2" / "retail_tasks.json", tau2),
+        ("watsonx", watsonx, scenario.user),
+        ("adk", adk, case.user),
+    ]:
+        written = tmp_path / f"{fmt}.yaml"
+        imported = CliRunner().invoke(main, ["import", fmt, str(native), "-o", str(written)])
+        assert imported.exit_code == 0, imported.output
+        assert load_suite(written).suite.scenarios[0].user == expected, fmt
 
 
 def test_chat_completions_agent_and_an_agent_server_error(tmp_path: Path) -> None:
