@@ -184,6 +184,11 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=32, help="the limited server's capacity")
     parser.add_argument("--latency-ms", type=int, default=200, help="the limited server's latency")
     args = parser.parse_args()
+    if args.trials < 2:  # else the two runs are the same size, and nothing is measured
+        parser.error(
+            "--trials must be at least 2: CPU per turn is the difference between a "
+            "run of half the trials and a run of all of them"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         # 1. The simulator's own speed and CPU, the user model answering at once.
