@@ -834,3 +834,22 @@ def test_the_trials_grid_shows_the_trials_that_did_not_count(tmp_path: Path) -> 
     assert "\u2013 budget (not counted)" in page
     assert "\u2713 goal_reached" in page
     assert "\u2013 user_model_error (not counted)" in page
+
+
+def test_resuming_a_finished_simulation_runs_nothing_and_passes(
+    tmp_path: Path, models: dict[str, ScriptedLLM]
+) -> None:
+    suite = write_suite(
+        tmp_path, "name: s\nscenarios:\n  - {id: fine, user: {goal: g, opening: hello}}\n"
+    )
+    args = ["--agent", f"{AGENT}:async_echo", "--user-base-url", models["users"].base_url]
+    first = simulate(tmp_path / "lake", *args, suite=suite)
+    assert first.exit_code == 0, first.output
+    sid = document(first)["simulation"]["simulation_id"]
+    again = simulate(tmp_path / "lake", *args, "--resume", sid, suite=suite)
+    assert again.exit_code == 0, again.output
+    assert document(again)["simulation"]["trials"] == 0
+    assert "nothing to resume" in " ".join(document(again)["simulation"]["warnings"])
+    trials = query(tmp_path / "lake", "SELECT count(*), max(status) FROM simulated_conversations")
+    assert trials == [(1, "finished")]  # not run again
+    assert query(tmp_path / "lake", "SELECT status FROM simulations") == [("completed",)]

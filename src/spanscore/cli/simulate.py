@@ -455,7 +455,7 @@ def _print_simulation(result: Any, summary: dict[str, Any]) -> None:
             f"interruption): `spanscore simulate --lake ... --suite ... --agent ... --resume "
             f"{result.simulation_id}` runs them"
         )
-    if result.outcomes and not result.completed:
+    if result.outcomes and not result.completed + result.earlier_completed:
         click.echo("no trial completed: the simulation measured nothing")
     click.echo(f"score it: spanscore evaluate --simulation {result.simulation_id} (same suite)")
 

@@ -105,6 +105,8 @@ class SimulationResult:
     elapsed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
     resumed: bool = False
+    # A resumed simulation's trials that had completed before, not run again.
+    earlier_completed: int = 0
 
     def count(self, *reasons: str) -> int:
         return sum(1 for o in self.outcomes if o.stop_reason in reasons)
@@ -121,10 +123,12 @@ class SimulationResult:
     @property
     def exit_code(self) -> int:
         """0 when every trial ran to an end; 1 when some did not (budget, user model,
-        interruption) or none completed: a simulation that completed nothing never passes."""
+        interruption) or none completed: a simulation that completed nothing never passes.
+        A resume counts the trials completed before it (resuming a finished simulation runs
+        nothing, and passes)."""
         if self.status == "interrupted":
             return 130
-        if not self.outcomes or self.completed == 0 or self.not_run:
+        if self.completed + self.earlier_completed == 0 or self.not_run:
             return 1
         return 0
 
@@ -386,6 +390,16 @@ def _resume_plan(
         con, simulation_id, status="running", details=row.details, finished=False
     )
     result = SimulationResult(simulation_id, suite.name, target.description, resumed=True)
+    rerun = {(t.row.scenario_id, t.row.trial) for t in plan}
+    result.earlier_completed = sum(
+        1
+        for key, trial in latest.items()
+        if key not in rerun and trial.stop_reason in COMPLETED_STOP_REASONS
+    )
+    if not plan:
+        result.warnings.append(
+            f"nothing to resume: every trial of simulation {simulation_id} has finished"
+        )
     return result, plan
 
 
