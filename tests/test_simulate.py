@@ -853,3 +853,27 @@ def test_resuming_a_finished_simulation_runs_nothing_and_passes(
     trials = query(tmp_path / "lake", "SELECT count(*), max(status) FROM simulated_conversations")
     assert trials == [(1, "finished")]  # not run again
     assert query(tmp_path / "lake", "SELECT status FROM simulations") == [("completed",)]
+
+
+def test_arksim_s_own_starter_agent_file_runs_unchanged(
+    tmp_path: Path, models: dict[str, ScriptedLLM]
+) -> None:
+    import importlib.resources
+
+    starter = importlib.resources.files("arksim") / "templates" / "my_agent.py"  # `arksim init`
+    suite = write_suite(
+        tmp_path, "name: s\nscenarios:\n  - {id: hello, user: {goal: g, opening: hello}}\n"
+    )
+    result = simulate(
+        tmp_path / "lake",
+        "--agent",
+        str(starter),  # the file: its one BaseAgent subclass
+        "--user-base-url",
+        models["users"].base_url,  # knows no goal here: gives up after the opening
+        suite=suite,
+    )
+    assert result.exit_code == 0, result.output
+    [trial] = document(result)["simulation"]["conversations"]
+    assert (trial["stop_reason"], trial["turns"]) == ("user_gave_up", 1)
+    replies = query(tmp_path / "lake", "SELECT agent_reply FROM simulated_turns")
+    assert replies == [("You said: hello",)]
