@@ -877,3 +877,26 @@ def test_arksim_s_own_starter_agent_file_runs_unchanged(
     assert (trial["stop_reason"], trial["turns"]) == ("user_gave_up", 1)
     replies = query(tmp_path / "lake", "SELECT agent_reply FROM simulated_turns")
     assert replies == [("You said: hello",)]
+
+
+@pytest.mark.parametrize(
+    "narrowing",
+    [["--sample", "0.5"], ["--max-conversations", "3"], ["--scenario", "refund"],
+     ["--service", "shop"], ["--agent", "helper"]],
+    ids=lambda n: n[0],
+)  # fmt: skip
+def test_a_simulation_is_scored_whole_or_not_at_all(tmp_path: Path, narrowing: list[str]) -> None:
+    """A trial left unscored counts as failed in pass^k: narrowing a simulation's run would
+    fail the trials it left out. Refused, naming the option, before anything runs."""
+    lake = tmp_path / "lake"
+    con = connect(lake, create=True)
+    con.execute("INSERT INTO simulations (simulation_id, suite_name) VALUES ('s', 'x')")
+    con.close()
+    suite = write_suite(tmp_path, "name: x\nscenarios:\n  - {id: refund, user: {goal: g}}\n")
+    result = CliRunner().invoke(
+        main,
+        ["evaluate", "--lake", str(lake), "--suite", str(suite), "--simulation", "s", *narrowing],
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{narrowing[0]} cannot narrow a simulation's run" in result.stderr
+    assert query(lake, "SELECT count(*) FROM eval_runs") == [(0,)]

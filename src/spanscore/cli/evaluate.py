@@ -296,7 +296,8 @@ class _Echo:
     envvar="SPANSCORE_SIMULATION",
     metavar="ID",
     help="Score this simulation's conversations (`spanscore simulations` lists them) instead "
-    "of production traffic: every finished trial, whatever the window; the summary adds each "
+    "of production traffic: every finished trial, whatever the window (not to be narrowed by "
+    "--sample, --max-conversations, --scenario, --service or --agent); the summary adds each "
     "scenario's trials and pass^k.",
 )
 @option(

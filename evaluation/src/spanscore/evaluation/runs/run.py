@@ -135,6 +135,7 @@ def _run(
     committed_since: dt.datetime | None = None
     if options.simulation is not None:
         _check_simulation(con, options.simulation)
+        _check_whole(options)
         # Every finished trial of the simulation, whenever it ran: the simulator says when a
         # conversation is over, so nothing waits to settle.
         until, until_from = now, f"simulation {options.simulation}"
@@ -313,6 +314,29 @@ def _completed_nothing(con: duckdb.DuckDBPyConnection, simulation_id: str) -> st
         f"simulation {simulation_id} completed no conversation ({ended}): it measured "
         "nothing, so it cannot pass"
     )
+
+
+def _check_whole(options: RunOptions) -> None:
+    """A simulation's run scores every trial: pass^k counts a trial left unscored as failed,
+    so sampling or filtering its conversations would fail the trials left out."""
+    narrowing = [
+        name
+        for name, value in (
+            ("--sample", options.sample),
+            ("--max-conversations", options.max_conversations),
+            ("--scenario", options.scenarios),
+            ("--service", options.services),
+            ("--agent", options.agents),
+        )
+        if value
+    ]
+    if narrowing:
+        raise WindowError(
+            f"{narrowing[0]} cannot narrow a simulation's run: its pass^k counts a trial left "
+            f"unscored as failed, so a simulation is scored whole (drop {', '.join(narrowing)}, "
+            "or unset the SPANSCORE_ variable that sets it; `simulate --scenario` simulates "
+            "fewer scenarios)"
+        )
 
 
 def _check_simulation(con: duckdb.DuckDBPyConnection, simulation_id: str) -> None:
