@@ -74,9 +74,11 @@ def test_in_process_agent_simulated_scored_marked_and_replayed(
     lake = tmp_path / "lake"
     users, judge = models["users"].base_url, models["judge"].base_url
     args = ["--agent", f"{AGENT}:customer_service", "--trials", "2", "--user-base-url", users]
+    written_by_simulate = tmp_path / "simulate-report.html"
     result = simulate(
-        lake, *args, "--evaluate", "--judge-base-url", judge, "--fail-under", "pass^2=0.9"
-    )
+        lake, *args, "--evaluate", "--judge-base-url", judge, "--fail-under", "pass^2=0.9",
+        "--report", str(written_by_simulate),
+    )  # fmt: skip
     # The pushy user of two scenarios (odd trials) leads the agent to break policy: the run's
     # pass^2 gate fails, and the exit code says so.
     assert result.exit_code == 1, result.output
@@ -103,6 +105,9 @@ def test_in_process_agent_simulated_scored_marked_and_replayed(
     assert '<section id="trials">' in page
     assert "pass^1 0.857, pass^2 0.714" in page
     assert "The simulated users" in page
+    # `simulate --report` writes the same report, its line on stderr beside the JSON document.
+    assert "pass^1 0.857, pass^2 0.714" in written_by_simulate.read_text()
+    assert f"written to {written_by_simulate}" in result.stderr
     gate = out["evaluation"]["gates"][-1]
     assert gate["pass_k"] == 2
     assert not gate["passed"]
@@ -429,7 +434,7 @@ def test_a_simulation_that_completed_nothing_never_passes(
     scored = CliRunner().invoke(
         main,
         ["evaluate", "--lake", str(tmp_path / "lake"), "--suite", str(suite),
-         "--simulation", sid, "--format", "json"],
+         "--simulation", sid, "--format", "json", "--report", str(tmp_path / "r.html")],
     )  # fmt: skip
     assert scored.exit_code == 1, scored.output
     run = json.loads(scored.stdout)

@@ -607,7 +607,7 @@ def evaluate_command(
         from .report import write_report_file
 
         trace_url = os.environ.get("SPANSCORE_TRACE_URL")
-        write_report_file(lake, report_path, result.run_id, trace_url=trace_url)
+        write_report_file(lake, report_path, result.run_id, trace_url=trace_url, err=fmt == "json")
     sys.exit(0 if result.passed else 1)
 
 

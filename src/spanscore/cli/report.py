@@ -32,8 +32,10 @@ def write_report_file(
     baseline: str | None = None,
     trace_url: str | None = None,
     max_trajectories: int = 20_000,
+    err: bool = False,
 ) -> None:
-    """Write the report and say where (shared by `report` and `evaluate --report`)."""
+    """Write the report and say where (shared by `report` and `evaluate --report`): on stderr
+    with `err`, when stdout carries a JSON document."""
     from spanscore.evaluation.report import ReportError, ReportOptions, write_report
     from spanscore.evaluation.runs.result import plural
     from spanscore.lake import LakeError
@@ -51,7 +53,8 @@ def write_report_file(
     size = written.bytes / 1e6
     click.echo(
         f"report of run {written.run_id} written to {written.path} "
-        f"({plural(written.conversations, 'conversation')}, {size:.1f} MB)"
+        f"({plural(written.conversations, 'conversation')}, {size:.1f} MB)",
+        err=err,
     )
 
 

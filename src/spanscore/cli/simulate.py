@@ -484,7 +484,7 @@ def _evaluate(
     if report_path:
         from .report import write_report_file
 
-        write_report_file(lake, report_path, result.run_id)
+        write_report_file(lake, report_path, result.run_id, err=fmt == "json")
     return result
 
 
