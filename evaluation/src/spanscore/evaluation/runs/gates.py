@@ -4,7 +4,7 @@ gates that fail the run."""
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import duckdb
@@ -18,10 +18,13 @@ from spanscore.lake import query
 # --- summary and gates ------------------------------------------------------------------------
 
 # The latest score of each conversation, scenario and metric by this suite version, over the
-# sample (registered as `spanscore_sample`): what the summary and the gates count.
+# sample (registered as `spanscore_sample`): what the summary and the gates count. Only the
+# columns they read: with `s.*`, the window held every score's explanation and details (a
+# 100,000-conversation run's summary took 1 GiB more than its scoring).
 _LATEST = """
     WITH latest AS (
-        SELECT s.* FROM scores s JOIN eval_runs r USING (run_id)
+        SELECT s.conversation_id, s.scenario_id, s.metric, s.passed, s.value, s.error
+        FROM scores s JOIN eval_runs r USING (run_id)
         WHERE r.suite_name = ? AND r.suite_hash = ?
           AND s.conversation_id IN (SELECT conversation_id FROM spanscore_sample)
         QUALIFY row_number() OVER (
@@ -35,37 +38,84 @@ _LATEST = """
 Verdicts = dict[tuple[str | None, str], dict[str, bool]]
 
 
+# Conversations a summary or verdict query reads at once. The latest score of each is picked by
+# a window over every score of theirs by this suite version, which holds them all in memory: by
+# chunks, a run's memory is set by the chunk, not by the window (issue: a 100,000-conversation
+# run's summary took more than its scoring).
+SAMPLE_CHUNK = 20_000
+
+_WORST = 3  # conversations a summary row names as its worst
+
+
+def _sample_chunks(con: duckdb.DuckDBPyConnection, sample: Sequence[str]) -> Iterator[None]:
+    """Registers each chunk of the sample as `spanscore_sample` in turn."""
+    for start in range(0, len(sample), SAMPLE_CHUNK):
+        chunk = list(sample[start : start + SAMPLE_CHUNK])
+        con.register("spanscore_sample", pa.table({"conversation_id": chunk}))
+        try:
+            yield
+        finally:
+            con.unregister("spanscore_sample")
+
+
 def summarize(
     con: duckdb.DuckDBPyConnection, suite: LoadedSuite, sample: Sequence[str]
 ) -> list[SummaryRow]:
     """Per scenario and metric, over the sample: the latest score of each conversation by
     this suite version (so a resumed run summarises the whole sample)."""
-    if not sample:
-        return []
-    con.register("spanscore_sample", pa.table({"conversation_id": list(sample)}))
-    try:
-        rows = list(
-            query(
-                con,
-                _LATEST
-                + """
+    parts: dict[tuple[str | None, str], list[dict[str, Any]]] = {}
+    for _ in _sample_chunks(con, sample):
+        for r in query(
+            con,
+            _LATEST
+            + f"""
             SELECT scenario_id, metric, count(*) AS conversations, count(passed) AS judged,
-                   avg(passed::INTEGER) AS pass_rate, avg(value) AS mean,
+                   sum(passed::INTEGER) AS passes, avg(passed::INTEGER) AS pass_rate,
+                   sum(value) AS value_sum, count(value) AS valued, avg(value) AS mean,
                    count(error) AS errors,
-                   coalesce(list(conversation_id ORDER BY error IS NULL,
-                        coalesce(passed::INTEGER, 1), value NULLS LAST, conversation_id)
-                        FILTER (WHERE passed IS NOT TRUE OR error IS NOT NULL), [])[1:3]
+                   coalesce(list(
+                        struct_pack(ok := error IS NULL, passed := coalesce(passed::INTEGER, 1),
+                                    value := value, id := conversation_id)
+                        ORDER BY error IS NULL, coalesce(passed::INTEGER, 1), value NULLS LAST,
+                            conversation_id)
+                        FILTER (WHERE passed IS NOT TRUE OR error IS NOT NULL), [])[1:{_WORST}]
                         AS worst,
                    min(error) AS first_error
             FROM latest GROUP BY ALL
-            ORDER BY scenario_id NULLS FIRST, metric
             """,
-                [suite.name, suite.content_hash],
-            )
-        )
-    finally:
-        con.unregister("spanscore_sample")
-    return [SummaryRow(**{**r, "worst": list(r["worst"])}) for r in rows]
+            [suite.name, suite.content_hash],
+        ):
+            parts.setdefault((r["scenario_id"], r["metric"]), []).append(r)
+    rows = [_merged(key, found) for key, found in parts.items()]
+    return sorted(rows, key=lambda r: (r.scenario_id is not None, r.scenario_id or "", r.metric))
+
+
+def _merged(key: tuple[str | None, str], parts: list[dict[str, Any]]) -> SummaryRow:
+    """One summary row from its chunks' rows (a single chunk's figures as SQL gave them)."""
+    judged = sum(p["judged"] for p in parts)
+    valued = sum(p["valued"] for p in parts)
+    if len(parts) == 1:
+        pass_rate, mean = parts[0]["pass_rate"], parts[0]["mean"]
+    else:
+        pass_rate = sum(p["passes"] or 0 for p in parts) / judged if judged else None
+        mean = sum(p["value_sum"] or 0.0 for p in parts) / valued if valued else None
+    # The SQL's order, in Python: erroring first, then failed, lower values, NULL values last.
+    candidates = sorted(
+        (w for p in parts for w in p["worst"]),
+        key=lambda w: (w["ok"], w["passed"], w["value"] is None, w["value"] or 0.0, w["id"]),
+    )
+    errors = [p["first_error"] for p in parts if p["first_error"] is not None]
+    return SummaryRow(
+        scenario_id=key[0],
+        metric=key[1],
+        conversations=sum(p["conversations"] for p in parts),
+        judged=judged,
+        pass_rate=pass_rate,
+        mean=mean,
+        errors=sum(p["errors"] for p in parts),
+        worst=[str(w["id"]) for w in candidates[:_WORST]],
+        first_error=min(errors) if errors else None,
+    )
 
 
 # A judged metric whose scores are errors on more than this share of its conversations fails
@@ -107,10 +157,7 @@ def conversation_verdicts(
 ) -> Verdicts:
     """Each conversation's verdict per scenario and metric, for conversation-level gates."""
     verdicts: Verdicts = {}
-    if not sample:
-        return verdicts
-    con.register("spanscore_sample", pa.table({"conversation_id": list(sample)}))
-    try:
+    for _ in _sample_chunks(con, sample):
         found = con.execute(
             _LATEST
             + """
@@ -119,10 +166,8 @@ def conversation_verdicts(
             """,
             [suite.name, suite.content_hash],
         ).fetchall()
-    finally:
-        con.unregister("spanscore_sample")
-    for scenario_id, metric, conversation_id, passed in found:
-        verdicts.setdefault((scenario_id, metric), {})[conversation_id] = passed
+        for scenario_id, metric, conversation_id, passed in found:
+            verdicts.setdefault((scenario_id, metric), {})[conversation_id] = passed
     return verdicts
 
 
