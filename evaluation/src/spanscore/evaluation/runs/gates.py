@@ -18,9 +18,8 @@ from spanscore.lake import query
 # --- summary and gates ------------------------------------------------------------------------
 
 # The latest score of each conversation, scenario and metric by this suite version, over the
-# sample (registered as `spanscore_sample`): what the summary and the gates count. Only the
-# columns they read: with `s.*`, the window held every score's explanation and details (a
-# 100,000-conversation run's summary took 1 GiB more than its scoring).
+# sample (registered as `spanscore_sample`): what the summary and the gates count (only the
+# columns they read).
 _LATEST = """
     WITH latest AS (
         SELECT s.conversation_id, s.scenario_id, s.metric, s.passed, s.value, s.error
@@ -45,6 +44,12 @@ Verdicts = dict[tuple[str | None, str], dict[str, bool]]
 SAMPLE_CHUNK = 20_000
 
 _WORST = 3  # conversations a summary row names as its worst
+# What orders them, worst first: erroring, then failed, then lower values (none last). A list
+# of numbers, so that the merge of the chunks' worst (in Python) orders them as SQL does.
+_WORST_KEY = (
+    "[(error IS NULL)::INTEGER, coalesce(passed::INTEGER, 1), (value IS NULL)::INTEGER, "
+    "coalesce(value, 0)]"
+)
 
 
 def _sample_chunks(con: duckdb.DuckDBPyConnection, sample: Sequence[str]) -> Iterator[None]:
@@ -70,14 +75,10 @@ def summarize(
             _LATEST
             + f"""
             SELECT scenario_id, metric, count(*) AS conversations, count(passed) AS judged,
-                   sum(passed::INTEGER) AS passes, avg(passed::INTEGER) AS pass_rate,
-                   sum(value) AS value_sum, count(value) AS valued, avg(value) AS mean,
-                   count(error) AS errors,
-                   coalesce(list(
-                        struct_pack(ok := error IS NULL, passed := coalesce(passed::INTEGER, 1),
-                                    value := value, id := conversation_id)
-                        ORDER BY error IS NULL, coalesce(passed::INTEGER, 1), value NULLS LAST,
-                            conversation_id)
+                   sum(passed::INTEGER) AS passes, sum(value) AS value_sum,
+                   count(value) AS valued, count(error) AS errors,
+                   coalesce(list(struct_pack(key := {_WORST_KEY}, id := conversation_id)
+                        ORDER BY {_WORST_KEY}, conversation_id)
                         FILTER (WHERE passed IS NOT TRUE OR error IS NOT NULL), [])[1:{_WORST}]
                         AS worst,
                    min(error) AS first_error
@@ -91,27 +92,18 @@ def summarize(
 
 
 def _merged(key: tuple[str | None, str], parts: list[dict[str, Any]]) -> SummaryRow:
-    """One summary row from its chunks' rows (a single chunk's figures as SQL gave them)."""
+    """One summary row from its chunks' rows."""
     judged = sum(p["judged"] for p in parts)
     valued = sum(p["valued"] for p in parts)
-    if len(parts) == 1:
-        pass_rate, mean = parts[0]["pass_rate"], parts[0]["mean"]
-    else:
-        pass_rate = sum(p["passes"] or 0 for p in parts) / judged if judged else None
-        mean = sum(p["value_sum"] or 0.0 for p in parts) / valued if valued else None
-    # The SQL's order, in Python: erroring first, then failed, lower values, NULL values last.
-    candidates = sorted(
-        (w for p in parts for w in p["worst"]),
-        key=lambda w: (w["ok"], w["passed"], w["value"] is None, w["value"] or 0.0, w["id"]),
-    )
+    candidates = sorted((w for p in parts for w in p["worst"]), key=lambda w: (w["key"], w["id"]))
     errors = [p["first_error"] for p in parts if p["first_error"] is not None]
     return SummaryRow(
         scenario_id=key[0],
         metric=key[1],
         conversations=sum(p["conversations"] for p in parts),
         judged=judged,
-        pass_rate=pass_rate,
-        mean=mean,
+        pass_rate=sum(p["passes"] or 0 for p in parts) / judged if judged else None,
+        mean=sum(p["value_sum"] or 0.0 for p in parts) / valued if valued else None,
         errors=sum(p["errors"] for p in parts),
         worst=[str(w["id"]) for w in candidates[:_WORST]],
         first_error=min(errors) if errors else None,
