@@ -1006,7 +1006,9 @@ class ScriptedLLM:
 
     - `delay_s`: wait this long before answering each request (to provoke client timeouts);
     - `fail_first`: answer the first N requests with status `fail_status` and an OpenAI-style
-      error body (500 and 429 are retried by the openai client);
+      error body (500 and 429 are retried by the openai client); a 429's error code is
+      `rate_limit_exceeded`, or `fail_code` when set (`insufficient_quota`: OpenAI's 429 for
+      an account out of credit);
     - `garbage_first`: answer the N requests after those with a 200 whose body is not JSON,
       `garbage` (content type, body): by default an HTML page, which the openai client returns
       as a plain `str` instead of raising (strict validation: APIResponseValidationError);
@@ -1081,6 +1083,7 @@ class ScriptedLLM:
         delay_s: float = 0.0,
         fail_first: int = 0,
         fail_status: int = 500,
+        fail_code: str | None = None,
         garbage_first: int = 0,
         retry_after_ms: int | None = 10,
         capacity: int | None = None,
@@ -1099,6 +1102,7 @@ class ScriptedLLM:
         self.delay_s = delay_s
         self.fail_first = fail_first
         self.fail_status = fail_status
+        self.fail_code = fail_code
         self.garbage_first = garbage_first
         self.retry_after_ms = retry_after_ms
         self.garbage = ("text/html", b"<html><body>502 Bad Gateway</body></html>")
@@ -1208,7 +1212,7 @@ class ScriptedLLM:
             if self.delay_s > 0:
                 self._stopping.wait(self.delay_s)
             if index < self.fail_first:
-                raise _failure(self.fail_status)
+                raise _failure(self.fail_status, self.fail_code)
             if index < self.fail_first + self.garbage_first:
                 content_type, garbage = self.garbage
                 return _Answer(raw=garbage, content_type=content_type)
@@ -1668,13 +1672,13 @@ def _page(items: list[dict[str, Any]], request: _HTTPRequest) -> dict[str, Any]:
     }
 
 
-def _failure(status: int) -> APIError:
+def _failure(status: int, code: str | None = None) -> APIError:
     if status == 429:
         return APIError(
             "Rate limit reached for requests. Please try again shortly.",
             status=429,
             kind="requests",
-            code="rate_limit_exceeded",
+            code=code or "rate_limit_exceeded",
         )
     return APIError(
         "The server had an error while processing your request. Sorry about that!",

@@ -110,6 +110,33 @@ def test_failures_worth_retrying_are_retried(llm: ScriptedLLM, knobs: dict[str, 
     assert answer.attempts == attempts
 
 
+def test_throttles_do_not_spend_attempts_but_have_a_time_limit(llm: ScriptedLLM):
+    """A 429 says "not now": a question refused more often than `max_attempts` still gets its
+    answer, and only `max_throttled_s` ends the retries; a 5xx spends attempts."""
+    llm.fail_status, llm.fail_first = 429, 5
+    [answer] = answer_all(llm, 1, max_attempts=2)["answers"]
+    assert answer.ok, answer.error
+    assert answer.attempts == 6
+    llm.fail_first = 10**6
+    [answer] = answer_all(llm, 1, max_attempts=2, max_throttled_s=0.3)["answers"]
+    assert not answer.ok
+    assert answer.attempts > 2
+    assert "HTTP 429" in (answer.error or "")
+    llm.fail_status = 500
+    [answer] = answer_all(llm, 1, max_attempts=2, max_throttled_s=60)["answers"]
+    assert (answer.ok, answer.attempts) == (False, 2)
+
+
+def test_an_account_out_of_credit_is_not_retried():
+    with ScriptedLLM(
+        echo_policy, fail_first=10**6, fail_status=429, fail_code="insufficient_quota"
+    ) as llm:
+        [answer] = answer_all(llm, 1)["answers"]
+        assert llm.request_count == 1
+    assert (answer.ok, answer.attempts) == (False, 1)
+    assert "HTTP 429" in (answer.error or "")
+
+
 def test_an_answer_that_never_parses_is_a_recorded_error():
     with ScriptedLLM(lambda request: "Sure! The score is five.") as llm:
         [answer] = answer_all(llm, 1, max_attempts=3)["answers"]
@@ -226,7 +253,7 @@ def test_the_limit_shrinks_under_429_and_every_question_is_still_answered(llm: S
     llm.delay_s = 0.05
     llm.capacity = 3
     llm.rate_limit_retry_ms = 20
-    result = answer_all(llm, 80, concurrency=12, max_attempts=20)
+    result = answer_all(llm, 80, concurrency=12)
     assert all(a.ok for a in result["answers"]), [a.error for a in result["answers"]][:3]
     assert llm.rate_limited > 0
     assert result["throttled"] == llm.rate_limited

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -605,6 +606,54 @@ def test_retention_ages_what_no_span_ages(tmp_path: Path) -> None:
         con.close()
     assert left == (["simulated-new"], ["simulated-new"])
     assert scores == [("simulated-new", 1.0, False, False), ("simulated-old", 1.0, True, True)]
+
+
+def test_a_writer_that_read_the_bounds_before_the_erase_does_not_write_them_back(
+    tmp_path: Path,
+) -> None:
+    """Another process (a collector) read the spans table's bounds after the files were
+    rewritten and before the catalog was scrubbed, and caches them; its commit right after the
+    scrub merges its new file into what it cached. The scrub moves the lake's next file id on
+    (the cache's key), so that commit reads the bounds again instead of writing the erased
+    value back."""
+    where = tmp_path / "lake"
+    marker = f"MARK{uuid.uuid4().hex[:12]}ER"  # upper case: below every other id, the bound
+    con = lake.connect(where, create=True)
+    writer = lake.connect(where)
+    try:
+        for conversation in (marker, "kept"):
+            con.execute(
+                "INSERT INTO spans (trace_id, span_id, conversation_id, start_time) "
+                "VALUES (?, 's', ?, ?)",
+                [conversation, conversation, NOW],
+            )
+        lifecycle.erase(con, lifecycle.select_conversations(con, [marker]), selection_kind="ids")
+
+        def step(sql: Any, what: str) -> list[tuple[Any, ...]]:
+            if what == "record erasures":  # the writer commits once the catalog is scrubbed
+                writer.execute(
+                    "INSERT INTO spans (trace_id, span_id, conversation_id, start_time) "
+                    "VALUES ('new', 's', 'new', ?)",
+                    [NOW],
+                )
+            rows = con.execute(sql).fetchall() if isinstance(sql, str) else sql()
+            if what == "delete old files":  # the last step before the catalog's scrub
+                writer.execute("SELECT count(*) FROM spans WHERE conversation_id = 'kept'")
+            return rows
+
+        assert lifecycle.finish_erasures(con, step)["erasures_finished"] == 1
+    finally:
+        writer.close()
+        con.close()
+    catalog = sqlite3.connect(where / "catalog.sqlite")
+    try:
+        bounds = catalog.execute(
+            "SELECT min_value FROM ducklake_table_column_stats WHERE min_value LIKE 'MARK%'"
+        ).fetchall()
+    finally:
+        catalog.close()
+    assert bounds == []
+    assert marker_hits(local_files(where), marker) == []
 
 
 def test_an_evaluation_starting_while_an_erase_rewrites_files_keeps_its_snapshot(

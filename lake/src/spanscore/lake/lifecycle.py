@@ -30,7 +30,8 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from spanscore.lake.location import ALIAS, _sql_string, log
+from spanscore.lake.location import ALIAS, LakeError, _sql_string, log
+from spanscore.lake.locks import commit_turn, turn_of
 from spanscore.lake.retry import retrying
 from spanscore.lake.schema.tables import CONVERSATION_CONTENT, quote_identifier
 from spanscore.lake.snapshots import (
@@ -268,8 +269,9 @@ def finish_erasures(
     done |= purge(con, step)
     if done["purge_deferred"]:  # an evaluation started while the files were rewritten
         return done
+    done["catalog_scrubbed"] = int(scrub_catalog(con, step, pending))
     if not done["catalog_scrubbed"]:
-        done["purge_deferred"] = 1  # its old values are still in the catalog's free pages
+        done["purge_deferred"] = 1  # its old values are still in the catalog
         return done
     ids = ", ".join(_sql_string(i) for i in pending)
     details = orjson.dumps(
@@ -286,8 +288,9 @@ def finish_erasures(
 
 
 def purge(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, int]:
-    """Deleted rows off the disk: the files holding them rewritten, every snapshot but the
-    latest expired, unreferenced files deleted, a SQLite catalog compacted. An evaluation that
+    """Deleted rows off the data files: the files holding them rewritten, every snapshot but
+    the latest expired, unreferenced files deleted (the catalog is the caller's:
+    `scrub_catalog`). An evaluation that
     started while the files were rewritten defers the rest (`purge_deferred`): it reads the
     snapshot it pinned, and the files of it; and a snapshot a running evaluation pinned is
     never expired, however late it registered."""
@@ -295,7 +298,6 @@ def purge(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, int]:
         "files_rewritten": 0,
         "snapshots_expired": 0,
         "files_deleted": 0,
-        "catalog_scrubbed": 0,
         "purge_deferred": 0,
     }
     for table in _affected_tables():
@@ -318,7 +320,6 @@ def purge(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, int]:
     done["files_deleted"] = len(
         _delete_old_files(con, 0.0, lambda sql: step(sql, "delete old files"), everything=True)
     )
-    done["catalog_scrubbed"] = int(scrub_catalog(con) or _lake_settings(con)[0] != "sqlite")
     return done
 
 
@@ -341,62 +342,128 @@ WHERE EXISTS (
 """
 
 
-def scrub_catalog(con: duckdb.DuckDBPyConnection, deadline_s: float = 60.0) -> bool:
-    """An embedded lake's SQLite catalog without the values of deleted rows: the text columns'
-    table-wide bounds set again from the files left (`_TABLE_TEXT_BOUNDS`, in one write
-    transaction, so that no commit's wider bound is lost), then VACUUM and an emptied
-    write-ahead log (deleted catalog rows, the column statistics of deleted files, stay in its
-    free pages until then). Retried while another process holds the catalog; False when that
-    took longer than `deadline_s`, or the catalog is not SQLite."""
+def scrub_catalog(
+    con: duckdb.DuckDBPyConnection, step: Step, erase_ids: Sequence[str], deadline_s: float = 60.0
+) -> bool:
+    """The catalog without the values of deleted rows: the text columns' table-wide bounds set
+    again from the files left (`_TABLE_TEXT_BOUNDS`), then, on an embedded lake, VACUUM and an
+    emptied write-ahead log (deleted catalog rows, the column statistics of deleted files, stay
+    in its free pages until then); a PostgreSQL catalog's statistics tables are vacuumed.
+
+    Right after the bounds are set, a DuckLake write (on the `erasures` rows of `erase_ids`)
+    moves the lake's next file id on. A process caches a table's bounds by that id, and a
+    commit merges its new files into the bounds it cached: without the move, a collector
+    that read the bounds before the reset would write the deleted value back with its next
+    commit. On an embedded lake both happen in one commit turn, so no commit comes between.
+    Retried while another process holds the catalog; False when that took longer than
+    `deadline_s`."""
     catalog_type, _ = _lake_settings(con)
+    ids = ", ".join(_sql_string(i) for i in erase_ids)
+
+    def move_file_id_on() -> None:
+        step(
+            f"UPDATE {ALIAS}.erasures SET details = json_merge_patch(coalesce(details, '{{}}'), "
+            f"'{{\"catalog_bounds_reset\": true}}') WHERE erase_id IN ({ids})",
+            "reset catalog bounds",
+        )
+
     if catalog_type == "postgres":
-        return _scrub_postgres_catalog(con)
+        if not _reset_postgres_bounds(con):
+            return False
+        move_file_id_on()
+        return _vacuum_postgres_catalog(con)
+    if catalog_type != "sqlite":
+        return True  # no catalog of ours to compact
     row = con.execute(
         "SELECT path FROM duckdb_databases() WHERE database_name = ?", [ALIAS]
     ).fetchone()
-    if catalog_type != "sqlite" or row is None or not row[0]:
+    if row is None or not row[0]:
         return False
     path = str(row[0]).removeprefix("sqlite:")
     deadline = time.monotonic() + deadline_s
+    bounds_reset = False
     while True:
         try:
-            catalog = sqlite3.connect(path, timeout=5.0, isolation_level=None)
-            try:
-                catalog.execute("BEGIN IMMEDIATE")
-                catalog.execute(_TABLE_TEXT_BOUNDS.format(m=""))
-                catalog.execute("COMMIT")
-                catalog.execute("VACUUM")
-                catalog.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
-                catalog.close()
+            with commit_turn(turn_of(con), max(1.0, deadline - time.monotonic())):
+                catalog = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+                try:
+                    if not bounds_reset:
+                        catalog.execute("BEGIN IMMEDIATE")
+                        catalog.execute(_TABLE_TEXT_BOUNDS.format(m=""))
+                        catalog.execute("COMMIT")
+                        move_file_id_on()
+                        bounds_reset = True
+                    catalog.execute("VACUUM")
+                    # A reader on an older page set makes the checkpoint stop short, without an
+                    # error: the old pages would stay in the database file.
+                    busy, logged, copied = catalog.execute(
+                        "PRAGMA wal_checkpoint(TRUNCATE)"
+                    ).fetchone()
+                    if busy or logged != copied:
+                        raise sqlite3.OperationalError("the catalog's write-ahead log is in use")
+                finally:
+                    catalog.close()
             return True
-        except sqlite3.OperationalError as exc:
+        except (sqlite3.OperationalError, LakeError) as exc:
             if time.monotonic() > deadline:
                 log.warning("could not scrub the lake's catalog: %s", exc)
                 return False
             time.sleep(0.2)
 
 
-def _scrub_postgres_catalog(con: duckdb.DuckDBPyConnection) -> bool:
-    """A PostgreSQL catalog's text bounds set again (`_TABLE_TEXT_BOUNDS`, one statement run
-    by PostgreSQL itself), and its tables of statistics vacuumed, so that the dead rows holding
-    deleted values go too. False when PostgreSQL refused."""
+def _postgres_metadata_schema(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The PostgreSQL schema holding this lake's catalog tables, quoted: DuckDB lists neither
+    the catalog's database nor its tables, so PostgreSQL is asked. Several lakes can share a
+    database (`lake_schema`): the one whose data path is this lake's."""
     metadata = f"__ducklake_metadata_{ALIAS}"
-    row = con.execute(
-        "SELECT schema_name FROM duckdb_tables() "
-        "WHERE database_name = ? AND table_name = 'ducklake_table_column_stats'",
-        [metadata],
-    ).fetchone()
-    if row is None:
-        return False
-    schema = quote_identifier(str(row[0]))
-    statement = _TABLE_TEXT_BOUNDS.format(m=schema + ".")
+    _, data_path = _lake_settings(con)
+    tables = (
+        "SELECT table_schema FROM information_schema.tables WHERE table_name = 'ducklake_metadata'"
+    )
     try:
-        con.execute("CALL postgres_execute(?, ?)", [metadata, statement])
-        for table in ("ducklake_table_column_stats", "ducklake_file_column_stats"):
-            con.execute("CALL postgres_execute(?, ?)", [metadata, f"VACUUM {schema}.{table}"])
+        schemas = con.execute("SELECT * FROM postgres_query(?, ?)", [metadata, tables]).fetchall()
+        for (schema,) in schemas:
+            quoted = quote_identifier(str(schema))
+            query = f"SELECT value FROM {quoted}.ducklake_metadata WHERE key = 'data_path'"
+            row = con.execute("SELECT * FROM postgres_query(?, ?)", [metadata, query]).fetchone()
+            if len(schemas) == 1 or (row is not None and row[0] == data_path):
+                return quoted
+    except duckdb.Error as exc:
+        log.warning("could not find the lake's catalog in PostgreSQL: %s", exc)
+    return None
+
+
+def _reset_postgres_bounds(con: duckdb.DuckDBPyConnection) -> bool:
+    """A PostgreSQL catalog's text bounds set again (`_TABLE_TEXT_BOUNDS`, one statement run
+    by PostgreSQL itself). False when PostgreSQL refused."""
+    schema = _postgres_metadata_schema(con)
+    if schema is None:
+        return False
+    try:
+        con.execute(
+            "CALL postgres_execute(?, ?)",
+            [f"__ducklake_metadata_{ALIAS}", _TABLE_TEXT_BOUNDS.format(m=schema + ".")],
+        )
     except duckdb.Error as exc:
         log.warning("could not scrub the lake's PostgreSQL catalog: %s", exc)
+        return False
+    return True
+
+
+def _vacuum_postgres_catalog(con: duckdb.DuckDBPyConnection) -> bool:
+    """A PostgreSQL catalog's tables of statistics vacuumed, so that the dead rows holding
+    deleted values go too. False when PostgreSQL refused."""
+    schema = _postgres_metadata_schema(con)
+    if schema is None:
+        return False
+    try:
+        for table in ("ducklake_table_column_stats", "ducklake_file_column_stats"):
+            con.execute(  # VACUUM cannot run inside a transaction
+                "CALL postgres_execute(?, ?, use_transaction := false)",
+                [f"__ducklake_metadata_{ALIAS}", f"VACUUM {schema}.{table}"],
+            )
+    except duckdb.Error as exc:
+        log.warning("could not vacuum the lake's PostgreSQL catalog: %s", exc)
         return False
     return True
 
@@ -539,7 +606,7 @@ def finish_retention(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, in
         for erase_id, first_new in rows
         if first_new is not None and (oldest_left is None or oldest_left >= first_new)
     ]
-    if not due or not (scrub_catalog(con) or _lake_settings(con)[0] != "sqlite"):
+    if not due or not scrub_catalog(con, step, due):
         return {"retention_finished": 0}
     ids = ", ".join(_sql_string(i) for i in due)
     step(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -265,7 +266,13 @@ class JudgeClient:
         model = self.config.model if request.kind == "chat" else self.config.embedding_model
         problem = "no attempt made"
         ticket = self.limit.ticket()
-        for attempt in range(1, self.config.max_attempts + 1):
+        # A 429 says "not now", not "wrong": while the limit probes the provider's capacity, the
+        # same question can be refused several times in a row, so throttles are retried for
+        # `max_throttled_s` and only the other failures spend `max_attempts`.
+        throttled_until = time.monotonic() + self.config.max_throttled_s
+        attempt = failures = 0
+        while True:
+            attempt += 1
             if attempt > 1:
                 self.stats.retries += 1
             epoch = await self.limit.acquire(ticket)
@@ -302,6 +309,8 @@ class JudgeClient:
                 throttled = exc.status_code == 429
                 if throttled:
                     self.stats.throttled += 1
+                    if exc.code == "insufficient_quota":
+                        break  # OpenAI's 429 for an account out of credit: no wait ends it
                 if exc.status_code == 429 or exc.status_code >= 500 or exc.status_code == 408:
                     hinted = retry_after_s(exc.response.headers)
                     wait = (
@@ -321,8 +330,14 @@ class JudgeClient:
                 await self.limit.release(epoch, throttled)
             if wait is None:
                 break
-            if attempt < self.config.max_attempts:
-                await asyncio.sleep(wait)
+            if throttled:
+                if time.monotonic() + wait > throttled_until:
+                    break
+            else:
+                failures += 1
+                if failures >= self.config.max_attempts:
+                    break
+            await asyncio.sleep(wait)
         self.stats.failed += 1
         self.stats.last_error = problem
         return JudgeAnswer(

@@ -15,7 +15,9 @@ What a call does:
   increase, cut on 429), never above the ceiling;
 - `retry-after-ms`, `retry-after` and `x-ratelimit-reset-*` are obeyed; 429, 5xx, timeouts and
   answers that do not parse are retried with exponential backoff and full jitter, up to
-  `max_attempts`; what still fails is an answer with an `error`, never an exception or a hang.
+  `max_attempts` (a 429 is retried for `max_throttled_s` instead: it says "not now", and a
+  question can be refused several times in a row while the limit probes); what still fails
+  is an answer with an `error`, never an exception or a hang.
 - tokens (prompt, cached prompt, completion) are read from the usage and priced from
   `PRICES` (USD per million tokens, overridable in the suite), at half price in batch mode.
 """
@@ -102,7 +104,12 @@ class JudgeConfig(BaseModel):
     )
     concurrency: int = Field(32, ge=1, description="most calls in flight (the ceiling)")
     timeout_s: float = Field(60.0, gt=0, description="per call")
-    max_attempts: int = Field(6, ge=1, description="tries per call, the first included")
+    max_attempts: int = Field(
+        6, ge=1, description="tries per call, the first included; a 429 does not count"
+    )
+    max_throttled_s: float = Field(
+        120.0, ge=0, description="how long a call is retried while it is throttled (429)"
+    )
     max_calls: int | None = Field(None, ge=0, description="judge calls per run at most")
     max_cost_usd: float | None = Field(None, ge=0, description="judge cost per run at most")
     cache: bool = Field(True, description="reuse answers stored in the lake's judge_cache")
