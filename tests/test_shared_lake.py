@@ -305,6 +305,52 @@ def test_one_process_at_a_time_is_elected(postgres_database: str) -> None:
         assert again  # released at the end of the block
 
 
+@pytest.mark.postgres
+def test_lakes_in_their_own_schemas_read_their_own_catalog_tables(
+    postgres_database: str, tmp_path: Path
+) -> None:
+    """Two lakes in one database (`lake_schema`): each reads its own catalog tables, which
+    are in neither the default schema nor the other's: the commits a shared collector learns
+    others' spans from, the sizes `status` shows, and retention (which failed outright)."""
+    import datetime as dt
+
+    from spanscore import lake
+
+    lakes = {
+        name: connect(
+            f"{postgres_database}?lake_schema={name}&data_path={tmp_path / name}/", create=True
+        )
+        for name in ("team_a", "team_b")
+    }
+    try:
+        first = {name: lake.current_snapshot(con) for name, con in lakes.items()}
+        old = dt.datetime.now(dt.UTC) - dt.timedelta(days=40)
+        for name, con in lakes.items():
+            for n in range(1 if name == "team_a" else 2):
+                con.execute(
+                    "INSERT INTO spans (trace_id, span_id, conversation_id, start_time) "
+                    "VALUES (?, 's', 'c', ?)",
+                    [f"{name}-{n}", old],
+                )
+        assert lake.commits_since(lakes["team_a"], first["team_a"], not_by="-") == [
+            first["team_a"] + 1
+        ]
+        assert lake.commits_since(lakes["team_b"], first["team_b"], not_by="-") == [
+            first["team_b"] + 1,
+            first["team_b"] + 2,
+        ]
+        assert lake.data_size(lakes["team_a"])["spans"]["files"] == 1
+        assert lake.data_size(lakes["team_b"])["spans"]["files"] == 2
+        done = lake.maintain(
+            lakes["team_a"], retention_days=30, expire_older_than_s=0, delete_older_than_s=0
+        )
+        assert (done["retention_rows_deleted"], done["retention_finished"]) == (1, 1), done
+        assert lakes["team_b"].execute("SELECT count(*) FROM spans").fetchone() == (2,)
+    finally:
+        for con in lakes.values():
+            con.close()
+
+
 def _log_records(path: Path) -> list[dict[str, Any]]:
     records = []
     for line in path.read_text().splitlines():

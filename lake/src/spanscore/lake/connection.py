@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import os
 import sqlite3
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -268,7 +269,7 @@ def commits_since(con: duckdb.DuckDBPyConnection, after: int, *, not_by: str) ->
     expired, so no row at all means nothing was committed since."""
     rows = con.execute(
         "SELECT snapshot_id, author IS NOT DISTINCT FROM ? "
-        f"FROM {_METADATA}.ducklake_snapshot_changes "
+        f"FROM {metadata_catalog(con)}.ducklake_snapshot_changes "
         "WHERE snapshot_id > ? AND (snapshot_id = ? OR author IS DISTINCT FROM ?) "
         "ORDER BY snapshot_id",
         [not_by, after, after + 1, not_by],
@@ -276,6 +277,49 @@ def commits_since(con: duckdb.DuckDBPyConnection, after: int, *, not_by: str) ->
     if rows and int(rows[0][0]) != after + 1:
         return None
     return [int(snapshot) for snapshot, own in rows if not own]
+
+
+# Where each connection finds the lake's catalog tables (`metadata_catalog`), looked up once.
+_metadata_catalogs: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def metadata_catalog(con: duckdb.DuckDBPyConnection) -> str:
+    """Where DuckDB finds the lake's own catalog tables (DuckLake's specification) on `con`:
+    `__ducklake_metadata_lake`, qualified on a PostgreSQL catalog by the schema that holds
+    them (`lake_schema` keeps several lakes in one database, and the database's default
+    schema is then another lake's, or none)."""
+    found = _metadata_catalogs.get(con)
+    if found is None:
+        schema = postgres_metadata_schema(con)
+        found = _METADATA if schema is None else f"{_METADATA}.{schema}"
+        _metadata_catalogs[con] = found
+    return found
+
+
+def postgres_metadata_schema(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The PostgreSQL schema holding the lake's catalog tables, quoted; None on a SQLite
+    catalog. DuckDB lists neither the catalog's database nor its tables, so PostgreSQL is
+    asked: of the schemas holding a DuckLake catalog, the one whose data path is this lake's."""
+    row = con.execute(
+        f"SELECT catalog_type, data_path FROM ducklake_settings({_sql_string(ALIAS)})"
+    ).fetchone()
+    if row is None or row[0] != "postgres":
+        return None
+    data_path = str(row[1])
+    tables = (
+        "SELECT table_schema FROM information_schema.tables "
+        "WHERE table_name = 'ducklake_metadata' ORDER BY table_schema"
+    )
+    schemas = con.execute("SELECT * FROM postgres_query(?, ?)", [_METADATA, tables]).fetchall()
+    for (schema,) in schemas:
+        quoted = quote_identifier(str(schema))
+        query = f"SELECT value FROM {quoted}.ducklake_metadata WHERE key = 'data_path'"
+        path = con.execute("SELECT * FROM postgres_query(?, ?)", [_METADATA, query]).fetchone()
+        if len(schemas) == 1 or (path is not None and path[0] == data_path):
+            return quoted
+    raise LakeError(
+        f"no DuckLake catalog in the PostgreSQL database holds the data path {data_path}"
+    )
 
 
 def side_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:

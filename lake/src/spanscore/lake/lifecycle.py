@@ -30,6 +30,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from spanscore.lake.connection import metadata_catalog, postgres_metadata_schema
 from spanscore.lake.location import ALIAS, LakeError, _sql_string, log
 from spanscore.lake.locks import commit_turn, turn_of
 from spanscore.lake.retry import retrying
@@ -411,59 +412,40 @@ def scrub_catalog(
             time.sleep(0.2)
 
 
-def _postgres_metadata_schema(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The PostgreSQL schema holding this lake's catalog tables, quoted: DuckDB lists neither
-    the catalog's database nor its tables, so PostgreSQL is asked. Several lakes can share a
-    database (`lake_schema`): the one whose data path is this lake's."""
-    metadata = f"__ducklake_metadata_{ALIAS}"
-    _, data_path = _lake_settings(con)
-    tables = (
-        "SELECT table_schema FROM information_schema.tables WHERE table_name = 'ducklake_metadata'"
-    )
-    try:
-        schemas = con.execute("SELECT * FROM postgres_query(?, ?)", [metadata, tables]).fetchall()
-        for (schema,) in schemas:
-            quoted = quote_identifier(str(schema))
-            query = f"SELECT value FROM {quoted}.ducklake_metadata WHERE key = 'data_path'"
-            row = con.execute("SELECT * FROM postgres_query(?, ?)", [metadata, query]).fetchone()
-            if len(schemas) == 1 or (row is not None and row[0] == data_path):
-                return quoted
-    except duckdb.Error as exc:
-        log.warning("could not find the lake's catalog in PostgreSQL: %s", exc)
-    return None
-
-
 def _reset_postgres_bounds(con: duckdb.DuckDBPyConnection) -> bool:
     """A PostgreSQL catalog's text bounds set again (`_TABLE_TEXT_BOUNDS`, one statement run
     by PostgreSQL itself). False when PostgreSQL refused."""
-    schema = _postgres_metadata_schema(con)
-    if schema is None:
-        return False
-    try:
-        con.execute(
-            "CALL postgres_execute(?, ?)",
-            [f"__ducklake_metadata_{ALIAS}", _TABLE_TEXT_BOUNDS.format(m=schema + ".")],
-        )
-    except duckdb.Error as exc:
-        log.warning("could not scrub the lake's PostgreSQL catalog: %s", exc)
-        return False
-    return True
+    return _run_in_postgres(con, lambda schema: [_TABLE_TEXT_BOUNDS.format(m=schema + ".")])
 
 
 def _vacuum_postgres_catalog(con: duckdb.DuckDBPyConnection) -> bool:
     """A PostgreSQL catalog's tables of statistics vacuumed, so that the dead rows holding
-    deleted values go too. False when PostgreSQL refused."""
-    schema = _postgres_metadata_schema(con)
-    if schema is None:
-        return False
+    deleted values go too (VACUUM runs outside a transaction). False when PostgreSQL
+    refused."""
+    tables = ("ducklake_table_column_stats", "ducklake_file_column_stats")
+    return _run_in_postgres(
+        con, lambda schema: [f"VACUUM {schema}.{t}" for t in tables], in_transaction=False
+    )
+
+
+def _run_in_postgres(
+    con: duckdb.DuckDBPyConnection,
+    statements: Callable[[str], list[str]],
+    *,
+    in_transaction: bool = True,
+) -> bool:
+    """Statements (made for the catalog's schema) run by PostgreSQL itself; False, and a
+    warning, when it refused."""
     try:
-        for table in ("ducklake_table_column_stats", "ducklake_file_column_stats"):
-            con.execute(  # VACUUM cannot run inside a transaction
-                "CALL postgres_execute(?, ?, use_transaction := false)",
-                [f"__ducklake_metadata_{ALIAS}", f"VACUUM {schema}.{table}"],
+        schema = postgres_metadata_schema(con)
+        assert schema is not None  # only called on a PostgreSQL catalog
+        for statement in statements(schema):
+            con.execute(
+                "CALL postgres_execute(?, ?, use_transaction := ?)",
+                [f"__ducklake_metadata_{ALIAS}", statement, in_transaction],
             )
-    except duckdb.Error as exc:
-        log.warning("could not vacuum the lake's PostgreSQL catalog: %s", exc)
+    except (duckdb.Error, LakeError) as exc:
+        log.warning("could not scrub the lake's PostgreSQL catalog: %s", exc)
         return False
     return True
 
@@ -545,7 +527,7 @@ def apply_retention(
         if any(counts.values()):
             # Files numbered from here on hold none of the rows deleted now.
             [(first_new,)] = con.execute(
-                f"SELECT next_file_id FROM __ducklake_metadata_{ALIAS}.ducklake_snapshot "
+                f"SELECT next_file_id FROM {metadata_catalog(con)}.ducklake_snapshot "
                 "ORDER BY snapshot_id DESC LIMIT 1"
             ).fetchall()
             conversations = (
@@ -587,7 +569,7 @@ def finish_retention(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, in
     disk by now: no file older than the pass (`details.first_new_file`: DuckLake numbers
     files in order) is still referenced by a snapshot or waiting for deletion. The catalog is
     then compacted and the passes marked `purged`."""
-    metadata = f"__ducklake_metadata_{ALIAS}"
+    metadata = metadata_catalog(con)
     rows = con.execute(
         f"""SELECT erase_id, TRY_CAST(json_extract_string(details, '$.first_new_file') AS BIGINT)
             FROM {ALIAS}.erasures WHERE status = 'erased' AND reason = 'retention'"""

@@ -11,8 +11,8 @@ from typing import Any
 
 import duckdb
 
-from spanscore.lake.connection import _is_remote
-from spanscore.lake.location import _METADATA, ALIAS, _sql_string
+from spanscore.lake.connection import _is_remote, metadata_catalog
+from spanscore.lake.location import ALIAS, _sql_string
 
 
 def _delete_old_files(
@@ -62,7 +62,7 @@ def _delete_old_files(
                 f"older_than => '{(day - dt.timedelta(microseconds=1)).isoformat()}'::TIMESTAMPTZ)"
             )
         ]
-    scheduled = f"{_METADATA}.ducklake_files_scheduled_for_deletion"
+    scheduled = f"{metadata_catalog(con)}.ducklake_files_scheduled_for_deletion"
     # Read whole and compared here: a filter on `schedule_start` reaches SQLite as text.
     due = [
         (int(file_id), str(path) if not relative else data_path + str(path))
@@ -138,18 +138,19 @@ def data_size(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
     snapshots still read (freed when they expire). One catalog query, no file listed, so it
     is the same for a local directory and object storage; files already scheduled for
     deletion are not counted."""
+    metadata = metadata_catalog(con)
     rows = con.execute(
         f"""WITH files AS (
-                SELECT table_id, end_snapshot, file_size_bytes FROM {_METADATA}.ducklake_data_file
+                SELECT table_id, end_snapshot, file_size_bytes FROM {metadata}.ducklake_data_file
                 UNION ALL
                 SELECT table_id, end_snapshot, file_size_bytes
-                FROM {_METADATA}.ducklake_delete_file
+                FROM {metadata}.ducklake_delete_file
             )
             SELECT t.table_name,
                    coalesce(sum(f.file_size_bytes) FILTER (WHERE f.end_snapshot IS NULL), 0),
                    count(*) FILTER (WHERE f.end_snapshot IS NULL),
                    coalesce(sum(f.file_size_bytes) FILTER (WHERE f.end_snapshot IS NOT NULL), 0)
-            FROM {_METADATA}.ducklake_table t JOIN files f ON f.table_id = t.table_id
+            FROM {metadata}.ducklake_table t JOIN files f ON f.table_id = t.table_id
             WHERE t.end_snapshot IS NULL
             GROUP BY t.table_name ORDER BY t.table_name"""
     ).fetchall()
