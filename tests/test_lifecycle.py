@@ -30,7 +30,7 @@ from spanscore import lake
 from spanscore.collector import Collector
 from spanscore.evaluation import load_suite
 from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
-from spanscore.lake import lifecycle
+from spanscore.lake import lifecycle, locks
 
 from .support.conversation_spans import _as_log_record, _chat, _tool
 from .support.evaluation_runs import run, write_suite
@@ -630,6 +630,9 @@ def test_a_writer_that_read_the_bounds_before_the_erase_does_not_write_them_back
         lifecycle.erase(con, lifecycle.select_conversations(con, [marker]), selection_kind="ids")
 
         def step(sql: Any, what: str) -> list[tuple[Any, ...]]:
+            # A step pauses the collector's writer, then takes the commit turn: entered with the
+            # turn held, it would wait for a writer that waits for the turn.
+            assert not locks._held.__dict__.get("paths"), f"{what}: entered holding the turn"
             if what == "record erasures":  # the writer commits once the catalog is scrubbed
                 writer.execute(
                     "INSERT INTO spans (trace_id, span_id, conversation_id, start_time) "
@@ -638,7 +641,9 @@ def test_a_writer_that_read_the_bounds_before_the_erase_does_not_write_them_back
                 )
             rows = con.execute(sql).fetchall() if isinstance(sql, str) else sql()
             if what == "delete old files":  # the last step before the catalog's scrub
-                writer.execute("SELECT count(*) FROM spans WHERE conversation_id = 'kept'")
+                writer.execute(
+                    "SELECT count(*) FROM spans WHERE conversation_id = 'kept'"
+                ).fetchall()
             return rows
 
         assert lifecycle.finish_erasures(con, step)["erasures_finished"] == 1

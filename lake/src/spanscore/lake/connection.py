@@ -298,8 +298,9 @@ def metadata_catalog(con: duckdb.DuckDBPyConnection) -> str:
 
 def postgres_metadata_schema(con: duckdb.DuckDBPyConnection) -> str | None:
     """The PostgreSQL schema holding the lake's catalog tables, quoted; None on a SQLite
-    catalog. DuckDB lists neither the catalog's database nor its tables, so PostgreSQL is
-    asked: of the schemas holding a DuckLake catalog, the one whose data path is this lake's."""
+    catalog, or when no schema's data path is this lake's. DuckDB lists neither the catalog's
+    database nor its tables, so PostgreSQL is asked: of the schemas holding a DuckLake
+    catalog, the one whose data path is this lake's."""
     row = con.execute(
         f"SELECT catalog_type, data_path FROM ducklake_settings({_sql_string(ALIAS)})"
     ).fetchone()
@@ -317,9 +318,7 @@ def postgres_metadata_schema(con: duckdb.DuckDBPyConnection) -> str | None:
         path = con.execute("SELECT * FROM postgres_query(?, ?)", [_METADATA, query]).fetchone()
         if len(schemas) == 1 or (path is not None and path[0] == data_path):
             return quoted
-    raise LakeError(
-        f"no DuckLake catalog in the PostgreSQL database holds the data path {data_path}"
-    )
+    return None  # its queries then fail with DuckDB's own error, naming the table
 
 
 def side_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:

@@ -20,6 +20,8 @@ import datetime as dt
 import getpass
 import socket
 import sqlite3
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -30,9 +32,13 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from spanscore.lake.connection import metadata_catalog, postgres_metadata_schema
-from spanscore.lake.location import ALIAS, LakeError, _sql_string, log
-from spanscore.lake.locks import commit_turn, turn_of
+from spanscore.lake.connection import (
+    commits_since,
+    current_snapshot,
+    metadata_catalog,
+    postgres_metadata_schema,
+)
+from spanscore.lake.location import ALIAS, _sql_string, log
 from spanscore.lake.retry import retrying
 from spanscore.lake.schema.tables import CONVERSATION_CONTENT, quote_identifier
 from spanscore.lake.snapshots import (
@@ -347,32 +353,16 @@ def scrub_catalog(
     con: duckdb.DuckDBPyConnection, step: Step, erase_ids: Sequence[str], deadline_s: float = 60.0
 ) -> bool:
     """The catalog without the values of deleted rows: the text columns' table-wide bounds set
-    again from the files left (`_TABLE_TEXT_BOUNDS`), then, on an embedded lake, VACUUM and an
-    emptied write-ahead log (deleted catalog rows, the column statistics of deleted files, stay
-    in its free pages until then); a PostgreSQL catalog's statistics tables are vacuumed.
-
-    Right after the bounds are set, a DuckLake write (on the `erasures` rows of `erase_ids`)
-    moves the lake's next file id on. A process caches a table's bounds by that id, and a
-    commit merges its new files into the bounds it cached: without the move, a collector
-    that read the bounds before the reset would write the deleted value back with its next
-    commit. On an embedded lake both happen in one commit turn, so no commit comes between.
-    Retried while another process holds the catalog; False when that took longer than
-    `deadline_s`."""
+    again from the files left (`_TABLE_TEXT_BOUNDS`, `_reset_bounds`), then, on an embedded
+    lake, VACUUM and an emptied write-ahead log (deleted catalog rows, the column statistics of
+    deleted files, stay in its free pages until then); a PostgreSQL catalog's statistics tables
+    are vacuumed. Retried while another process holds the catalog; False when that took longer
+    than `deadline_s`, or PostgreSQL refused."""
     catalog_type, _ = _lake_settings(con)
-    ids = ", ".join(_sql_string(i) for i in erase_ids)
-
-    def move_file_id_on() -> None:
-        step(
-            f"UPDATE {ALIAS}.erasures SET details = json_merge_patch(coalesce(details, '{{}}'), "
-            f"'{{\"catalog_bounds_reset\": true}}') WHERE erase_id IN ({ids})",
-            "reset catalog bounds",
-        )
-
     if catalog_type == "postgres":
-        if not _reset_postgres_bounds(con):
-            return False
-        move_file_id_on()
-        return _vacuum_postgres_catalog(con)
+        return _reset_bounds(
+            con, step, erase_ids, lambda: _run_in_postgres(con, _postgres_bounds)
+        ) and _run_in_postgres(con, _postgres_vacuum, in_transaction=False)
     if catalog_type != "sqlite":
         return True  # no catalog of ours to compact
     row = con.execute(
@@ -381,51 +371,137 @@ def scrub_catalog(
     if row is None or not row[0]:
         return False
     path = str(row[0]).removeprefix("sqlite:")
+
+    def reset_sqlite_bounds() -> bool:
+        _in_sqlite(path, "BEGIN IMMEDIATE", _TABLE_TEXT_BOUNDS.format(m=""), "COMMIT")
+        return True
+
     deadline = time.monotonic() + deadline_s
-    bounds_reset = False
+    bounds_reset = vacuumed = False
     while True:
         try:
-            with commit_turn(turn_of(con), max(1.0, deadline - time.monotonic())):
-                catalog = sqlite3.connect(path, timeout=5.0, isolation_level=None)
-                try:
-                    if not bounds_reset:
-                        catalog.execute("BEGIN IMMEDIATE")
-                        catalog.execute(_TABLE_TEXT_BOUNDS.format(m=""))
-                        catalog.execute("COMMIT")
-                        move_file_id_on()
-                        bounds_reset = True
-                    catalog.execute("VACUUM")
-                    # A reader on an older page set makes the checkpoint stop short, without an
-                    # error: the old pages would stay in the database file.
-                    busy, logged, copied = catalog.execute(
-                        "PRAGMA wal_checkpoint(TRUNCATE)"
-                    ).fetchone()
-                    if busy or logged != copied:
-                        raise sqlite3.OperationalError("the catalog's write-ahead log is in use")
-                finally:
-                    catalog.close()
+            if not bounds_reset:
+                bounds_reset = _reset_bounds(con, step, erase_ids, reset_sqlite_bounds)
+                if not bounds_reset:
+                    raise sqlite3.OperationalError("commits kept coming between reset and move")
+            if not vacuumed:
+                _in_sqlite(path, "VACUUM")
+                vacuumed = True
+            # A reader on an older page set makes the checkpoint stop short, without an error:
+            # the old pages would then stay in the database file.
+            busy, logged, copied = _in_sqlite(path, "PRAGMA wal_checkpoint(TRUNCATE)")
+            if busy or logged != copied:
+                raise sqlite3.OperationalError("the catalog's write-ahead log is in use")
             return True
-        except (sqlite3.OperationalError, LakeError) as exc:
+        except sqlite3.OperationalError as exc:
             if time.monotonic() > deadline:
                 log.warning("could not scrub the lake's catalog: %s", exc)
                 return False
             time.sleep(0.2)
 
 
-def _reset_postgres_bounds(con: duckdb.DuckDBPyConnection) -> bool:
-    """A PostgreSQL catalog's text bounds set again (`_TABLE_TEXT_BOUNDS`, one statement run
-    by PostgreSQL itself). False when PostgreSQL refused."""
-    return _run_in_postgres(con, lambda schema: [_TABLE_TEXT_BOUNDS.format(m=schema + ".")])
+# Runs statements on a SQLite catalog in a process of its own: this process's DuckDB opened
+# the same file with its own SQLite library, and POSIX locks are the process's, so closing a
+# second library's connection here would drop DuckDB's locks, and a checkpoint would then
+# rewrite pages under its readers (a reader found a snapshot id of type text after VACUUM).
+_SQLITE_STATEMENTS = """
+import json, sqlite3, sys
+con = sqlite3.connect(sys.argv[1], timeout=5.0, isolation_level=None)
+try:
+    row = None
+    for statement in sys.argv[2:]:
+        row = con.execute(statement).fetchone()
+    print(json.dumps(list(row) if row else []))
+except sqlite3.OperationalError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(3)
+finally:
+    con.close()
+"""
 
 
-def _vacuum_postgres_catalog(con: duckdb.DuckDBPyConnection) -> bool:
-    """A PostgreSQL catalog's tables of statistics vacuumed, so that the dead rows holding
-    deleted values go too (VACUUM runs outside a transaction). False when PostgreSQL
-    refused."""
-    tables = ("ducklake_table_column_stats", "ducklake_file_column_stats")
-    return _run_in_postgres(
-        con, lambda schema: [f"VACUUM {schema}.{t}" for t in tables], in_transaction=False
+def _in_sqlite(path: str, *statements: str) -> list[Any]:
+    """Run `statements` on the SQLite database at `path` in a child process (why:
+    `_SQLITE_STATEMENTS`); the last one's first row. sqlite3.OperationalError when SQLite
+    refused (busy, locked), with its message."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _SQLITE_STATEMENTS, path, *statements],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
+    if done.returncode != 0:
+        raise sqlite3.OperationalError(done.stderr.strip() or f"exit code {done.returncode}")
+    row: list[Any] = orjson.loads(done.stdout)
+    return row
+
+
+def _reset_bounds(
+    con: duckdb.DuckDBPyConnection,
+    step: Step,
+    erase_ids: Sequence[str],
+    reset: Callable[[], bool],
+    tries: int = 5,
+) -> bool:
+    """`reset` the catalog's bounds, then at once move the lake's next file id on with a
+    DuckLake write (on the `erasures` rows of `erase_ids`), in one step: on an embedded lake
+    one commit turn, after the collector's writer paused, as every step.
+
+    A process caches a table's bounds by that id, and a commit merges its new files into the
+    bounds it cached: a collector that read the bounds before the reset would write the deleted
+    value back with its next commit. After the move, its commit conflicts and reads them again.
+    On a PostgreSQL catalog (no commit turn), a commit that still came between the reset and
+    the move may have written one back: then both are done again, up to `tries` times.
+    False when the reset failed, or commits kept coming between."""
+    ids = ", ".join(_sql_string(i) for i in erase_ids)
+    author = f"spanscore-scrub-{uuid.uuid4().hex[:12]}"
+    shared = _lake_settings(con)[0] == "postgres"
+    for _ in range(tries):
+        before = current_snapshot(con)
+
+        def reset_and_move() -> list[tuple[Any, ...]]:
+            if not reset():
+                return [(False,)]
+            con.execute("BEGIN TRANSACTION")
+            if shared:  # (on a SQLite catalog, DuckLake then writes the snapshot's ids as text)
+                con.execute(f"CALL {ALIAS}.set_commit_message(?, ?)", [author, "catalog scrubbed"])
+            con.execute(
+                f"UPDATE {ALIAS}.erasures SET details = json_merge_patch(coalesce(details, "
+                f"'{{}}'), '{{\"catalog_bounds_reset\": true}}') WHERE erase_id IN ({ids})"
+            )
+            con.execute("COMMIT")
+            return [(True,)]
+
+        if not step(reset_and_move, "reset catalog bounds")[0][0]:
+            return False
+        if not shared:
+            return True  # the commit turn let no commit come between
+        mine = con.execute(
+            f"SELECT max(snapshot_id) FROM {metadata_catalog(con)}.ducklake_snapshot_changes "
+            "WHERE snapshot_id > ? AND author = ?",
+            [before, author],
+        ).fetchone()
+        others = commits_since(con, before, not_by=author)
+        ours = None if mine is None or mine[0] is None else int(mine[0])
+        if ours is not None and others is not None and all(s > ours for s in others):
+            return True
+    return False
+
+
+def _postgres_bounds(schema: str) -> list[str]:
+    """The statement that sets a PostgreSQL catalog's text bounds again (`_TABLE_TEXT_BOUNDS`,
+    run by PostgreSQL itself)."""
+    return [_TABLE_TEXT_BOUNDS.format(m=schema + ".")]
+
+
+def _postgres_vacuum(schema: str) -> list[str]:
+    """The statements that vacuum a PostgreSQL catalog's tables of statistics, so that the
+    dead rows holding deleted values go too (VACUUM runs outside a transaction)."""
+    return [
+        f"VACUUM {schema}.{t}"
+        for t in ("ducklake_table_column_stats", "ducklake_file_column_stats")
+    ]
 
 
 def _run_in_postgres(
@@ -438,13 +514,15 @@ def _run_in_postgres(
     warning, when it refused."""
     try:
         schema = postgres_metadata_schema(con)
-        assert schema is not None  # only called on a PostgreSQL catalog
+        if schema is None:
+            log.warning("could not scrub the lake's PostgreSQL catalog: its schema is unknown")
+            return False
         for statement in statements(schema):
             con.execute(
                 "CALL postgres_execute(?, ?, use_transaction := ?)",
                 [f"__ducklake_metadata_{ALIAS}", statement, in_transaction],
             )
-    except (duckdb.Error, LakeError) as exc:
+    except duckdb.Error as exc:
         log.warning("could not scrub the lake's PostgreSQL catalog: %s", exc)
         return False
     return True

@@ -268,9 +268,10 @@ class JudgeClient:
         ticket = self.limit.ticket()
         # A 429 says "not now", not "wrong": while the limit probes the provider's capacity, the
         # same question can be refused several times in a row, so throttles are retried for
-        # `max_throttled_s` and only the other failures spend `max_attempts`.
-        throttled_until = time.monotonic() + self.config.max_throttled_s
-        attempt = failures = 0
+        # `max_throttled_s` from the first 429 (not from the question's wait for a slot), and
+        # only the other failures spend `max_attempts` (and set the backoff's length).
+        throttled_until: float | None = None
+        attempt = failures = throttles = 0
         while True:
             attempt += 1
             if attempt > 1:
@@ -286,7 +287,7 @@ class JudgeClient:
                     value = self.read(request, payload)
                 except ValueError as exc:
                     problem = str(exc)
-                    wait = backoff_s(attempt, base=0.1)
+                    wait = backoff_s(failures + 1, base=0.1)
                 else:
                     self.stats.calls += 1
                     return JudgeAnswer(
@@ -309,6 +310,7 @@ class JudgeClient:
                 throttled = exc.status_code == 429
                 if throttled:
                     self.stats.throttled += 1
+                    throttles += 1
                     if exc.code == "insufficient_quota":
                         break  # OpenAI's 429 for an account out of credit: no wait ends it
                 if exc.status_code == 429 or exc.status_code >= 500 or exc.status_code == 408:
@@ -316,21 +318,23 @@ class JudgeClient:
                     wait = (
                         hinted * random.uniform(1.0, 1.1)
                         if hinted is not None
-                        else backoff_s(attempt)
+                        else backoff_s(throttles if throttled else failures + 1)
                     )
                 else:
                     break  # 401, 403, 404...: retrying changes nothing
             except (openai.APITimeoutError, openai.APIConnectionError) as exc:
                 problem = _describe(exc)
-                wait = backoff_s(attempt)
+                wait = backoff_s(failures + 1)
             except ValueError as exc:  # a body that is not JSON
                 problem = f"the answer is not JSON ({exc})"
-                wait = backoff_s(attempt, base=0.1)
+                wait = backoff_s(failures + 1, base=0.1)
             finally:
                 await self.limit.release(epoch, throttled)
             if wait is None:
                 break
             if throttled:
+                if throttled_until is None:
+                    throttled_until = time.monotonic() + self.config.max_throttled_s
                 if time.monotonic() + wait > throttled_until:
                     break
             else:

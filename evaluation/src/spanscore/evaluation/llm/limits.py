@@ -145,4 +145,4 @@ def _duration(text: str) -> float | None:
 
 def backoff_s(attempt: int, base: float = 0.5, cap: float = 20.0) -> float:
     """Exponential backoff with full jitter (attempt 1 is the first retry)."""
-    return random.uniform(0, min(cap, base * 2 ** (attempt - 1)))
+    return random.uniform(0, min(cap, base * 2 ** min(attempt - 1, 32)))
