@@ -49,6 +49,14 @@ answers in under a second". What it does, in one run:
    ``compact_after_small_commits`` of them (``maintain(compact_only=True, early=True)``; its
    steps and their length are printed): the same commits before (as main's collector left
    them) and after, in the same run (``--no-early-stage``: not).
+   Then **the collector's cadence**: a third lake, the same compacted past and the last count
+   of ``--recent-commits``, but with the first stage after every
+   ``compact_after_small_commits`` commits, as the collector runs it, so that the snapshots
+   before each stage stay in the catalog with the files they saw (each point query reads the
+   statistics of every such file). (a') and the views are timed with every snapshot kept, then
+   after thinning them as the collector does (``snapshot_interval_s``, scaled to the
+   benchmark's pace: as many commits to an interval as at 1,000 commits per maintenance
+   interval); the catalog's file count is printed for both.
 4. ``--log-records`` (off by default): last, the fragmented lake's model calls (the lake as
    the collector writes it) get their messages as GenAI log records too (two per call, as
    producers that send messages as events do, committed in time order as the collector
@@ -117,6 +125,8 @@ COMPACT_AFTER_COMMITS: int = CollectorConfig.model_fields["compact_after_commits
 COMPACT_AFTER_SMALL_COMMITS: int = CollectorConfig.model_fields[
     "compact_after_small_commits"
 ].default
+MAINTENANCE_INTERVAL_S: float = CollectorConfig.model_fields["maintenance_interval_s"].default
+SNAPSHOT_INTERVAL_S: float = CollectorConfig.model_fields["snapshot_interval_s"].default
 
 
 def recent_commits(rows: int) -> int:
@@ -420,6 +430,7 @@ class LakeState:
     spans: int
     row_groups: int
     row_groups_with_bloom: int  # row groups whose conversation_id column has a bloom filter
+    catalog_files: int  # spans files any snapshot kept sees: each point query reads their stats
 
 
 def lake_state(con: duckdb.DuckDBPyConnection) -> LakeState:
@@ -430,6 +441,12 @@ def lake_state(con: duckdb.DuckDBPyConnection) -> LakeState:
     )
     (snapshots,) = _one(con, "SELECT count(*) FROM ducklake_snapshots('lake')")
     (spans,) = _one(con, "SELECT count(*) FROM spans")
+    (catalog_files,) = _one(
+        con,
+        "SELECT count(*) FROM __ducklake_metadata_lake.ducklake_data_file "
+        "WHERE table_id = (SELECT table_id FROM __ducklake_metadata_lake.ducklake_table "
+        "WHERE table_name = 'spans' AND end_snapshot IS NULL)",
+    )
     listing = con.execute("SELECT data_file FROM ducklake_list_files('lake', 'spans')")
     paths = [str(r[0]) for r in listing.fetchall()]
     row_groups = with_bloom = 0
@@ -441,7 +458,13 @@ def lake_state(con: duckdb.DuckDBPyConnection) -> LakeState:
             f"FROM parquet_metadata([{listed}]) WHERE path_in_schema = 'conversation_id'",
         )
     return LakeState(
-        int(files), int(data_bytes), int(snapshots), int(spans), int(row_groups), int(with_bloom)
+        int(files),
+        int(data_bytes),
+        int(snapshots),
+        int(spans),
+        int(row_groups),
+        int(with_bloom),
+        int(catalog_files),
     )
 
 
@@ -551,7 +574,8 @@ def _ms(seconds: float) -> str:
 def _print_state(what: str, state: LakeState) -> None:
     print(
         f"  {what}: {state.spans:,} spans, {state.files:,} data files "
-        f"({state.data_bytes / MIB:,.0f} MiB), {state.snapshots:,} snapshots; "
+        f"({state.data_bytes / MIB:,.0f} MiB), {state.snapshots:,} snapshots seeing "
+        f"{state.catalog_files:,} data files in all; "
         f"{state.row_groups:,} row groups, {state.row_groups_with_bloom:,} of them with a "
         "conversation_id bloom filter",
         flush=True,
@@ -571,7 +595,12 @@ RETENTION_DAYS: list[float | None] = [None]
 
 
 def run_maintain(
-    lake_dir: Path, *, sort_spans: bool = True, compact_only: bool = False, early: bool = False
+    lake_dir: Path,
+    *,
+    sort_spans: bool = True,
+    compact_only: bool = False,
+    early: bool = False,
+    snapshot_interval_s: float | None = None,
 ) -> tuple[float, dict[str, int]]:
     con = connect(lake_dir)
     try:
@@ -584,6 +613,7 @@ def run_maintain(
             retention_days=RETENTION_DAYS[0],
             compact_only=compact_only,
             early=early,
+            snapshot_interval_s=snapshot_interval_s,
         )
         return time.perf_counter() - started, done
     finally:
@@ -831,6 +861,64 @@ def fragmented_lake(
             for k in ("a", "a'", "b", "c", "d")
         ]
     return timings, lake_dir, conversation
+
+
+def cadence_lake(args: argparse.Namespace, workdir: Path, seed: int) -> list[Timing]:
+    """The recent commits as the collector leaves them: the fragmented lake's compacted past,
+    then the last `--recent-commits` count of commits with compaction's first stage after
+    every `compact_after_small_commits` of them, as the collector runs it. Each first stage
+    leaves the snapshots before it in the catalog, and with them the files they saw; timed
+    with every snapshot kept (as before `snapshot_interval_s`), then thinned as the collector
+    thins them.
+
+    The commits come faster here than at the collector's pace the issue sets (its
+    `compact_after_commits` in its `maintenance_interval_s`): the interval is scaled by that
+    ratio, so that as many commits fall in one as would at the collector."""
+    commits = args.recent_commits[-1]
+    rows = args.recent_commit_rows
+    layout = Layout(args.fragmented_spans, args.in_flight)
+    lake_dir = workdir / "cadence"
+    print(
+        f"\n== the collector's cadence: {layout.spans:,} spans compacted, then {commits:,} "
+        f"commits of {rows:,} with the first stage every {COMPACT_AFTER_SMALL_COMMITS}",
+        flush=True,
+    )
+    build_lake(lake_dir, layout, args.small_commit_rows, "cadence lake")
+    run_maintain(lake_dir)
+    conversation = pick_conversation(lake_dir, layout, random.Random(seed))
+    started = time.perf_counter()
+    start, made = layout.spans, 0
+    while made < commits:
+        n = min(COMPACT_AFTER_SMALL_COMMITS, commits - made)
+        build_lake(lake_dir, layout, rows, "cadence", spans=range(start, start + n * rows))
+        start, made = start + n * rows, made + n
+        run_maintain(lake_dir, compact_only=True, early=True)
+    pace = commits / (time.perf_counter() - started)
+    collector_pace = COMPACT_AFTER_COMMITS / MAINTENANCE_INTERVAL_S
+    interval_s = SNAPSHOT_INTERVAL_S * collector_pace / pace
+    state = open_state(lake_dir)
+    _print_state(f"with {commits:,} commits at {pace:,.1f} commits/s, every snapshot kept", state)
+    label = f"+{commits} cadence"
+    timings = [
+        time_query(lake_dir, f"{label}, all kept", QUERY[k], conversation, args.runs, state.files)
+        for k in ("a'", "b", "c", "d")
+    ]
+    seconds, done = run_maintain(
+        lake_dir, compact_only=True, early=True, snapshot_interval_s=interval_s
+    )
+    print(
+        f"  snapshots thinned to one per {interval_s:.1f} s here ({SNAPSHOT_INTERVAL_S:.0f} s "
+        f"at the collector's {collector_pace:.1f} commits/s): {done.get('snapshots_thinned', 0):,}"
+        f" expired in {seconds:.1f}s",
+        flush=True,
+    )
+    state = open_state(lake_dir)
+    _print_state("after thinning", state)
+    timings += [
+        time_query(lake_dir, f"{label}, thinned", QUERY[k], conversation, args.runs, state.files)
+        for k in ("a'", "b", "c", "d")
+    ]
+    return timings
 
 
 def compare_retention(
@@ -1172,6 +1260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         picks = rng.getstate()
         fragmented, collectors_lake, its_conversation = fragmented_lake(args, workdir, rng)
         timings += fragmented
+        if (
+            args.recent_commits
+            and early_stage_applies(args.recent_commit_rows)
+            and not (args.no_early_stage or args.merge_spans)
+        ):
+            timings += cadence_lake(args, workdir, args.seed)
         if args.compare_retention_days is not None:
             timings += compare_retention(args, workdir, picks)
         comparison = (

@@ -567,6 +567,129 @@ def test_commits_since_lists_the_others_commits_and_notices_expired_ones(lake_di
     assert lake.commits_since(con, current, not_by="me") == []
 
 
+def _age_snapshots(con: duckdb.DuckDBPyConnection, taken: dict[int, float]) -> None:
+    """Give snapshots the times they would have had (seconds since the epoch): thinning goes
+    by their age, and a test cannot wait for it."""
+    for snapshot, at in taken.items():
+        con.execute(
+            "UPDATE __ducklake_metadata_lake.ducklake_snapshot SET snapshot_time = "
+            "make_timestamptz(?::BIGINT * 1000000) WHERE snapshot_id = ?",
+            [round(at), snapshot],
+        )
+
+
+def _commit_spans(con: duckdb.DuckDBPyConnection, first: int, n: int) -> int:
+    con.execute(
+        """INSERT INTO spans (trace_id, span_id, name, conversation_id, start_time_unix_nano,
+                              ingest_time)
+        SELECT 't', ($first + range)::VARCHAR, 'n', 'c' || (($first + range) % 7), range, now()
+        FROM range($n)""",
+        {"first": first, "n": n},
+    )
+    return lake.current_snapshot(con)
+
+
+def test_thinning_keeps_the_newest_snapshot_of_each_interval_and_what_runs_pinned(
+    lake_dir: Path,
+) -> None:
+    """Snapshots a minute old are kept one a minute, ten minutes old one per ten minutes (the
+    newest of each, on the clock's intervals); younger ones, the latest and whatever a running
+    evaluation pinned (and newer) are kept; time travel still reads a kept snapshot."""
+    con = connect(lake_dir, create=True)
+    created = lake.current_snapshot(con)
+    now = time.time()
+    ten = (now - 3000) // 600 * 600  # a ten-minute boundary about an hour ago
+    minute = (now - 300) // 60 * 60  # a minute boundary about 5 minutes ago
+    at = {
+        "a": ten + 10,  # thinned: b is newer in its ten minutes
+        "b": ten + 500,
+        "c": ten + 700,  # the next ten minutes
+        "d": minute + 5,  # thinned: e is newer in its minute
+        "e": minute + 50,
+        "f": minute + 65,  # the next minute
+        "g": now - 10,  # younger than an interval
+        "h": now - 5,  # the latest
+    }
+    snapshot = {name: _commit_spans(con, i * 10, 10) for i, name in enumerate(at)}
+    # The lake's own first snapshots, an hour and a half ago: one kept of them all.
+    _age_snapshots(con, {s: ten - 1200 + s for s in range(created + 1)})
+    _age_snapshots(con, {snapshot[name]: t for name, t in at.items()})
+
+    thinned = lake.snapshots._thinned_snapshots(con, 60.0)
+    assert thinned == [*range(created), snapshot["a"], snapshot["d"]]
+
+    # A running evaluation pinned e: e and every newer snapshot stay, whatever their age.
+    con.execute(
+        "INSERT INTO eval_runs (run_id, status, started_at, details) "
+        "VALUES ('r', 'running', now(), ?)",
+        [f'{{"snapshot": {snapshot["e"]}}}'],
+    )
+    pinned = lake.current_snapshot(con)
+    _age_snapshots(con, {pinned: now - 2})
+    assert lake.snapshots._thinned_snapshots(con, 60.0) == [
+        *range(created),
+        snapshot["a"],
+        snapshot["d"],
+    ]
+    _age_snapshots(con, {snapshot["f"]: minute + 55})  # e is no longer its minute's newest
+    assert snapshot["e"] not in lake.snapshots._thinned_snapshots(con, 60.0)
+    con.execute("UPDATE eval_runs SET status = 'succeeded'")
+
+    done = lake.maintain(con, compact_only=True, snapshot_interval_s=60.0)
+    assert done["snapshots_thinned"] == created + 3, done  # a, d and now e
+    kept = {
+        int(r[0])
+        for r in con.execute("SELECT snapshot_id FROM ducklake_snapshots('lake')").fetchall()
+    }
+    assert {snapshot[n] for n in "bcfgh"} <= kept
+    assert not {snapshot[n] for n in "ade"} & kept
+    # Time travel finds the lake as it was at a kept snapshot, every span committed by then.
+    [(count,)] = con.execute(
+        f"SELECT count(*) FROM spans AT (VERSION => {snapshot['c']})"
+    ).fetchall()
+    assert count == 30
+    # Without an interval, nothing is thinned.
+    assert "snapshots_thinned" not in lake.maintain(con, compact_only=True)
+
+
+def test_thinned_snapshots_take_the_files_they_alone_saw_out_of_the_catalog(
+    lake_dir: Path,
+) -> None:
+    """Each commit's small file stays in the catalog, which every query reads, as long as a
+    snapshot sees it: after compaction's first stage merged them, the snapshots between are
+    thinned and the commits' files leave the catalog; every span is still read."""
+    con = connect(lake_dir, create=True)
+    commits = [_commit_spans(con, i * 100, 100) for i in range(20)]
+    lake.maintain(con, compact_only=True, early=True)
+    ids = [
+        int(r[0])
+        for r in con.execute("SELECT snapshot_id FROM ducklake_snapshots('lake')").fetchall()
+    ]
+    # All in one ten-minute interval an hour ago, the merge last: it alone is kept.
+    old = (time.time() - 3600) // 600 * 600
+    _age_snapshots(con, {s: old + i for i, s in enumerate(ids)})
+
+    def catalog_files() -> int:
+        [(n,)] = con.execute(
+            "SELECT count(*) FROM __ducklake_metadata_lake.ducklake_data_file d "
+            "JOIN __ducklake_metadata_lake.ducklake_table t USING (table_id) "
+            "WHERE t.table_name = 'spans' AND t.end_snapshot IS NULL"
+        ).fetchall()
+        return int(n)
+
+    assert catalog_files() == len(commits) + 1  # the commits' files and the merged one
+    before = con.execute("SELECT * FROM spans ORDER BY span_id").fetchall()
+    done = lake.maintain(con, compact_only=True, early=True, snapshot_interval_s=60.0)
+    assert done["snapshots_thinned"] >= len(commits), done
+    assert catalog_files() == 1
+    assert con.execute("SELECT * FROM spans ORDER BY span_id").fetchall() == before
+    # The files the catalog let go of are deleted as files compaction replaced are: later.
+    [(scheduled,)] = con.execute(
+        "SELECT count(*) FROM __ducklake_metadata_lake.ducklake_files_scheduled_for_deletion"
+    ).fetchall()
+    assert scheduled == len(commits)
+
+
 @pytest.fixture
 def postgres_lake(tmp_path: Path) -> Iterator[str]:
     reason = _postgres_available()

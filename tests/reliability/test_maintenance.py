@@ -229,6 +229,58 @@ def test_a_running_evaluations_snapshot_is_never_expired(tmp_path: Path) -> None
         con.close()
 
 
+def test_a_run_whose_snapshot_was_thinned_before_its_row_pinned_it_pins_the_current_one(
+    tmp_path: Path,
+) -> None:
+    # Maintenance thins snapshots a minute old (`snapshot_interval_s`): one an evaluation read
+    # as current, then waited over a minute to record, may be gone when its row commits. The
+    # run then pins the current snapshot, which its row's older id keeps from thinning.
+    import datetime as dt
+
+    from spanscore import lake
+    from spanscore.evaluation import load_suite
+    from spanscore.evaluation.runs.options import RunOptions
+    from spanscore.evaluation.runs.result import RunResult
+    from spanscore.evaluation.runs.store import _insert_run
+
+    root = Path(__file__).resolve().parents[2]
+    suite = load_suite(root / "examples" / "customer_service" / "suite.yaml")
+    where = tmp_path / "lake"
+    con = lake.connect(where, create=True)
+    try:
+        con.execute("INSERT INTO spans (trace_id, span_id, name) VALUES ('t', 'a', 'n')")
+        read = lake.current_snapshot(con)
+        con.execute("INSERT INTO spans (trace_id, span_id, name) VALUES ('t', 'b', 'n')")
+        con.execute(f"CALL ducklake_expire_snapshots('lake', versions => [{read}])").fetchall()
+        now = dt.datetime.now(dt.UTC)
+        result = RunResult(
+            run_id="r",
+            status="running",
+            window_start=None,
+            window_end=now,
+            snapshot=read,
+            candidates=0,
+            sampled=0,
+            skipped=0,
+            scored=0,
+            score_count=0,
+            error_count=0,
+            elapsed_s=0.0,
+        )
+        _insert_run(con, suite, RunOptions(), result, now)
+        assert result.snapshot > read
+        assert lake.snapshot_exists(con, result.snapshot)
+        [(recorded,)] = con.execute(
+            "SELECT json_extract(details, '$.snapshot')::BIGINT FROM eval_runs"
+        ).fetchall()
+        assert recorded == result.snapshot
+        reader = lake.connect(where, snapshot=result.snapshot)  # what its workers attach
+        assert reader.execute("SELECT count(*) FROM spans").fetchone() == (2,)
+        reader.close()
+    finally:
+        con.close()
+
+
 def test_compaction_leaves_merged_files_alone_so_each_run_is_bounded(tmp_path: Path) -> None:
     """Compaction merges only files under `merge_below_bytes`: the file one run made is not
     merged again with the next run's small files (before, every run rewrote everything written

@@ -135,6 +135,7 @@ class Maintenance:
                         con,
                         expire_older_than_s=self.config.snapshot_retention_s,
                         delete_older_than_s=self.config.snapshot_retention_s,
+                        snapshot_interval_s=self.config.snapshot_interval_s,
                         exclusive=self.writer.paused,
                         # Exports wait while a step holds the writer: a step that another
                         # process keeps failing gives up soon and runs again next time.
@@ -161,6 +162,7 @@ class Maintenance:
                     "log_files_sorted",
                     "early_files_sorted",
                     "records_resolved",
+                    "snapshots_thinned",
                 ):
                     self.stats.add(counted, done.get(counted, 0))
                 log.info(

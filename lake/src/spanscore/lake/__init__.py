@@ -44,7 +44,7 @@ from spanscore.lake.schema.tables import (
     arrow_schema,
     quote_identifier,
 )
-from spanscore.lake.snapshots import data_size
+from spanscore.lake.snapshots import data_size, snapshot_exists
 
 __all__ = [
     "ALIAS",
@@ -77,4 +77,5 @@ __all__ = [
     "schema_version",
     "side_cursor",
     "single_writer",
+    "snapshot_exists",
 ]

@@ -28,6 +28,7 @@ from spanscore.lake.snapshots import (
     _evaluation_running,
     _expirable_snapshots,
     _lake_settings,
+    _thinned_snapshots,
 )
 
 # Compaction leaves alone files of this size or more: the collector's commits write small
@@ -70,6 +71,7 @@ def maintain(
     orphans_kept_s: float = ORPHANS_KEPT_S,
     retention_days: float | None = None,
     score_retention_days: float | None = None,
+    snapshot_interval_s: float | None = None,
 ) -> dict[str, int]:
     """Compact small data files, expire old snapshots and delete files nobody can read any more;
     given `store_settled_after_s`, first store the trajectories of the conversations without a
@@ -127,10 +129,20 @@ def maintain(
     files deleted after `delete_older_than_s`. An erase whose files could not be deleted yet
     (an evaluation was running) is finished here (`lifecycle.finish_erasures`).
 
+    `snapshot_interval_s` (an embedded lake's): after compaction, of the snapshots older than
+    that, only the newest of each such interval is kept, and of those older than
+    `snapshots.THIN_COARSER_AFTER` intervals, one per that many (`snapshots_thinned`); time
+    travel within `expire_older_than_s` then finds the lake as it was at most an interval (or
+    ten) earlier. A commit's small file leaves the catalog once no snapshot kept sees it,
+    instead of with the last snapshot that did, after `expire_older_than_s`: DuckLake reads
+    every such file's statistics from an embedded catalog at each query. A shared lake's
+    snapshots are not thinned: its collectors read each other's commits from them.
+
     Returns what each step did: `spans_resolved` (spans given the conversation of their
     trace, `schema.RESOLVE_CONVERSATIONS`), `records_resolved` (log records given their
     span's, `schema.RESOLVE_RECORDS`), `rows_flushed` (inlined rows written to files),
-    `files_merged` and `files_created` (compaction), `snapshots_expired`, `files_deleted`
+    `files_merged` and `files_created` (compaction), `snapshots_thinned`, `snapshots_expired`,
+    `files_deleted`
     (of expired snapshots) and `orphans_deleted` (files of transactions that never committed,
     once older than `orphans_kept_s`: younger ones may be a commit in flight's);
     what storing trajectories did (`conversations_stored`, ..., `store_failed`);
@@ -157,6 +169,24 @@ def maintain(
 
     def total(rows: list[tuple[Any, ...]], column: int) -> int:
         return sum(int(r[column] or 0) for r in rows)
+
+    def thin() -> None:
+        if not snapshot_interval_s or _lake_settings(con)[0] != "sqlite":
+            return
+        interval_s = snapshot_interval_s
+
+        def expire_thinned() -> list[tuple[Any, ...]]:
+            # Chosen under the step's turn: a commit or an evaluation's pin made meanwhile
+            # counts, and a retried step chooses again.
+            thinned = _thinned_snapshots(con, interval_s)
+            if thinned:
+                con.execute(
+                    f"CALL ducklake_expire_snapshots('{ALIAS}', versions => {thinned})"
+                ).fetchall()
+            return [(len(thinned),)]
+
+        [(thinned,)] = step(expire_thinned, "thin snapshots")
+        done["snapshots_thinned"] = done.get("snapshots_thinned", 0) + thinned
 
     # Spans whose conversation no collector knew when it stored them (a trace split between
     # collectors, a root exported long after its children): looked for without holding the
@@ -245,6 +275,7 @@ def maintain(
                 done["early_files_sorted"] += files
                 if not files:
                     break
+        thin()
         return done
     done["span_files_sorted"] = done["log_files_sorted"] = done["sort_steps"] = 0
     for table in SORTED_TABLES if sorting else ():
@@ -269,6 +300,7 @@ def maintain(
         done["files_created"] += total(merged, 3)
         if total(merged, 2) == 0:
             break
+    thin()
     if compact_only:
         return done
     expirable = _expirable_snapshots(con, expire_older_than_s)

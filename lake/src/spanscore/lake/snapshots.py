@@ -127,6 +127,62 @@ def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) ->
     return list(row[0]) if row and row[0] else []
 
 
+# Snapshots older than this many thinning intervals are kept one per this many intervals.
+THIN_COARSER_AFTER = 10
+
+
+def _thinned_snapshots(con: duckdb.DuckDBPyConnection, interval_s: float) -> list[int]:
+    """The snapshots to expire so that time travel keeps one per `interval_s` (the newest of
+    each interval of the clock) once they are that old, and one per `THIN_COARSER_AFTER`
+    intervals once they are that many intervals old; never the latest, nor one a running
+    evaluation pinned, nor newer (`_expirable_snapshots`).
+
+    DuckLake lists a table's files with a catalog query that reads every file's statistics
+    still in any snapshot, and DuckDB's SQLite reader pushes no filter down: each commit's
+    file stays in that read until every snapshot that saw it expires, hours after
+    compaction replaced it. Kept one per interval, a snapshot sees the files of its moment,
+    and the small files of the commits between two of them leave the catalog."""
+    snapshots = f"ducklake_snapshots({_sql_string(ALIAS)})"
+    fine = float(interval_s)
+    coarse = fine * THIN_COARSER_AFTER
+    row = con.execute(
+        f"""WITH pinned AS (
+            SELECT min(TRY_CAST(json_extract_string(details, '$.snapshot') AS BIGINT)) AS id
+            FROM {_RUNNING_EVALUATIONS}
+        ),
+        aged AS (
+            SELECT snapshot_id, epoch(snapshot_time) AS taken,
+                   epoch(now()) - epoch(snapshot_time) AS age
+            FROM {snapshots}
+        ),
+        bucketed AS (
+            SELECT snapshot_id, age,
+                   CASE WHEN age >= {coarse} THEN floor(taken / {coarse})
+                        ELSE floor(taken / {fine}) END AS bucket,
+                   age >= {coarse} AS is_coarse
+            FROM aged WHERE age >= {fine}
+        )
+        SELECT list(snapshot_id ORDER BY snapshot_id) FROM (
+            SELECT snapshot_id, snapshot_id <> max(snapshot_id) OVER (
+                PARTITION BY is_coarse, bucket) AS superseded
+            FROM bucketed
+        )
+        WHERE superseded
+            AND snapshot_id < (SELECT max(snapshot_id) FROM {snapshots})
+            AND snapshot_id < coalesce((SELECT id FROM pinned), 9223372036854775807)"""
+    ).fetchone()
+    return list(row[0]) if row and row[0] else []
+
+
+def snapshot_exists(con: duckdb.DuckDBPyConnection, snapshot: int) -> bool:
+    """Whether the lake still has this snapshot (expiry and thinning remove old ones)."""
+    row = con.execute(
+        f"SELECT count(*) FROM ducklake_snapshots({_sql_string(ALIAS)}) WHERE snapshot_id = ?",
+        [snapshot],
+    ).fetchone()
+    return bool(row and row[0])
+
+
 def _evaluation_running(con: duckdb.DuckDBPyConnection) -> bool:
     row = con.execute(f"SELECT count(*) FROM {_RUNNING_EVALUATIONS}").fetchone()
     return bool(row and row[0])

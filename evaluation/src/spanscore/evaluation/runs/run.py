@@ -179,6 +179,7 @@ def _run(
     # Recorded before anything reads at the snapshot: the row pins it, and maintenance that
     # runs meanwhile would otherwise expire it under the first query (the soak found it).
     _insert_run(con, suite, options, result, now)
+    snapshot = result.snapshot  # pinned again if maintenance thinned it meanwhile
     try:
         sample, todo, single_traces, runner = _select(
             con, lake, snapshot, suite, options, result, until_from, committed_since

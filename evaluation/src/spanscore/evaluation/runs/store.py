@@ -35,7 +35,9 @@ from spanscore.lake import (
     Column,
     append_rows,
     arrow_schema,
+    current_snapshot,
     retrying,
+    snapshot_exists,
 )
 from spanscore.lake.schema.tables import EVAL_RUNS, SCORES, quote_identifier
 
@@ -417,6 +419,15 @@ def _insert_run(
     )
     table = pa.Table.from_pylist([dataclasses.asdict(row)], schema=arrow_schema(EVAL_RUNS))
     append_rows(con, "eval_runs", table)
+    # Maintenance thins snapshots a minute old (the collector's `snapshot_interval_s`): one
+    # read before the row pinned it may be gone by now. The current one is then pinned: the
+    # row's older id keeps every newer snapshot, this one included.
+    if not snapshot_exists(con, result.snapshot):
+        result.snapshot = current_snapshot(con)
+        con.execute(
+            "UPDATE eval_runs SET details = json_merge_patch(details, ?::JSON) WHERE run_id = ?",
+            [json.dumps({"snapshot": result.snapshot}), result.run_id],
+        )
 
 
 def _finish_run(
