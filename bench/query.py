@@ -56,7 +56,9 @@ answers in under a second". What it does, in one run:
    statistics of every such file). (a') and the views are timed with every snapshot kept, then
    after thinning them as the collector does (``snapshot_interval_s``, scaled to the
    benchmark's pace: as many commits to an interval as at 1,000 commits per maintenance
-   interval); the catalog's file count is printed for both.
+   interval); the catalog's file count is printed for both. ``--cadence-commits`` makes that
+   lake's history longer than the recent commits, the regular compaction running every
+   ``compact_after_commits`` of them as at the collector.
 4. ``--log-records`` (off by default): last, the fragmented lake's model calls (the lake as
    the collector writes it) get their messages as GenAI log records too (two per call, as
    producers that send messages as events do, committed in time order as the collector
@@ -874,13 +876,14 @@ def cadence_lake(args: argparse.Namespace, workdir: Path, seed: int) -> list[Tim
     The commits come faster here than at the collector's pace the issue sets (its
     `compact_after_commits` in its `maintenance_interval_s`): the interval is scaled by that
     ratio, so that as many commits fall in one as would at the collector."""
-    commits = args.recent_commits[-1]
+    commits = args.cadence_commits or args.recent_commits[-1]
     rows = args.recent_commit_rows
     layout = Layout(args.fragmented_spans, args.in_flight)
     lake_dir = workdir / "cadence"
     print(
         f"\n== the collector's cadence: {layout.spans:,} spans compacted, then {commits:,} "
-        f"commits of {rows:,} with the first stage every {COMPACT_AFTER_SMALL_COMMITS}",
+        f"commits of {rows:,} with the first stage every {COMPACT_AFTER_SMALL_COMMITS} and "
+        f"the regular compaction every {COMPACT_AFTER_COMMITS:,}",
         flush=True,
     )
     build_lake(lake_dir, layout, args.small_commit_rows, "cadence lake")
@@ -892,7 +895,10 @@ def cadence_lake(args: argparse.Namespace, workdir: Path, seed: int) -> list[Tim
         n = min(COMPACT_AFTER_SMALL_COMMITS, commits - made)
         build_lake(lake_dir, layout, rows, "cadence", spans=range(start, start + n * rows))
         start, made = start + n * rows, made + n
-        run_maintain(lake_dir, compact_only=True, early=True)
+        if made % COMPACT_AFTER_COMMITS < n and made < commits:
+            run_maintain(lake_dir, compact_only=True)  # the regular compaction
+        else:
+            run_maintain(lake_dir, compact_only=True, early=True)
     pace = commits / (time.perf_counter() - started)
     collector_pace = COMPACT_AFTER_COMMITS / MAINTENANCE_INTERVAL_S
     interval_s = SNAPSHOT_INTERVAL_S * collector_pace / pace
@@ -1090,6 +1096,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--runs", type=int, default=5, help="timed runs per query and connection kind"
     )
     parser.add_argument("--seed", type=int, default=1, help="picks the conversation queried")
+    parser.add_argument(
+        "--cadence-commits",
+        type=int,
+        default=0,
+        help="commits of the collector's-cadence lake (default: the last --recent-commits "
+        "count; 6000 is half an hour at the collector's pace, of which the snapshots older "
+        "than its snapshot_interval_s are thinned)",
+    )
     parser.add_argument(
         "--retention-days",
         type=float,

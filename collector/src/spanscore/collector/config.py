@@ -159,13 +159,14 @@ class CollectorConfig(BaseModel):
         "a commit's in flight or a crashed one's, are kept a day whatever this is)",
     )
     snapshot_interval_s: float = Field(
-        60.0,
+        600.0,
         ge=0,
         description="on an embedded lake, snapshots older than this are kept one per this "
-        "many seconds, and those older than ten times it one per ten times it: time travel "
-        "finds the lake as it was up to that much earlier, and the catalog, which every query "
-        "reads, keeps only the files those snapshots see (0: every snapshot is kept until "
-        "snapshot_retention_s; a shared lake keeps them all)",
+        "many seconds, and those older than ten times it one per ten times it: the catalog, "
+        "which every query reads, then keeps only the files those snapshots see; time travel "
+        "finds the lake as it was up to that much earlier, and a query (not an evaluation) "
+        "running longer than this may miss rows committed before it started (0: every "
+        "snapshot is kept until snapshot_retention_s; a shared lake keeps them all)",
     )
     retention_days: float | None = Field(
         None,

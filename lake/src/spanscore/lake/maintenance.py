@@ -185,6 +185,8 @@ def maintain(
                 ).fetchall()
             return [(len(thinned),)]
 
+        if not _thinned_snapshots(con, interval_s):  # nothing to thin: no pause of the writer
+            return
         [(thinned,)] = step(expire_thinned, "thin snapshots")
         done["snapshots_thinned"] = done.get("snapshots_thinned", 0) + thinned
 
