@@ -38,6 +38,15 @@ def _scored(lake: Path) -> int:
     return query(lake, "SELECT count(DISTINCT conversation_id) FROM scores")[0][0]
 
 
+def _pinned(lake: Path) -> int:
+    """The snapshot the running follower's row pins (`details.snapshot`)."""
+    return query(
+        lake,
+        "SELECT max(json_extract(details, '$.snapshot')::BIGINT) FROM eval_runs "
+        "WHERE status = 'running'",
+    )[0][0]
+
+
 def _twice(lake: Path) -> list[tuple[object, ...]]:
     return query(
         lake,
@@ -128,6 +137,7 @@ def test_follower_scores_conversations_as_they_arrive(tmp_path: Path) -> None:
     suite = write_suite(tmp_path, SUITE)
     with _follower(lake, suite, tmp_path / "follow.log") as follower:
         wait_for(lambda: _scored(lake) == total, timeout=240, interval=0.5)
+        first_pin = _pinned(lake)
         # New conversations through a collector on the same lake: scored as they settle.
         collector = start_collector(lake)
         try:
@@ -140,6 +150,9 @@ def test_follower_scores_conversations_as_they_arrive(tmp_path: Path) -> None:
                 )
                 urllib.request.urlopen(post, timeout=30).close()
             wait_for(lambda: _scored(lake) == total + 12, timeout=120, interval=0.5)
+            # Each pass pins what it reads at, not the period's first snapshot: a follower
+            # would otherwise keep maintenance from thinning or expiring anything for hours.
+            assert _pinned(lake) > first_pin
         finally:
             collector.stop(timeout=10)
         follower.send_signal(signal.SIGTERM)

@@ -631,18 +631,21 @@ def test_thinning_keeps_the_newest_snapshot_of_each_interval_and_what_runs_pinne
         snapshot["a"],
         snapshot["d"],
     ]
-    _age_snapshots(con, {snapshot["f"]: minute + 55})  # e is no longer its minute's newest
-    assert snapshot["e"] not in lake.snapshots._thinned_snapshots(con, 60.0)
+    # e, then f, are no longer their minute's newest: neither is thinned while e is pinned.
+    _age_snapshots(con, {snapshot["f"]: minute + 55, snapshot["g"]: minute + 58})
+    pinned_now = lake.snapshots._thinned_snapshots(con, 60.0)
+    assert snapshot["e"] not in pinned_now
+    assert snapshot["f"] not in pinned_now
     con.execute("UPDATE eval_runs SET status = 'succeeded'")
 
     done = lake.maintain(con, compact_only=True, snapshot_interval_s=60.0)
-    assert done["snapshots_thinned"] == created + 3, done  # a, d and now e
+    assert done["snapshots_thinned"] == created + 4, done  # a, d, and now e and f
     kept = {
         int(r[0])
         for r in con.execute("SELECT snapshot_id FROM ducklake_snapshots('lake')").fetchall()
     }
-    assert {snapshot[n] for n in "bcfgh"} <= kept
-    assert not {snapshot[n] for n in "ade"} & kept
+    assert {snapshot[n] for n in "bcgh"} <= kept
+    assert not {snapshot[n] for n in "adef"} & kept
     # Time travel finds the lake as it was at a kept snapshot, every span committed by then.
     [(count,)] = con.execute(
         f"SELECT count(*) FROM spans AT (VERSION => {snapshot['c']})"

@@ -232,9 +232,9 @@ def test_a_running_evaluations_snapshot_is_never_expired(tmp_path: Path) -> None
 def test_a_run_whose_snapshot_was_thinned_before_its_row_pinned_it_pins_the_current_one(
     tmp_path: Path,
 ) -> None:
-    # Maintenance thins snapshots a minute old (`snapshot_interval_s`): one an evaluation read
-    # as current, then waited over a minute to record, may be gone when its row commits. The
-    # run then pins the current snapshot, which its row's older id keeps from thinning.
+    # Maintenance thins an embedded lake's snapshots once `snapshot_interval_s` old: one an
+    # evaluation read as current, then waited that long to record, may be gone when its row
+    # commits. The run then pins the current snapshot, which its row's older id keeps.
     import datetime as dt
 
     from spanscore import lake

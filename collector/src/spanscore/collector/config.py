@@ -164,9 +164,9 @@ class CollectorConfig(BaseModel):
         description="on an embedded lake, snapshots older than this are kept one per this "
         "many seconds, and those older than ten times it one per ten times it: the catalog, "
         "which every query reads, then keeps only the files those snapshots see; time travel "
-        "finds the lake as it was up to that much earlier, and a query (not an evaluation) "
-        "running longer than this may miss rows committed before it started (0: every "
-        "snapshot is kept until snapshot_retention_s; a shared lake keeps them all)",
+        "finds the lake as it was up to an interval earlier (ten, past ten), and a query (not "
+        "an evaluation) running longer than this may miss rows committed before it started "
+        "(0: every snapshot is kept until snapshot_retention_s; a shared lake keeps them all)",
     )
     retention_days: float | None = Field(
         None,

@@ -62,6 +62,7 @@ from spanscore.evaluation.runs.store import (
     _insert_run,
     _set_details,
     _write_scores,
+    pin_snapshot,
     scored_conversations,
     set_window_end,
 )
@@ -257,7 +258,10 @@ class Follower:
         # A period's run holds what ended before the period's end: the rest is the next one's.
         until = min(now - dt.timedelta(seconds=self.options.settle_s), period.ends)
         since = self._next_since
-        snapshot = current_snapshot(con)
+        # The period's row pins what this pass reads at, and no longer what earlier passes
+        # read: a follower runs for hours, and maintenance keeps every snapshot from the
+        # oldest pinned on (none thinned, none expired).
+        snapshot = result.snapshot = pin_snapshot(con, result.run_id, current_snapshot(con))
         reader = connect(self.lake, snapshot=snapshot)
         try:
             committed_since = self._committed_since

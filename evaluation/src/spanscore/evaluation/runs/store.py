@@ -419,15 +419,41 @@ def _insert_run(
     )
     table = pa.Table.from_pylist([dataclasses.asdict(row)], schema=arrow_schema(EVAL_RUNS))
     append_rows(con, "eval_runs", table)
-    # Maintenance thins snapshots a minute old (the collector's `snapshot_interval_s`): one
-    # read before the row pinned it may be gone by now. The current one is then pinned: the
-    # row's older id keeps every newer snapshot, this one included.
-    if not snapshot_exists(con, result.snapshot):
-        result.snapshot = current_snapshot(con)
-        con.execute(
+    try:
+        result.snapshot = pin_snapshot(con, result.run_id, result.snapshot, recorded=True)
+    except BaseException:
+        with contextlib.suppress(Exception):  # a row left `running` would pin for a day
+            forget_run(con, result.run_id)
+        raise
+
+
+def pin_snapshot(
+    con: duckdb.DuckDBPyConnection, run_id: str, snapshot: int, *, recorded: bool = False
+) -> int:
+    """Record in the run's row that it reads at `snapshot` (`details.snapshot`: maintenance
+    then neither expires nor thins it, nor any newer one); `recorded`: the row already names
+    it. Returns the snapshot pinned: maintenance thins an embedded lake's snapshots once
+    `snapshot_interval_s` old, so one read before the row pinned it may be gone, and the
+    current one is pinned instead (the row's older id keeps it from being thinned meanwhile)."""
+    if recorded and snapshot_exists(con, snapshot):
+        return snapshot
+    if not recorded:
+        _set_pin(con, run_id, snapshot)
+    while not snapshot_exists(con, snapshot):
+        snapshot = current_snapshot(con)
+        _set_pin(con, run_id, snapshot)
+    return snapshot
+
+
+def _set_pin(con: duckdb.DuckDBPyConnection, run_id: str, snapshot: int) -> None:
+    retrying(
+        lambda: con.execute(
             "UPDATE eval_runs SET details = json_merge_patch(details, ?::JSON) WHERE run_id = ?",
-            [json.dumps({"snapshot": result.snapshot}), result.run_id],
-        )
+            [json.dumps({"snapshot": snapshot}), run_id],
+        ),
+        con=con,
+        what="pin the run's snapshot",
+    )
 
 
 def _finish_run(
