@@ -79,17 +79,29 @@ function run(name, args, toolCallId) {
   return outcome.result;
 }
 
+// A real model or tool never answers within the millisecond it was called. The SDK records
+// span starts in whole milliseconds, so without a pause a step's model call, its tool calls
+// and the next model call could start in the same one, and their order was a coin toss (the
+// rules order by start time; a fast run once read the reply before the call it followed).
+const pause = () => new Promise((resolve) => setTimeout(resolve, 3));
+
 const { generateText, stepCountIs, tool } = ai;
 const tools = {
   get_order: tool({
     description: 'Get order details by order ID',
     inputSchema: z.object({ order_id: z.string() }),
-    execute: async (args, { toolCallId }) => run('get_order', args, toolCallId),
+    execute: async (args, { toolCallId }) => {
+      await pause();
+      return run('get_order', args, toolCallId);
+    },
   }),
   search_products: tool({
     description: 'Search the product catalog by keyword and price limit',
     inputSchema: z.object({ query: z.string(), max_price: z.number() }),
-    execute: async (args, { toolCallId }) => run('search_products', args, toolCallId),
+    execute: async (args, { toolCallId }) => {
+      await pause();
+      return run('search_products', args, toolCallId);
+    },
   }),
 };
 
@@ -105,6 +117,7 @@ const MockModel = ai7 ? aiTest.MockLanguageModelV4 : aiTest.MockLanguageModelV3;
 const model = new MockModel({
   modelId: spec.model,
   doGenerate: async ({ prompt }) => {
+    await pause();
     const users = prompt
       .filter((m) => m.role === 'user')
       .flatMap((m) => m.content.filter((p) => p.type === 'text').map((p) => p.text));

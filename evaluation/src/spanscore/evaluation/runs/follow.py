@@ -79,6 +79,9 @@ from spanscore.lake import connect, current_snapshot, is_interrupt
 
 log = logging.getLogger("spanscore.evaluate")
 
+# A pass that scores nothing moves its period's pin (`details.snapshot`) up at most this often.
+MOVE_PIN_AFTER_S = 300.0
+
 
 @dataclass
 class FollowSettings:
@@ -148,6 +151,7 @@ class Follower:
         self._committed_since: dt.datetime | None = None  # and since which commits
         self._last_end: dt.datetime | None = None  # where the last period's window ended
         self._first = True
+        self._pinned_at = time.monotonic()  # when the period's row last moved its pin
         self.closed = 0
 
     def stop(self) -> None:
@@ -258,10 +262,9 @@ class Follower:
         # A period's run holds what ended before the period's end: the rest is the next one's.
         until = min(now - dt.timedelta(seconds=self.options.settle_s), period.ends)
         since = self._next_since
-        # The period's row pins what this pass reads at, and no longer what earlier passes
-        # read: a follower runs for hours, and maintenance keeps every snapshot from the
-        # oldest pinned on (none thinned, none expired).
-        snapshot = result.snapshot = pin_snapshot(con, result.run_id, current_snapshot(con))
+        # Read at the current snapshot: the period's row pins an older one, and maintenance
+        # thins and expires no snapshot from the oldest pinned on.
+        snapshot = current_snapshot(con)
         reader = connect(self.lake, snapshot=snapshot)
         try:
             committed_since = self._committed_since
@@ -281,6 +284,12 @@ class Follower:
         done = scored_conversations(con, self.suite, found)
         todo = [c for c in sample if c not in done]
         before = (result.scored, result.score_count)
+        # The pin moves up to what this pass reads at when it scores (it commits then anyway)
+        # or every few minutes: a period lasts an hour, and its first snapshot pinned for all
+        # of it would keep maintenance from thinning or expiring anything meanwhile.
+        if todo or time.monotonic() - self._pinned_at >= MOVE_PIN_AFTER_S:
+            snapshot = result.snapshot = pin_snapshot(con, result.run_id, snapshot)
+            self._pinned_at = time.monotonic()
         if todo:
             self._score(con, snapshot, todo, period)
         # The first pass counts, as a nightly run does, what earlier runs scored in its window;
