@@ -259,13 +259,6 @@ def test_a_run_whose_snapshot_was_thinned_before_its_row_pinned_it_pins_the_curr
             window_start=None,
             window_end=now,
             snapshot=read,
-            candidates=0,
-            sampled=0,
-            skipped=0,
-            scored=0,
-            score_count=0,
-            error_count=0,
-            elapsed_s=0.0,
         )
         _insert_run(con, suite, RunOptions(), result, now)
         assert result.snapshot > read

@@ -170,8 +170,10 @@ def maintain(
     def total(rows: list[tuple[Any, ...]], column: int) -> int:
         return sum(int(r[column] or 0) for r in rows)
 
+    embedded = _lake_settings(con)[0] == "sqlite"
+
     def thin() -> None:
-        if not snapshot_interval_s or _lake_settings(con)[0] != "sqlite":
+        if not snapshot_interval_s or not embedded:
             return
         interval_s = snapshot_interval_s
 
@@ -245,7 +247,7 @@ def maintain(
     # files_created); expire: one row per snapshot; cleanup and orphans: one row per file.
     flushed = step(f"CALL ducklake_flush_inlined_data('{ALIAS}')", "flush inlined data")
     done["rows_flushed"] = total(flushed, 2)
-    sorting = sort_spans if sort_spans is not None else _lake_settings(con)[0] == "sqlite"
+    sorting = sort_spans if sort_spans is not None else embedded
 
     def set_options() -> list[tuple[Any, ...]]:
         # what one compaction step writes

@@ -108,6 +108,15 @@ _RUNNING_EVALUATIONS = f"""{ALIAS}.eval_runs
     WHERE status = 'running' AND started_at > now() - INTERVAL {PINNED_SNAPSHOT_HOURS} HOUR"""
 
 
+# The snapshots maintenance may remove (`{snapshots}`: DuckLake's list of them): never the
+# latest, and none a running evaluation pinned (`details.snapshot` of its `eval_runs` row),
+# nor newer: it reads there in every worker for as long as it runs.
+_REMOVABLE = f"""snapshot_id < (SELECT max(snapshot_id) FROM {{snapshots}})
+    AND snapshot_id < coalesce((
+        SELECT min(TRY_CAST(json_extract_string(details, '$.snapshot') AS BIGINT))
+        FROM {_RUNNING_EVALUATIONS}), 9223372036854775807)"""
+
+
 def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) -> list[int]:
     """The snapshots to expire: older than `older_than_s`, never the latest, and older than
     any a running evaluation pinned (`details.snapshot` of its `eval_runs` row), which it reads
@@ -115,14 +124,9 @@ def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) ->
     snapshots newer than the time it was given.)"""
     snapshots = f"ducklake_snapshots({_sql_string(ALIAS)})"
     row = con.execute(
-        f"""WITH pinned AS (
-            SELECT min(TRY_CAST(json_extract_string(details, '$.snapshot') AS BIGINT)) AS id
-            FROM {_RUNNING_EVALUATIONS}
-        )
-        SELECT list(snapshot_id ORDER BY snapshot_id) FROM {snapshots}
+        f"""SELECT list(snapshot_id ORDER BY snapshot_id) FROM {snapshots}
         WHERE snapshot_time < now() - INTERVAL {int(older_than_s)} SECOND
-            AND snapshot_id < (SELECT max(snapshot_id) FROM {snapshots})
-            AND snapshot_id < coalesce((SELECT id FROM pinned), 9223372036854775807)"""
+            AND {_REMOVABLE.format(snapshots=snapshots)}"""
     ).fetchone()
     return list(row[0]) if row and row[0] else []
 
@@ -146,11 +150,7 @@ def _thinned_snapshots(con: duckdb.DuckDBPyConnection, interval_s: float) -> lis
     fine = float(interval_s)
     coarse = fine * THIN_COARSER_AFTER
     row = con.execute(
-        f"""WITH pinned AS (
-            SELECT min(TRY_CAST(json_extract_string(details, '$.snapshot') AS BIGINT)) AS id
-            FROM {_RUNNING_EVALUATIONS}
-        ),
-        aged AS (
+        f"""WITH aged AS (
             SELECT snapshot_id, epoch(snapshot_time) AS taken,
                    epoch(now()) - epoch(snapshot_time) AS age
             FROM {snapshots}
@@ -167,9 +167,7 @@ def _thinned_snapshots(con: duckdb.DuckDBPyConnection, interval_s: float) -> lis
                 PARTITION BY is_coarse, bucket) AS superseded
             FROM bucketed
         )
-        WHERE superseded
-            AND snapshot_id < (SELECT max(snapshot_id) FROM {snapshots})
-            AND snapshot_id < coalesce((SELECT id FROM pinned), 9223372036854775807)"""
+        WHERE superseded AND {_REMOVABLE.format(snapshots=snapshots)}"""
     ).fetchone()
     return list(row[0]) if row and row[0] else []
 

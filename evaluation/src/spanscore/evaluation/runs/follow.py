@@ -204,13 +204,6 @@ class Follower:
             window_start=since,
             window_end=now - dt.timedelta(seconds=self.options.settle_s),
             snapshot=current_snapshot(con),
-            candidates=0,
-            sampled=0,
-            skipped=0,
-            scored=0,
-            score_count=0,
-            error_count=0,
-            elapsed_s=0.0,
             window_from=since_from,
         )
         _insert_run(con, self.suite, self.options, result, now)

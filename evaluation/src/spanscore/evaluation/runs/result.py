@@ -97,13 +97,14 @@ class RunResult:
     window_start: dt.datetime | None
     window_end: dt.datetime
     snapshot: int
-    candidates: int  # conversations in the window (after filters)
-    sampled: int
-    skipped: int  # already scored by this suite version
-    scored: int
-    score_count: int
-    error_count: int
-    elapsed_s: float
+    # what the run counted: nothing yet when it starts
+    candidates: int = 0  # conversations in the window (after filters)
+    sampled: int = 0
+    skipped: int = 0  # already scored by this suite version
+    scored: int = 0
+    score_count: int = 0
+    error_count: int = 0
+    elapsed_s: float = 0.0
     summary: list[SummaryRow] = field(default_factory=list)
     gates: list[GateResult] = field(default_factory=list)
     judge: dict[str, Any] | None = None  # calls, cache hits, skipped, tokens, cost, limits

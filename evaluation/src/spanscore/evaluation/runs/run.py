@@ -167,13 +167,6 @@ def _run(
         window_start=since,
         window_end=until,
         snapshot=snapshot,
-        candidates=0,
-        sampled=0,
-        skipped=0,
-        scored=0,
-        score_count=0,
-        error_count=0,
-        elapsed_s=0.0,
         window_from=since_from,
     )
     # Recorded before anything reads at the snapshot: the row pins it, and maintenance that
