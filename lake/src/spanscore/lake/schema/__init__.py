@@ -33,6 +33,7 @@ from spanscore.lake.schema.rules import (
     UNRESOLVED_SPANS,
     VIEWS,
     VIEWS_WITHOUT_LOG_RECORDS,
+    Source,
     span_order,
     views,
 )
@@ -120,6 +121,7 @@ __all__ = [
     "VIEWS",
     "VIEWS_WITHOUT_LOG_RECORDS",
     "Column",
+    "Source",
     "arrow_schema",
     "chosen_ids",
     "create_table_sql",

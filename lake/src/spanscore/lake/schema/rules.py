@@ -4,6 +4,8 @@ of them. The trajectory builder reads the same rules (`trajectory`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from spanscore.lake.schema.simulation import SIMULATION_VIEWS
 
 # The conversation rules, written once (docs/conversations.md): the views below and the rows the
@@ -78,6 +80,21 @@ _SAYS_SOMETHING = """(user_message IS NOT NULL
 LOG_RECORD_CONTENT = f"span_id IS NOT NULL AND {_SAYS_SOMETHING}"
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where the rules read spans and log records: the lake's tables (`LAKE`), or relations
+    holding copies of their rows, each span with its row id in the lake as a column (what an
+    evaluation reads its window from: `spanscore.evaluation.trajectory.spread`). `row_id` is
+    the expression of that id for the spans' alias `s`."""
+
+    spans: str = "spans"
+    logs: str = "logs"
+    row_id: str = "s.rowid"
+
+
+LAKE = Source()
+
+
 # What GenAI log records say about each span's model call (producers that send messages as
 # events, not attributes), by span. A record is stored with its span's conversation
 # (`RESOLVE_RECORDS`), and `events` is joined to the spans on it: a view's filter on the
@@ -91,7 +108,7 @@ LOG_RECORD_CONTENT = f"span_id IS NOT NULL AND {_SAYS_SOMETHING}"
 # `marks`: what the windows that place spans read of it (`marked`), whether a record requested
 # calls or answered and not what, so that the JSON of the calls is parsed and the answers
 # joined once per query, not twice (a full read of `tool_calls` took 1.3 times as long).
-def _events(where: str = "", *, marks: bool = False) -> str:
+def _events(where: str = "", *, marks: bool = False, source: Source = LAKE) -> str:
     if marks:
         said = """any_value(tool_calls_requested) AS tool_calls_requested,
             NULL::JSON AS tool_results, any_value(response_text) AS response_text"""
@@ -108,7 +125,7 @@ def _events(where: str = "", *, marks: bool = False) -> str:
             arg_max(user_message, time_unix_nano)
                 FILTER (WHERE user_message IS NOT NULL) AS user_message,
             {said}
-        FROM logs s
+        FROM {source.logs} s
         {f"{where} AND" if where else "WHERE"} {_SAYS_SOMETHING}
         GROUP BY conversation_id, trace_id, span_id
     )"""
@@ -131,16 +148,16 @@ _EVENTS = _events()
 _SAID = ("user_message", "tool_calls_requested", "tool_results", "response_text")
 
 
-def _spans_and(events: str = "events", where: str = "") -> str:
+def _spans_and(events: str = "events", where: str = "", source: Source = LAKE) -> str:
     said = ",\n        ".join(
         f"coalesce(s.{c}, CASE WHEN m.span_id IS NULL THEN e.{c} END) AS {c}" for c in _SAID
     )
     return f"""(
     SELECT s.* REPLACE (
         {said}),
-        s.rowid AS span_row
-    FROM spans s
-    LEFT JOIN (SELECT conversation_id, trace_id, span_id FROM spans s {where} GROUP BY ALL
+        {source.row_id} AS span_row
+    FROM {source.spans} s
+    LEFT JOIN (SELECT conversation_id, trace_id, span_id FROM {source.spans} s {where} GROUP BY ALL
                HAVING bool_or({MODEL_CALL_SQL})) m ON m.conversation_id = s.conversation_id
         AND m.trace_id = s.trace_id AND m.span_id = s.parent_span_id
     LEFT JOIN {events} e ON e.conversation_id = s.conversation_id
@@ -154,7 +171,8 @@ SPANS_WITH_EVENTS = f"(WITH {_EVENTS} SELECT * FROM {_spans_and()})"
 # The spans alone, for views of a lake whose log records say nothing about any span
 # (`LOG_RECORD_CONTENT`): joining them would change no row, and costs a point query about a
 # third of its time (planning the join twice; bench/query.py).
-_SPANS_ALONE = "(SELECT s.*, s.rowid AS span_row FROM spans s)"
+def _spans_alone(source: Source = LAKE) -> str:
+    return f"(SELECT s.*, {source.row_id} AS span_row FROM {source.spans} s)"
 
 
 # A span without a conversation id of its own (its trace id stood in) belongs to the one
@@ -293,10 +311,12 @@ _HANDOFF_SQL = """(operation = 'handoff' OR starts_with(name, 'handoff'))
 # that requested tools the parallel group of what it requested. Any other span's turn is the
 # turn of the latest model call before it, the first turn before any (`trace_turns` gives the
 # turn of tool and hand-off spans in conversations without model calls).
-def _placed(where: str = "", extra: str = "", *, log_records: bool = True) -> str:
+def _placed(
+    where: str = "", extra: str = "", *, log_records: bool = True, source: Source = LAKE
+) -> str:
     """`placed` and `trace_turns`; `where` narrows the spans read (the builder's conversations),
     `extra` adds columns (the builder's attribute values); without `log_records`, what log
-    records say is left out (`_SPANS_ALONE`)."""
+    records say is left out (`_spans_alone`); `source`: where the spans and records are read."""
 
     def flagged(name: str, spans: str) -> str:
         return f"""{name} AS NOT MATERIALIZED (
@@ -312,11 +332,11 @@ def _placed(where: str = "", extra: str = "", *, log_records: bool = True) -> st
 
     # `flagged`: every span with what it is; `marked`, the same rows read for the windows.
     if log_records:
-        read = f"""{_events(where)}, {_events(where, marks=True)},
-    {flagged("flagged", _spans_and(where=where))},
-    {flagged("marked", _spans_and("marks", where))},"""
+        read = f"""{_events(where, source=source)}, {_events(where, marks=True, source=source)},
+    {flagged("flagged", _spans_and(where=where, source=source))},
+    {flagged("marked", _spans_and("marks", where, source))},"""
     else:
-        read = f"""{flagged("flagged", _SPANS_ALONE)},
+        read = f"""{flagged("flagged", _spans_alone(source))},
     marked AS NOT MATERIALIZED (SELECT * FROM flagged),"""
     return f"""
     {read}

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import hashlib
 
-from spanscore.lake.schema.rules import _CALLS, _CALLS_TYPE, _SUMMARY, _TURNS, SPAN_ORDER, _placed
+from spanscore.lake.schema.rules import (
+    _CALLS,
+    _CALLS_TYPE,
+    _SUMMARY,
+    _TURNS,
+    LAKE,
+    SPAN_ORDER,
+    Source,
+    _placed,
+)
 from spanscore.lake.schema.tables import CONVERSATION_ATTRIBUTES
 
 # The token counts a model call reports (OpenTelemetry's, else OpenInference's).
@@ -65,12 +74,14 @@ def trajectory_rows_sql(
     *,
     placed: bool = False,
     stored: str = "",
+    source: Source = LAKE,
 ) -> str:
     """The builder's rows (`TRAJECTORY_COLUMNS`, then `attribute_1`...), from the same `placed`
     and `calls` as the views: the rules are applied here, once, and the builder only assembles.
     `chosen` is a CTE (with its trailing comma) that `where` may read to narrow the spans.
     `placed` adds the columns the rows are ordered by (`place`, `sub`); `stored` adds the
-    stored rows (`stored_rows_sql`) of the conversations it chooses."""
+    stored rows (`stored_rows_sql`) of the conversations it chooses; `source`: where the spans
+    and log records are read (the lake's tables by default)."""
     paths = [_json_path(k) for k in (*TOKEN_ATTRIBUTES, *attribute_keys)]
     extra = f", json_extract_string(s.attributes, [{', '.join(paths)}]) AS attribute_list"
     n = len(TOKEN_ATTRIBUTES)
@@ -92,7 +103,7 @@ def trajectory_rows_sql(
         else ""
     )
     return f"""
-WITH {chosen}{_placed(where, extra)}, {_CALLS}, {_TURNS},
+WITH {chosen}{_placed(where, extra, source=source)}, {_CALLS}, {_TURNS},
 orphans AS (
     SELECT c.conv, count(*) AS orphan_spans FROM placed c
     WHERE c.parent_span_id IS NOT NULL AND NOT EXISTS (
