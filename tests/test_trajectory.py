@@ -4,7 +4,10 @@ producers without tool spans or call ids, and malformed data."""
 from __future__ import annotations
 
 import json
+import logging
 import random
+import subprocess
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +25,7 @@ from spanscore.cli import main
 from spanscore.collector import Collector
 from spanscore.evaluation import Trajectory, load_trajectories, load_trajectory, open_lake
 from spanscore.evaluation.trajectory import load as trajectory
+from spanscore.evaluation.trajectory import spread as spreading
 from spanscore.examples.customer_service import Store
 from spanscore.examples.customer_service.scripted import ScriptedAgent, conversations
 from spanscore.examples.synthetic import build_lake
@@ -458,6 +462,66 @@ def test_chunked_loading_rebuilds_what_one_query_does(
     assert dumped(since=middle, chunk_spans=90) == later
     assert dumped(until=middle, chunk_spans=90) == [t for t in whole if t not in later]
     assert dumped(conversation_ids=[], chunk_spans=70) == []
+
+
+def _exited_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_a_load_of_many_chunks_reads_the_lake_once_and_leaves_no_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """From three chunks on, the chunks after the first are copied out of the lake once, a file
+    per chunk, and each read from its own (on a lake not sorted by conversation, each chunk's
+    query read the ids of the whole window again). The same trajectories; no file is left.
+    Where the copy cannot be written, the chunks are read from the lake as before."""
+    lake = tmp_path / "lake"
+    build_lake(lake, 120, per_commit=50)
+    con = open_lake(lake)
+    whole = [t.model_dump() for t in load_trajectories(con, chunk_spans=10_000)]
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    # what a load killed with kill -9 left: removed by the next that spreads
+    stale = scratch / f"{spreading.SPREAD_PREFIX}{_exited_pid()}-x"
+    (stale / "window").mkdir(parents=True)
+    spread_windows: list[spreading.Spread | None] = []
+    seen_files: list[int] = []
+    real_spread, real_drop = spreading.spread, spreading.Spread.drop
+
+    def recording(*args: Any) -> spreading.Spread | None:
+        window = real_spread(*args)
+        spread_windows.append(window)
+        return window
+
+    def counting_drop(self: spreading.Spread, k: int) -> None:
+        seen_files.append(len(list(scratch.rglob("*.parquet"))))
+        real_drop(self, k)
+
+    monkeypatch.setattr(trajectory, "spread", recording)
+    monkeypatch.setattr(spreading.Spread, "drop", counting_drop)
+    assert [t.model_dump() for t in load_trajectories(con, chunk_spans=90)] == whole
+    assert len(spread_windows) == 1
+    assert spread_windows[0] is not None
+    assert len(seen_files) >= 3, seen_files  # chunks read from their files ...
+    assert seen_files == sorted(seen_files, reverse=True)
+    assert seen_files[-1] >= 1
+    assert list(scratch.iterdir()) == []  # ... each dropped once read, the directory at the end
+
+    class Full(spreading.Spread):
+        def __init__(self, *args: Any) -> None:
+            raise duckdb.IOException("No space left on device")
+
+    monkeypatch.setattr(spreading, "Spread", Full)
+    spread_windows.clear()
+    with caplog.at_level(logging.WARNING, logger="spanscore.trajectory"):
+        assert [t.model_dump() for t in load_trajectories(con, chunk_spans=90)] == whole
+    assert spread_windows == [None]
+    assert "could not spread the window (No space left on device)" in caplog.text
+    assert list(scratch.iterdir()) == []
+    con.close()
 
 
 def _query_threads() -> list[threading.Thread]:

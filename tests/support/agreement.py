@@ -5,15 +5,23 @@ trajectories for a test's own assertions."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from spanscore.evaluation import Trajectory, load_trajectories, open_lake
 from spanscore.evaluation.trajectory.assemble import parse_value
-from spanscore.evaluation.trajectory.load import stored_current
+from spanscore.evaluation.trajectory.load import (
+    _rows_of,
+    attribute_keys,
+    stored_current,
+    trajectories_from_batches,
+)
 from spanscore.evaluation.trajectory.model import Handoff, ModelCall
+from spanscore.evaluation.trajectory.spread import spread
 from spanscore.lake.schema.rules import CONVERSATION_SUMMARIES
 from spanscore.lake.stored import store_trajectories
 
@@ -21,6 +29,21 @@ from spanscore.lake.stored import store_trajectories
 def _agree(lake: Path, conversation_id: str) -> Trajectory:
     """The builder's trajectory and the views list the same turns, tool calls and counts."""
     return agree_all(lake, [conversation_id])[0]
+
+
+def _spread_dumps(con: duckdb.DuckDBPyConnection, conversation_ids: list[str]) -> list[Any]:
+    """The trajectories rebuilt from the conversations spread one per chunk (and a chunk of
+    an unknown conversation, which reads nothing)."""
+    chunks = [[c] for c in sorted(set(conversation_ids))] + [["no-such-conversation"]]
+    keys = attribute_keys()
+    with contextlib.ExitStack() as cleanup:
+        window = spread(con, chunks, cleanup)
+        assert window is not None, "the conversations could not be spread"
+        batches = []
+        for k, chunk in enumerate(chunks):
+            batches += _rows_of(con, chunk, set(), keys, 10_000, window.source(k))
+            window.drop(k)
+    return [t.model_dump() for t in trajectories_from_batches(batches)]
 
 
 def agree_all(lake: Path, conversation_ids: list[str]) -> list[Trajectory]:
@@ -32,6 +55,11 @@ def agree_all(lake: Path, conversation_ids: list[str]) -> list[Trajectory]:
     }
     missing = set(conversation_ids) - set(built)
     assert not missing, f"the builder found no spans for conversations the views list: {missing}"
+    # Read as a load of many chunks reads them (spread: the spans and log records copied out
+    # of the lake, a file per chunk), the builder rebuilds the same trajectories.
+    assert _spread_dumps(con, conversation_ids) == [
+        built[c].model_dump() for c in sorted(set(conversation_ids))
+    ]
     # What maintenance stores of them rebuilds the same trajectories, read from the store.
     store_trajectories(con, settled_after_s=0)
     assert stored_current(con, conversation_ids) == sorted(set(conversation_ids))

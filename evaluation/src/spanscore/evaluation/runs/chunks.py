@@ -7,7 +7,6 @@ import contextlib
 import gc
 import logging
 import os
-import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeAlias
@@ -18,11 +17,12 @@ import pyarrow.compute as pc
 
 from spanscore.evaluation.llm.pool import JudgeRunner
 from spanscore.evaluation.runs.options import _RUN_GC_THRESHOLD
-from spanscore.evaluation.runs.store import ScoreRecord, _alive, score_record, score_table
+from spanscore.evaluation.runs.store import ScoreRecord, score_record, score_table
 from spanscore.evaluation.suites.load import load_suite
 from spanscore.evaluation.suites.loaded import Deferred, LoadedSuite
 from spanscore.evaluation.trajectory.load import trajectories_from_rows
 from spanscore.evaluation.trajectory.model import Trajectory
+from spanscore.evaluation.trajectory.scratch import scratch_directory
 
 log = logging.getLogger("spanscore.evaluate")
 
@@ -123,16 +123,11 @@ Shipped: TypeAlias = str | pa.Buffer
 def chunk_directory(parent: str | None = None) -> tempfile.TemporaryDirectory[str]:
     """A directory for the chunks of one run (`shipped`), removed with what a failed worker
     left in it; in `parent`, by default /dev/shm where it can be written, else the temporary
-    directory. Its name holds the process id: the directories of runs killed before they
-    could remove theirs (kill -9) are removed here, once their process is gone."""
+    directory (`scratch_directory`: those of runs killed before they could remove theirs go)."""
     if parent is None:
         in_memory = os.access(_IN_MEMORY_DIR, os.W_OK | os.X_OK)
         parent = _IN_MEMORY_DIR if in_memory else tempfile.gettempdir()
-    for entry in os.scandir(parent):
-        owner = entry.name.removeprefix(_CHUNKS_PREFIX).split("-", 1)[0]
-        if entry.name.startswith(_CHUNKS_PREFIX) and owner.isdigit() and not _alive(int(owner)):
-            shutil.rmtree(entry.path, ignore_errors=True)
-    return tempfile.TemporaryDirectory(prefix=f"{_CHUNKS_PREFIX}{os.getpid()}-", dir=parent)
+    return scratch_directory(_CHUNKS_PREFIX, parent)
 
 
 def shipped(rows: pa.Table, directory: str | None = None) -> Shipped:

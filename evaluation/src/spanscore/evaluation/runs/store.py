@@ -31,6 +31,7 @@ import pyarrow as pa
 from spanscore.evaluation.runs.options import UTC, RunOptions, _version
 from spanscore.evaluation.runs.result import RunResult
 from spanscore.evaluation.suites.loaded import LoadedSuite, ScoreRow
+from spanscore.evaluation.trajectory.scratch import alive
 from spanscore.lake import (
     Column,
     append_rows,
@@ -343,7 +344,7 @@ def _close_abandoned_runs(con: duckdb.DuckDBPyConnection, suite: LoadedSuite) ->
     (killed) are marked `interrupted`."""
     for run in runs(con, suite=suite.name, statuses=("running",), host=socket.gethostname()):
         pid = run.facts.get("pid")
-        if isinstance(pid, int) and not _alive(pid):
+        if isinstance(pid, int) and not alive(pid):
             sql = "UPDATE eval_runs SET status = 'interrupted' WHERE run_id = ?"
             retrying(partial(con.execute, sql, [run.run_id]), con=con, what="mark an abandoned run")
 
@@ -355,16 +356,6 @@ def forget_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
         con=con,
         what="forget the run",
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _insert_run(

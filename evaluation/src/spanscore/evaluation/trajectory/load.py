@@ -4,6 +4,7 @@ conversations for the workers."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import queue
 import threading
@@ -16,7 +17,9 @@ import pyarrow as pa
 
 from spanscore.evaluation.trajectory.assemble import _Assembler
 from spanscore.evaluation.trajectory.model import Trajectory
+from spanscore.evaluation.trajectory.spread import SPREAD_FROM_CHUNKS, Spread, spread
 from spanscore.lake.location import ALIAS
+from spanscore.lake.schema import Source
 from spanscore.lake.schema.tables import CONVERSATION_ATTRIBUTES
 from spanscore.lake.schema.trajectory import (
     chosen_ids,
@@ -155,7 +158,9 @@ def _prefetched(
 ) -> Iterator[pa.RecordBatch]:
     """The rows of each chunk of conversations in turn, queried by a thread one chunk ahead of
     the caller: DuckDB runs a query without holding the GIL, so the next chunk is queried while
-    the caller assembles this one. Closing the iterator early stops the thread and its query."""
+    the caller assembles this one. From `SPREAD_FROM_CHUNKS` chunks on, the chunks after the
+    first are read from the lake once (`spread`) and each from its own file. Closing the
+    iterator early stops the thread and its query."""
     cursor = con.cursor()
     cursor.execute(f"USE {ALIAS}")
     ready: queue.Queue[list[pa.RecordBatch] | BaseException | None] = queue.Queue(maxsize=1)
@@ -172,10 +177,20 @@ def _prefetched(
 
     def query_chunks() -> None:
         try:
-            for chunk in chunks:
-                reader = _rows_of(cursor, chunk, current, keys, batch_rows)
-                if not hand_over(list(reader)):
-                    return
+            with contextlib.ExitStack() as cleanup:
+                rest: Spread | None = None
+                for k, chunk in enumerate(chunks):
+                    if k == 1 and len(chunks) >= SPREAD_FROM_CHUNKS:
+                        # The first chunk was read on its own, so that its rows come at once.
+                        todo = [[c for c in part if c not in current] for part in chunks[1:]]
+                        rest = spread(cursor, todo, cleanup)
+                    source = rest.source(k - 1) if rest is not None and k > 0 else None
+                    reader = _rows_of(cursor, chunk, current, keys, batch_rows, source)
+                    batches = list(reader)
+                    if source is not None and rest is not None:
+                        rest.drop(k - 1)
+                    if not hand_over(batches):
+                        return
             hand_over(None)
         except BaseException as exc:  # raised again in the caller's thread
             hand_over(exc)
@@ -240,9 +255,11 @@ def _rows_of(
     current: AbstractSet[str],
     keys: tuple[str, ...],
     batch_rows: int,
+    source: Source | None = None,
 ) -> pa.RecordBatchReader:
     """`trajectory_rows` of the conversations `ids` (sorted), reading stored rows for those
-    that are `current` (`stored_current`)."""
+    that are `current` (`stored_current`); `source`: where the spans and log records of the
+    others are, and theirs alone (`spread`), rather than the lake."""
     fresh = [c for c in ids if c in current] if current else []
     named: dict[str, Any] = {}
     stored_where = ""
@@ -254,6 +271,9 @@ def _rows_of(
             sql = stored_rows_sql(stored_where, attribute_keys=keys)
             return con.execute(sql, named).to_arrow_reader(batch_rows)
         ids = [i for i in ids if i not in current]
+    if source is not None:
+        sql = trajectory_rows_sql("", "", keys, stored=stored_where, source=source)
+        return con.execute(sql, named).to_arrow_reader(batch_rows)
     # A registered Arrow table: a list of any length, joined rather than inlined.
     con.register("spanscore_chosen", pa.table({"conversation_id": ids}))
     chosen = "chosen AS (SELECT conversation_id FROM spanscore_chosen), "
