@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -473,10 +474,11 @@ def _exited_pid() -> int:
 def test_a_load_of_many_chunks_reads_the_lake_once_and_leaves_no_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """From three chunks on, the chunks after the first are copied out of the lake once, a file
-    per chunk, and each read from its own (on a lake not sorted by conversation, each chunk's
-    query read the ids of the whole window again). The same trajectories; no file is left.
-    Where the copy cannot be written, the chunks are read from the lake as before."""
+    """From three chunks on, the chunks after the first are copied out of the lake a few at a
+    time, a file per chunk, and each read from its own (on a lake not sorted by conversation,
+    each chunk's query read the ids of the whole window again). The same trajectories; at most
+    a few chunks' files on disk, none left. A copy that cannot be written leaves its chunks
+    read from the lake; a copy that vanished before it was read fails the load."""
     lake = tmp_path / "lake"
     build_lake(lake, 120, per_commit=50)
     con = open_lake(lake)
@@ -484,42 +486,54 @@ def test_a_load_of_many_chunks_reads_the_lake_once_and_leaves_no_files(
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(spreading, "SPREAD_CHUNKS", 3)
     # what a load killed with kill -9 left: removed by the next that spreads
     stale = scratch / f"{spreading.SPREAD_PREFIX}{_exited_pid()}-x"
     (stale / "window").mkdir(parents=True)
-    spread_windows: list[spreading.Spread | None] = []
-    seen_files: list[int] = []
-    real_spread, real_drop = spreading.spread, spreading.Spread.drop
-
-    def recording(*args: Any) -> spreading.Spread | None:
-        window = real_spread(*args)
-        spread_windows.append(window)
-        return window
+    on_disk: list[int] = []
+    real_drop, real_init, real_source = (
+        spreading.Spread.drop,
+        spreading.Spread.__init__,
+        spreading.Spread.source,
+    )
 
     def counting_drop(self: spreading.Spread, k: int) -> None:
-        seen_files.append(len(list(scratch.rglob("*.parquet"))))
+        on_disk.append(len(list(scratch.rglob("*.parquet"))))
         real_drop(self, k)
 
-    monkeypatch.setattr(trajectory, "spread", recording)
     monkeypatch.setattr(spreading.Spread, "drop", counting_drop)
     assert [t.model_dump() for t in load_trajectories(con, chunk_spans=90)] == whole
-    assert len(spread_windows) == 1
-    assert spread_windows[0] is not None
-    assert len(seen_files) >= 3, seen_files  # chunks read from their files ...
-    assert seen_files == sorted(seen_files, reverse=True)
-    assert seen_files[-1] >= 1
-    assert list(scratch.iterdir()) == []  # ... each dropped once read, the directory at the end
+    assert len(on_disk) >= 6, on_disk  # chunks read from their files, in two copies or more
+    assert 1 <= max(on_disk) <= 2 * 3  # at most a copy's chunks (spans, log records) at a time
+    assert list(scratch.iterdir()) == []  # each dropped once read, the directory at the end
 
-    class Full(spreading.Spread):
-        def __init__(self, *args: Any) -> None:
-            raise duckdb.IOException("No space left on device")
+    # A copy that cannot be written (here: a file where its directory goes) is read from the
+    # lake, with a warning.
+    def blocked(self: spreading.Spread, *args: Any) -> None:
+        real_init(self, *args)
+        (self._directory / "from-4").write_text("in the way")
 
-    monkeypatch.setattr(spreading, "Spread", Full)
-    spread_windows.clear()
+    monkeypatch.setattr(spreading.Spread, "__init__", blocked)
+    on_disk.clear()
     with caplog.at_level(logging.WARNING, logger="spanscore.trajectory"):
         assert [t.model_dump() for t in load_trajectories(con, chunk_spans=90)] == whole
-    assert spread_windows == [None]
-    assert "could not spread the window (No space left on device)" in caplog.text
+    assert "reading 3 chunks from the lake: could not copy them" in caplog.text
+    assert on_disk
+    assert len(on_disk) < len(whole)
+    assert list(scratch.iterdir()) == []
+    monkeypatch.setattr(spreading.Spread, "__init__", real_init)
+
+    # A copy removed before it was read (a cleaner of temporary files) fails the load, rather
+    # than leave its conversations out.
+    def vanishing(self: spreading.Spread, k: int) -> Any:
+        if k == 2:
+            real_source(self, k)
+            shutil.rmtree(self._partition("spans", k))
+        return real_source(self, k)
+
+    monkeypatch.setattr(spreading.Spread, "source", vanishing)
+    with pytest.raises(FileNotFoundError, match="the copy of a chunk's spans is gone"):
+        list(load_trajectories(con, chunk_spans=90))
     assert list(scratch.iterdir()) == []
     con.close()
 

@@ -41,7 +41,9 @@ def _spread_dumps(con: duckdb.DuckDBPyConnection, conversation_ids: list[str]) -
         assert window is not None, "the conversations could not be spread"
         batches = []
         for k, chunk in enumerate(chunks):
-            batches += _rows_of(con, chunk, set(), keys, 10_000, window.source(k))
+            source = window.source(k)
+            assert source is not None, "the conversations could not be copied"
+            batches += _rows_of(con, chunk, set(), keys, 10_000, source)
             window.drop(k)
     return [t.model_dump() for t in trajectories_from_batches(batches)]
 

@@ -178,17 +178,18 @@ def _prefetched(
     def query_chunks() -> None:
         try:
             with contextlib.ExitStack() as cleanup:
+                # The first chunk is read from the lake, so that its rows come at once; the
+                # others, from a load of SPREAD_FROM_CHUNKS on, spread (but those of stored rows).
                 rest: Spread | None = None
+                if len(chunks) >= SPREAD_FROM_CHUNKS:
+                    todo = [[c for c in part if c not in current] for part in chunks]
+                    rest = spread(cursor, todo, cleanup, start=1)
                 for k, chunk in enumerate(chunks):
-                    if k == 1 and len(chunks) >= SPREAD_FROM_CHUNKS:
-                        # The first chunk was read on its own, so that its rows come at once.
-                        todo = [[c for c in part if c not in current] for part in chunks[1:]]
-                        rest = spread(cursor, todo, cleanup)
-                    source = rest.source(k - 1) if rest is not None and k > 0 else None
+                    source = rest.source(k) if rest is not None and k > 0 else None
                     reader = _rows_of(cursor, chunk, current, keys, batch_rows, source)
                     batches = list(reader)
-                    if source is not None and rest is not None:
-                        rest.drop(k - 1)
+                    if rest is not None and source is not None:
+                        rest.drop(k)
                     if not hand_over(batches):
                         return
             hand_over(None)

@@ -8,11 +8,12 @@ read the conversation ids of the whole window again, so that reading grew with t
 the window: an evaluation of 100,000 conversations in 20 queries spent more of this process's
 time choosing spans than anything else (bench/evaluate.py).
 
-Spread, the spans and log records of `SPREAD_CHUNKS` chunks at a time are read once and
-written to Parquet files per chunk, in a directory of this process's own in the system's
-temporary directory (about those chunks' spans, compressed). Each chunk is then read from its
-own files, with the same rules (`spanscore.lake.schema.Source`), and they are removed. Where
-they cannot be written, the chunks are read from the lake as before.
+Spread, the chunks after the first are read from the lake `SPREAD_CHUNKS` at a time, when the
+first of them is wanted: their spans and log records are written to Parquet files per chunk,
+in a directory of this process's own in the system's temporary directory (at most that many
+chunks' spans, compressed). Each chunk is then read from its own files, with the same rules
+(`spanscore.lake.schema.Source`), and they are removed. Chunks whose files cannot be written
+are read from the lake as before.
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ from spanscore.lake.schema import LOG_RECORD_CONTENT, Source
 
 log = logging.getLogger("spanscore.trajectory")
 
-# Chunks of one load, from which it is read spread (two queries of the lake's own read what
-# the spreading reads once, and it writes and reads it again besides).
+# A load of this many chunks or more is read spread: with fewer, the copy would read the lake
+# as often as the chunks' own queries, and write and read the rows again besides.
 SPREAD_FROM_CHUNKS = 3
 
-# Chunks spread by one read of the lake. DuckDB's partitioned write holds more of what it
-# writes the more it writes (about 200 MB more for a million spans, 600 MB for five): a read
-# per this many chunks keeps that to what a few chunks hold, and still reads the lake that
-# many times less often.
+# Chunks copied by one read of the lake, when the first of them is wanted. DuckDB's
+# partitioned Parquet writer holds more the more it writes (about 200 MB more for a million
+# spans, 600 MB for five), and the copy waits on disk until its chunks are read: this bounds
+# both by what a few chunks hold, and still reads the lake that many times less often.
 SPREAD_CHUNKS = 8
 
 # The scratch directories of spread windows (`scratch.scratch_directory`).
@@ -52,85 +53,55 @@ _ROW_GROUP_ROWS = 2_048
 
 _ROW = "lake_row"  # the column holding each span's row id in the lake
 
+# What a copy that failed raises, and the chunks of its read are then read from the lake.
+_CANNOT_WRITE = (
+    duckdb.IOException,
+    duckdb.PermissionException,
+    duckdb.OutOfMemoryException,
+    OSError,
+)
+
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
 class Spread:
-    """The spans and log records of `chunks` (lists of conversation ids), read from the lake by
-    `con` (at its snapshot) into `directory`, `SPREAD_CHUNKS` chunks per read; `source(k)` says
-    where the rules read chunk k's, `drop(k)` removes them."""
+    """The spans and log records of `chunks[start:]` (lists of conversation ids), read from the
+    lake by `con` (at its snapshot) into `directory`, `SPREAD_CHUNKS` chunks per read, when the
+    first of them is wanted: `source(k)` says where the rules read chunk k's (None: from the
+    lake, its read having failed), `drop(k)` removes them."""
 
     def __init__(
-        self, con: duckdb.DuckDBPyConnection, chunks: Sequence[Sequence[str]], directory: str
+        self,
+        con: duckdb.DuckDBPyConnection,
+        chunks: Sequence[Sequence[str]],
+        directory: str,
+        start: int = 0,
     ) -> None:
+        self._con = con
+        self._chunks = chunks
+        self._start = start
         self._directory = Path(directory)
         self._directory.mkdir(parents=True)
-        for first in range(0, len(chunks), SPREAD_CHUNKS):
-            self._spread(con, chunks[first : first + SPREAD_CHUNKS], first)
+        self._read: dict[int, bool] = {}  # group: whether its copy was written
+        self._written: set[int] = set()  # chunks the copy wrote spans of
 
-    def _spread(
-        self, con: duckdb.DuckDBPyConnection, chunks: Sequence[Sequence[str]], first: int
-    ) -> None:
-        ids = [c for chunk in chunks for c in chunk]
-        if not ids:
-            return
-        con.register(
-            "spanscore_spread",
-            pa.table(
-                {
-                    "conversation_id": pa.array(ids, pa.string()),
-                    "chunk": pa.array(
-                        [first + k for k, chunk in enumerate(chunks) for _ in chunk], pa.int32()
-                    ),
-                }
-            ),
-        )
-        # A plain range as well as the join: the lake prunes files by it.
-        bounds = f"BETWEEN {_literal(min(ids))} AND {_literal(max(ids))}"
-        options = (
-            "FORMAT parquet, PARTITION_BY (chunk), COMPRESSION lz4_raw, "
-            f"ROW_GROUP_SIZE {_ROW_GROUP_ROWS}"
-        )
-        group = self._directory / f"from-{first}"
-        group.mkdir()
-        try:
-            con.execute(f"SET partitioned_write_flush_threshold = {_FLUSH_ROWS}")
-            con.execute(
-                f"""COPY (SELECT c.chunk, s.*, s.rowid AS {_ROW}
-                    FROM spans s JOIN spanscore_spread c USING (conversation_id)
-                    WHERE s.conversation_id {bounds}
-                ) TO {_literal(str(group / "spans"))} ({options})"""
-            )
-            con.execute(
-                f"""COPY (SELECT c.chunk, l.*
-                    FROM logs l JOIN spanscore_spread c USING (conversation_id)
-                    WHERE l.conversation_id {bounds} AND {LOG_RECORD_CONTENT}
-                ) TO {_literal(str(group / "logs"))} ({options})"""
-            )
-        finally:
-            con.execute("RESET partitioned_write_flush_threshold")
-            con.unregister("spanscore_spread")
-
-    def _partition(self, table: str, k: int) -> Path:
-        first = k - k % SPREAD_CHUNKS
-        return self._directory / f"from-{first}" / table / f"chunk={k}"
-
-    def _files(self, table: str, k: int) -> str | None:
-        partition = self._partition(table, k)
-        if not partition.is_dir() or not any(partition.glob("*.parquet")):
-            return None
-        return f"read_parquet({_literal(str(partition / '*.parquet'))}, hive_partitioning = false)"
-
-    def source(self, k: int) -> Source:
+    def source(self, k: int) -> Source | None:
         """Where chunk k's spans and log records are read (none written: the lake's, none
-        chosen)."""
+        chosen; None: from the lake, the copy having failed)."""
+        group = (k - self._start) // SPREAD_CHUNKS
+        if group not in self._read:
+            self._read[group] = self._spread(self._start + group * SPREAD_CHUNKS)
+        if not self._read[group]:
+            return None
         spans = self._files("spans", k)
-        logs = self._files("logs", k)
+        if spans is None and k in self._written:
+            gone = self._partition("spans", k)
+            raise FileNotFoundError(f"the copy of a chunk's spans is gone: {gone}")
         return Source(
             spans=spans or f"(SELECT *, NULL::BIGINT AS {_ROW} FROM spans WHERE false)",
-            logs=logs or "(SELECT * FROM logs WHERE false)",
+            logs=self._files("logs", k) or "(SELECT * FROM logs WHERE false)",
             row_id=f"s.{_ROW}",
         )
 
@@ -139,21 +110,85 @@ class Spread:
         for table in ("spans", "logs"):
             shutil.rmtree(self._partition(table, k), ignore_errors=True)
 
+    def _spread(self, first: int) -> bool:
+        """Copies the chunks from `first` (`SPREAD_CHUNKS` of them); False where it failed."""
+        chunks = {
+            k: list(dict.fromkeys(self._chunks[k]))  # an id twice would copy its spans twice
+            for k in range(first, min(first + SPREAD_CHUNKS, len(self._chunks)))
+        }
+        ids = [c for chunk in chunks.values() for c in chunk]
+        if not ids:
+            return True
+        group = self._directory / f"from-{first}"
+        con = self._con
+        con.register(
+            "spanscore_spread",
+            pa.table(
+                {
+                    "conversation_id": pa.array(ids, pa.string()),
+                    "chunk": pa.array(
+                        [k for k, chunk in chunks.items() for _ in chunk], pa.int32()
+                    ),
+                }
+            ),
+        )
+        # A plain range as well as the join: the lake prunes files by it.
+        bounds = {"first": min(ids), "last": max(ids)}
+        options = (
+            "FORMAT parquet, PARTITION_BY (chunk), COMPRESSION lz4_raw, "
+            f"ROW_GROUP_SIZE {_ROW_GROUP_ROWS}"
+        )
+        try:
+            group.mkdir()
+            con.execute(f"SET partitioned_write_flush_threshold = {_FLUSH_ROWS}")
+            con.execute(
+                f"""COPY (SELECT c.chunk, s.*, s.rowid AS {_ROW}
+                    FROM spans s JOIN spanscore_spread c USING (conversation_id)
+                    WHERE s.conversation_id BETWEEN $first AND $last
+                ) TO {_literal(str(group / "spans"))} ({options})""",
+                bounds,
+            )
+            con.execute(
+                f"""COPY (SELECT c.chunk, l.*
+                    FROM logs l JOIN spanscore_spread c USING (conversation_id)
+                    WHERE l.conversation_id BETWEEN $first AND $last AND {LOG_RECORD_CONTENT}
+                ) TO {_literal(str(group / "logs"))} ({options})""",
+                bounds,
+            )
+        except _CANNOT_WRITE as exc:
+            log.warning(
+                "reading %d chunks from the lake: could not copy them (%s)", len(chunks), exc
+            )
+            shutil.rmtree(group, ignore_errors=True)
+            return False
+        finally:
+            con.execute("RESET partitioned_write_flush_threshold")
+            con.unregister("spanscore_spread")
+        self._written |= {k for k in chunks if self._files("spans", k) is not None}
+        return True
+
+    def _partition(self, table: str, k: int) -> Path:
+        first = self._start + (k - self._start) // SPREAD_CHUNKS * SPREAD_CHUNKS
+        return self._directory / f"from-{first}" / table / f"chunk={k}"
+
+    def _files(self, table: str, k: int) -> str | None:
+        partition = self._partition(table, k)
+        if not partition.is_dir() or not any(partition.glob("*.parquet")):
+            return None
+        return f"read_parquet({_literal(str(partition / '*.parquet'))}, hive_partitioning = false)"
+
 
 def spread(
     con: duckdb.DuckDBPyConnection,
     chunks: Sequence[Sequence[str]],
     cleanup: contextlib.ExitStack,
+    start: int = 0,
 ) -> Spread | None:
-    """The chunks spread in a scratch directory that `cleanup` removes, or None where they
-    could not be written (no temporary directory, the disk is full): they are then read from
-    the lake, as unspread."""
-    window: Path | None = None
+    """`Spread` in a scratch directory that `cleanup` removes, or None where none can be made
+    (no temporary directory): the chunks are then read from the lake, as unspread."""
     try:
         window = Path(cleanup.enter_context(scratch_directory(SPREAD_PREFIX))) / "window"
-        return Spread(con, chunks, str(window))
-    except (duckdb.IOException, duckdb.PermissionException, OSError) as exc:
+        return Spread(con, chunks, str(window), start)
+    except OSError as exc:
         log.warning("reading each chunk from the lake: could not spread the window (%s)", exc)
-        if window is not None:
-            shutil.rmtree(window, ignore_errors=True)
         return None
