@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -264,17 +265,25 @@ def test_chunk_directories_of_killed_runs_are_removed_by_the_next(tmp_path: Path
 
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
-    killed = tmp_path / f"spanscore-chunks-{ended.pid}-x1"
+    host = socket.gethostname()
+    killed = tmp_path / f"spanscore-chunks-{ended.pid}@{host}-x1"
     killed.mkdir()
     (killed / "chunk.arrows").write_bytes(b"rows")
-    running = tmp_path / f"spanscore-chunks-{os.getpid()}-x2"  # a run going on beside
+    older = tmp_path / f"spanscore-chunks-{ended.pid}-x3"  # named by an earlier version
+    older.mkdir()
+    running = tmp_path / f"spanscore-chunks-{os.getpid()}@{host}-x2"  # a run going on beside
     running.mkdir()
+    # another host's (a container sharing the directory): its process ids are not ours
+    elsewhere = tmp_path / f"spanscore-chunks-{ended.pid}@other-host-x4"
+    elsewhere.mkdir()
     unrelated = tmp_path / "spanscore-chunks-notes"
     unrelated.mkdir()
     with chunk_directory(str(tmp_path)) as mine:
-        assert Path(mine).name.startswith(f"spanscore-chunks-{os.getpid()}-")
+        assert Path(mine).name.startswith(f"spanscore-chunks-{os.getpid()}@{host}-")
         assert not killed.exists()
+        assert not older.exists()
         assert running.exists()
+        assert elsewhere.exists()
         assert unrelated.exists()
     assert not Path(mine).exists()
 

@@ -7,6 +7,7 @@ import json
 import logging
 import random
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -488,7 +489,7 @@ def test_a_load_of_many_chunks_reads_the_lake_once_and_leaves_no_files(
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     monkeypatch.setattr(spreading, "SPREAD_CHUNKS", 3)
     # what a load killed with kill -9 left: removed by the next that spreads
-    stale = scratch / f"{spreading.SPREAD_PREFIX}{_exited_pid()}-x"
+    stale = scratch / f"{spreading.SPREAD_PREFIX}{_exited_pid()}@{socket.gethostname()}-x"
     (stale / "window").mkdir(parents=True)
     on_disk: list[int] = []
     real_drop, real_init, real_source = (

@@ -1,10 +1,13 @@
-"""Scratch directories a process owns: named with its process id, removed when it is done, and
-those of processes killed before they could remove theirs (kill -9) removed by the next one."""
+"""Scratch directories a process owns: named with its process id and host, removed when it is
+done, and those of processes killed before they could remove theirs (kill -9) removed by the
+next one on the same host. (A host's name too: containers sharing one temporary directory
+number their processes apart, and one must not take another's running process for gone.)"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 
 
@@ -20,11 +23,16 @@ def alive(pid: int) -> bool:
 
 
 def scratch_directory(prefix: str, parent: str | None = None) -> tempfile.TemporaryDirectory[str]:
-    """A new directory `<prefix><pid>-...` in `parent` (the system's temporary directory by
-    default), after removing the directories of that prefix whose process is gone."""
+    """A new directory `<prefix><pid>@<host>-...` in `parent` (the system's temporary directory
+    by default), after removing the directories of that prefix whose process on this host is
+    gone."""
     parent = parent if parent is not None else tempfile.gettempdir()
+    host = socket.gethostname()
     for entry in os.scandir(parent):
-        owner = entry.name.removeprefix(prefix).split("-", 1)[0]
-        if entry.name.startswith(prefix) and owner.isdigit() and not alive(int(owner)):
+        if not entry.name.startswith(prefix):
+            continue
+        owner = entry.name.removeprefix(prefix).rsplit("-", 1)[0]  # no "-" in tempfile's part
+        pid, _, where = owner.partition("@")
+        if pid.isdigit() and where in ("", host) and not alive(int(pid)):
             shutil.rmtree(entry.path, ignore_errors=True)
-    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}@{host}-", dir=parent)
