@@ -21,7 +21,7 @@ from spanscore.lake.location import (
     LakeError,
     LakeLocation,
     S3Settings,
-    _sql_string,
+    sql_string,
 )
 from spanscore.lake.locks import register_turn, turn_of
 from spanscore.lake.migrate import ensure_schema
@@ -226,13 +226,13 @@ def _attach(
         options.append(f"SNAPSHOT_VERSION {int(snapshot)}")
         read_only = True
     if location.data_path and create:
-        options.append(f"DATA_PATH {_sql_string(location.data_path)}")
+        options.append(f"DATA_PATH {sql_string(location.data_path)}")
     if location.metadata_schema:
-        options.append(f"METADATA_SCHEMA {_sql_string(location.metadata_schema)}")
+        options.append(f"METADATA_SCHEMA {sql_string(location.metadata_schema)}")
     if read_only:
         options.append("READ_ONLY")
     clause = f" ({', '.join(options)})" if options else ""
-    sql = f"ATTACH {_sql_string('ducklake:' + location.catalog)} AS {ALIAS}{clause}"
+    sql = f"ATTACH {sql_string('ducklake:' + location.catalog)} AS {ALIAS}{clause}"
     try:
         retrying(
             lambda: con.execute(sql),
@@ -252,7 +252,7 @@ def _attach(
 
 def current_snapshot(con: duckdb.DuckDBPyConnection) -> int:
     """The id of the lake's latest snapshot (to pin readers to with `connect(snapshot=...)`)."""
-    row = con.execute(f"SELECT id FROM ducklake_current_snapshot({_sql_string(ALIAS)})").fetchone()
+    row = con.execute(f"SELECT id FROM ducklake_current_snapshot({sql_string(ALIAS)})").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -302,7 +302,7 @@ def postgres_metadata_schema(con: duckdb.DuckDBPyConnection) -> str | None:
     database nor its tables, so PostgreSQL is asked: of the schemas holding a DuckLake
     catalog, the one whose data path is this lake's."""
     row = con.execute(
-        f"SELECT catalog_type, data_path FROM ducklake_settings({_sql_string(ALIAS)})"
+        f"SELECT catalog_type, data_path FROM ducklake_settings({sql_string(ALIAS)})"
     ).fetchone()
     if row is None or row[0] != "postgres":
         return None

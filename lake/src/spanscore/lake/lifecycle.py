@@ -38,7 +38,7 @@ from spanscore.lake.connection import (
     metadata_catalog,
     postgres_metadata_schema,
 )
-from spanscore.lake.location import ALIAS, _sql_string, log
+from spanscore.lake.location import ALIAS, log, sql_string
 from spanscore.lake.retry import retrying
 from spanscore.lake.schema.tables import CONVERSATION_CONTENT, quote_identifier
 from spanscore.lake.snapshots import (
@@ -280,13 +280,13 @@ def finish_erasures(
     if not done["catalog_scrubbed"]:
         done["purge_deferred"] = 1  # its old values are still in the catalog
         return done
-    ids = ", ".join(_sql_string(i) for i in pending)
+    ids = ", ".join(sql_string(i) for i in pending)
     details = orjson.dumps(
         {k: done[k] for k in ("files_rewritten", "snapshots_expired", "files_deleted")}
     ).decode()
     step(
         f"UPDATE {ALIAS}.erasures SET status = 'purged', finished_at = now(), "
-        f"details = json_merge_patch(coalesce(details, '{{}}'), {_sql_string(details)}) "
+        f"details = json_merge_patch(coalesce(details, '{{}}'), {sql_string(details)}) "
         f"WHERE erase_id IN ({ids})",
         "record erasures",
     )
@@ -309,7 +309,7 @@ def purge(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, int]:
     }
     for table in _affected_tables():
         rows = step(
-            f"CALL ducklake_rewrite_data_files({_sql_string(ALIAS)}, {_sql_string(table)}, "
+            f"CALL ducklake_rewrite_data_files({sql_string(ALIAS)}, {sql_string(table)}, "
             "delete_threshold => 0)",
             "rewrite files",
         )
@@ -320,7 +320,7 @@ def purge(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, int]:
     older = _expirable_snapshots(con, 0.0)
     if older:
         expired = step(
-            f"CALL ducklake_expire_snapshots({_sql_string(ALIAS)}, versions => {older})",
+            f"CALL ducklake_expire_snapshots({sql_string(ALIAS)}, versions => {older})",
             "expire snapshots",
         )
         done["snapshots_expired"] = len(expired)
@@ -452,7 +452,7 @@ def _reset_bounds(
     On a PostgreSQL catalog (no commit turn), a commit that still came between the reset and
     the move may have written one back: then both are done again, up to `tries` times.
     False when the reset failed, or commits kept coming between."""
-    ids = ", ".join(_sql_string(i) for i in erase_ids)
+    ids = ", ".join(sql_string(i) for i in erase_ids)
     author = f"spanscore-scrub-{uuid.uuid4().hex[:12]}"
     shared = _lake_settings(con)[0] == "postgres"
     for _ in range(tries):
@@ -633,7 +633,7 @@ def apply_retention(
     if done["retention_rows_deleted"]:
         for table in _affected_tables():
             step(
-                f"CALL ducklake_rewrite_data_files({_sql_string(ALIAS)}, {_sql_string(table)}, "
+                f"CALL ducklake_rewrite_data_files({sql_string(ALIAS)}, {sql_string(table)}, "
                 "delete_threshold => 0)",
                 "rewrite files",
             )
@@ -666,7 +666,7 @@ def finish_retention(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, in
     ]
     if not due or not scrub_catalog(con, step, due):
         return {"retention_finished": 0}
-    ids = ", ".join(_sql_string(i) for i in due)
+    ids = ", ".join(sql_string(i) for i in due)
     step(
         f"UPDATE {ALIAS}.erasures SET status = 'purged', finished_at = now() "
         f"WHERE erase_id IN ({ids})",

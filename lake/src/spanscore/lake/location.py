@@ -197,18 +197,18 @@ class S3Settings:
             return None
         options = ["TYPE s3"]
         if self.key_id:
-            options += ["PROVIDER config", f"KEY_ID {_sql_string(self.key_id)}"]
-            options.append(f"SECRET {_sql_string(self.secret or '')}")
+            options += ["PROVIDER config", f"KEY_ID {sql_string(self.key_id)}"]
+            options.append(f"SECRET {sql_string(self.secret or '')}")
             if self.session_token:
-                options.append(f"SESSION_TOKEN {_sql_string(self.session_token)}")
+                options.append(f"SESSION_TOKEN {sql_string(self.session_token)}")
         else:
             options.append("PROVIDER credential_chain")
         if self.endpoint:
-            options.append(f"ENDPOINT {_sql_string(self.endpoint)}")
+            options.append(f"ENDPOINT {sql_string(self.endpoint)}")
         if self.region:
-            options.append(f"REGION {_sql_string(self.region)}")
+            options.append(f"REGION {sql_string(self.region)}")
         if self.url_style:
-            options.append(f"URL_STYLE {_sql_string(self.url_style)}")
+            options.append(f"URL_STYLE {sql_string(self.url_style)}")
         if self.use_ssl is not None:
             options.append(f"USE_SSL {'true' if self.use_ssl else 'false'}")
         return f"CREATE OR REPLACE SECRET spanscore_s3 ({', '.join(options)})"
@@ -232,5 +232,7 @@ def _addressed_by_ip(endpoint: str) -> bool:
     return True
 
 
-def _sql_string(value: str) -> str:
+def sql_string(value: str) -> str:
+    """`value` as an SQL string literal (for the places a parameter cannot go: paths in
+    `COPY`, `ATTACH` options, table functions' arguments)."""
     return "'" + value.replace("'", "''") + "'"

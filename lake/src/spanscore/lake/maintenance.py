@@ -20,7 +20,7 @@ from spanscore.lake.lifecycle import (
     finish_retention,
     pending_erasures,
 )
-from spanscore.lake.location import ALIAS, _sql_string, log
+from spanscore.lake.location import ALIAS, log, sql_string
 from spanscore.lake.migrate import ROW_GROUP_SPANS, _has_views, _view_marks
 from spanscore.lake.retry import is_interrupt, retrying
 from spanscore.lake.snapshots import (
@@ -396,8 +396,8 @@ def _sort_small_files(
     con.execute("BEGIN")
     # Oldest first: DuckLake names files by UUIDv7, which begins with the time it was made.
     small = con.execute(
-        f"SELECT data_file, data_file_size_bytes FROM ducklake_list_files({_sql_string(ALIAS)}, "
-        f"{_sql_string(table)}) WHERE data_file_size_bytes < ? ORDER BY data_file",
+        f"SELECT data_file, data_file_size_bytes FROM ducklake_list_files({sql_string(ALIAS)}, "
+        f"{sql_string(table)}) WHERE data_file_size_bytes < ? ORDER BY data_file",
         [below_bytes],
     ).fetchall()
     chosen: list[str] = []
@@ -412,7 +412,7 @@ def _sort_small_files(
     if len(chosen) < 2:
         con.execute("COMMIT")
         return [(0,)]
-    files = ", ".join(_sql_string(path) for path in chosen)
+    files = ", ".join(sql_string(path) for path in chosen)
     rows = f"{ALIAS}.{table}"
     before = _option(con, "parquet_row_group_size", table) if row_group_rows else None
     if row_group_rows:
@@ -438,9 +438,9 @@ def _set_option(
     is a commit)."""
     current = _option(con, option, table)
     if current is None or current != str(value):
-        on_table = f", table_name => {_sql_string(table)}" if table else ""
+        on_table = f", table_name => {sql_string(table)}" if table else ""
         con.execute(
-            f"CALL {ALIAS}.set_option({_sql_string(option)}, '{int(value)}{unit}'{on_table})"
+            f"CALL {ALIAS}.set_option({sql_string(option)}, '{int(value)}{unit}'{on_table})"
         )
 
 
@@ -448,7 +448,7 @@ def _option(con: duckdb.DuckDBPyConnection, option: str, table: str = "") -> str
     """A DuckLake option's value, of the lake or of one `table` (None: not set there)."""
     scope = f"scope_entry = 'main.{table}'" if table else "scope = 'GLOBAL'"
     row = con.execute(
-        f"SELECT value FROM ducklake_options({_sql_string(ALIAS)}) "
+        f"SELECT value FROM ducklake_options({sql_string(ALIAS)}) "
         f"WHERE option_name = ? AND {scope}",
         [option],
     ).fetchone()

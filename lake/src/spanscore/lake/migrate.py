@@ -13,8 +13,8 @@ from spanscore.lake.location import (
     LakeError,
     LakeLocation,
     LakeVersionError,
-    _sql_string,
     log,
+    sql_string,
 )
 from spanscore.lake.retry import retrying
 
@@ -106,7 +106,7 @@ def ensure_schema(
             for table in ROW_GROUP_TABLES:
                 con.execute(
                     f"CALL {ALIAS}.set_option('parquet_row_group_size', '{ROW_GROUP_SPANS}', "
-                    f"table_name => {_sql_string(table)})"
+                    f"table_name => {sql_string(table)})"
                 )
         log.info("lake schema at version %d (was %s)", schema.SCHEMA_VERSION, current or "empty")
         return schema.SCHEMA_VERSION
@@ -136,7 +136,7 @@ def _create_views(
             con.execute(f"CREATE OR REPLACE TEMP VIEW {quoted} AS {body}")
         else:
             con.execute(f"CREATE OR REPLACE VIEW {quoted} AS {body}")
-            con.execute(f"COMMENT ON VIEW {quoted} IS {_sql_string(_view_mark(body))}")
+            con.execute(f"COMMENT ON VIEW {quoted} IS {sql_string(_view_mark(body))}")
 
 
 def _view_marks(con: duckdb.DuckDBPyConnection) -> dict[str, str]:

@@ -12,7 +12,7 @@ from typing import Any
 import duckdb
 
 from spanscore.lake.connection import _is_remote, metadata_catalog
-from spanscore.lake.location import ALIAS, _sql_string
+from spanscore.lake.location import ALIAS, sql_string
 
 
 def _delete_old_files(
@@ -84,7 +84,7 @@ def _delete_old_files(
 def _lake_settings(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
     """The lake's catalog type (`sqlite`, `postgres`, ...) and data path."""
     row = con.execute(
-        f"SELECT catalog_type, data_path FROM ducklake_settings({_sql_string(ALIAS)})"
+        f"SELECT catalog_type, data_path FROM ducklake_settings({sql_string(ALIAS)})"
     ).fetchone()
     assert row is not None
     return str(row[0]), str(row[1])
@@ -122,7 +122,7 @@ def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) ->
     any a running evaluation pinned (`details.snapshot` of its `eval_runs` row), which it reads
     in every worker for as long as it runs. (Ids, not `older_than =>`: DuckLake 1.5 expired
     snapshots newer than the time it was given.)"""
-    snapshots = f"ducklake_snapshots({_sql_string(ALIAS)})"
+    snapshots = f"ducklake_snapshots({sql_string(ALIAS)})"
     row = con.execute(
         f"""SELECT list(snapshot_id ORDER BY snapshot_id) FROM {snapshots}
         WHERE snapshot_time < now() - INTERVAL {int(older_than_s)} SECOND
@@ -146,7 +146,7 @@ def _thinned_snapshots(con: duckdb.DuckDBPyConnection, interval_s: float) -> lis
     file stays in that read until every snapshot that saw it expires, hours after
     compaction replaced it. Kept one per interval, a snapshot sees the files of its moment,
     and the small files of the commits between two of them leave the catalog."""
-    snapshots = f"ducklake_snapshots({_sql_string(ALIAS)})"
+    snapshots = f"ducklake_snapshots({sql_string(ALIAS)})"
     fine = float(interval_s)
     coarse = fine * THIN_COARSER_AFTER
     row = con.execute(
@@ -175,7 +175,7 @@ def _thinned_snapshots(con: duckdb.DuckDBPyConnection, interval_s: float) -> lis
 def snapshot_exists(con: duckdb.DuckDBPyConnection, snapshot: int) -> bool:
     """Whether the lake still has this snapshot (expiry and thinning remove old ones)."""
     row = con.execute(
-        f"SELECT count(*) FROM ducklake_snapshots({_sql_string(ALIAS)}) WHERE snapshot_id = ?",
+        f"SELECT count(*) FROM ducklake_snapshots({sql_string(ALIAS)}) WHERE snapshot_id = ?",
         [snapshot],
     ).fetchone()
     return bool(row and row[0])

@@ -5,7 +5,7 @@ window's). Each query chooses its conversations by id, which prunes the lake's f
 where they are sorted by conversation: after maintenance sorted them on an embedded lake, not
 before it, nor on a shared lake (its maintenance merges without sorting). There every query
 read the conversation ids of the whole window again, so that reading grew with the square of
-the window: an evaluation of 100,000 conversations in 20 queries spent more of this process's
+the window: an evaluation of 100,000 conversations in 21 queries spent more of this process's
 time choosing spans than anything else (bench/evaluate.py).
 
 Spread, the chunks after the first are read from the lake `SPREAD_CHUNKS` at a time, when the
@@ -28,6 +28,7 @@ import duckdb
 import pyarrow as pa
 
 from spanscore.evaluation.trajectory.scratch import scratch_directory
+from spanscore.lake.location import sql_string
 from spanscore.lake.schema import LOG_RECORD_CONTENT, Source
 
 log = logging.getLogger("spanscore.trajectory")
@@ -62,10 +63,6 @@ _CANNOT_WRITE = (
 )
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 class Spread:
     """The spans and log records of `chunks[start:]` (lists of conversation ids), read from the
     lake by `con` (at its snapshot) into `directory`, `SPREAD_CHUNKS` chunks per read, when the
@@ -84,16 +81,16 @@ class Spread:
         self._start = start
         self._directory = Path(directory)
         self._directory.mkdir(parents=True)
-        self._read: dict[int, bool] = {}  # group: whether its copy was written
+        self._read: dict[int, bool] = {}  # a copy's first chunk: whether it was written
         self._written: set[int] = set()  # chunks the copy wrote spans of
 
     def source(self, k: int) -> Source | None:
         """Where chunk k's spans and log records are read (none written: the lake's, none
         chosen; None: from the lake, the copy having failed)."""
-        group = (k - self._start) // SPREAD_CHUNKS
-        if group not in self._read:
-            self._read[group] = self._spread(self._start + group * SPREAD_CHUNKS)
-        if not self._read[group]:
+        first = self._first_of(k)
+        if first not in self._read:
+            self._read[first] = self._spread(first)
+        if not self._read[first]:
             return None
         spans = self._files("spans", k)
         if spans is None and k in self._written:
@@ -145,14 +142,14 @@ class Spread:
                 f"""COPY (SELECT c.chunk, s.*, s.rowid AS {_ROW}
                     FROM spans s JOIN spanscore_spread c USING (conversation_id)
                     WHERE s.conversation_id BETWEEN $first AND $last
-                ) TO {_literal(str(group / "spans"))} ({options})""",
+                ) TO {sql_string(str(group / "spans"))} ({options})""",
                 bounds,
             )
             con.execute(
                 f"""COPY (SELECT c.chunk, l.*
                     FROM logs l JOIN spanscore_spread c USING (conversation_id)
                     WHERE l.conversation_id BETWEEN $first AND $last AND {LOG_RECORD_CONTENT}
-                ) TO {_literal(str(group / "logs"))} ({options})""",
+                ) TO {sql_string(str(group / "logs"))} ({options})""",
                 bounds,
             )
         except _CANNOT_WRITE as exc:
@@ -167,15 +164,20 @@ class Spread:
         self._written |= {k for k in chunks if self._files("spans", k) is not None}
         return True
 
+    def _first_of(self, k: int) -> int:
+        """The first chunk of the copy that holds chunk k."""
+        return self._start + (k - self._start) // SPREAD_CHUNKS * SPREAD_CHUNKS
+
     def _partition(self, table: str, k: int) -> Path:
-        first = self._start + (k - self._start) // SPREAD_CHUNKS * SPREAD_CHUNKS
-        return self._directory / f"from-{first}" / table / f"chunk={k}"
+        return self._directory / f"from-{self._first_of(k)}" / table / f"chunk={k}"
 
     def _files(self, table: str, k: int) -> str | None:
         partition = self._partition(table, k)
         if not partition.is_dir() or not any(partition.glob("*.parquet")):
             return None
-        return f"read_parquet({_literal(str(partition / '*.parquet'))}, hive_partitioning = false)"
+        return (
+            f"read_parquet({sql_string(str(partition / '*.parquet'))}, hive_partitioning = false)"
+        )
 
 
 def spread(
