@@ -14,6 +14,11 @@ What it measures, in one run:
    UNAVAILABLE, retried after a short backoff like a real exporter).
 3. **OTLP/HTTP** (protobuf, ``POST /v1/traces``): the same with one persistent ``http.client``
    connection per client thread, against another fresh collector and lake.
+4. **A minimal server** (OTLP/gRPC, after the collector's gRPC phase, same clients and bodies):
+   ``bench/_minimal_otlp.py``, what one writes first in Python with the same libraries
+   (grpcio's servicer on a thread pool, one row per span, one DuckDB transaction per export,
+   answered after its commit; no worker processes, group commit, conventions or limits).
+   The summary prints the collector's spans/s over its spans/s (target: 3 times or more).
 
 After each network phase the lake is opened and its span count compared with the acknowledged
 spans (and checked for duplicates); the collector's peak RSS (``VmHWM`` of the collector plus
@@ -80,6 +85,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import duckdb
 import grpc
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -99,6 +105,7 @@ from spanscore.lake import connect
 # run as `python bench/ingest.py` has bench/ on sys.path, not the repository.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.collector import ServeProcess
+from tests.support.ports import free_port
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 TARGET_SPANS_PER_S = 30_000
@@ -478,6 +485,8 @@ class CollectorProcess(ServeProcess):
     """`spanscore serve` in a child process on free loopback ports, logging JSON to a file;
     `sources`: another revision's sources, first on PYTHONPATH ("": today's)."""
 
+    noun = "collector"
+
     def __init__(
         self, lake: Path, log_path: Path, extra: Sequence[str] = (), sources: str = ""
     ) -> None:
@@ -489,6 +498,13 @@ class CollectorProcess(ServeProcess):
     def start(self, timeout: float = 60.0) -> CollectorProcess:
         super().start(timeout)
         return self
+
+    def counts(self) -> tuple[int, int]:
+        """(spans, distinct (trace_id, span_id)) in its lake, once stopped."""
+        return lake_counts(self.lake, self.sources)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.lake, ignore_errors=True)
 
     def peak_rss(self) -> int | None:
         """The kernel's high-water marks of resident memory, summed over the collector and its
@@ -510,6 +526,92 @@ class CollectorProcess(ServeProcess):
                 if pid == self.pid:
                     return None
         return total
+
+
+MINIMAL = "minimal gRPC"
+_MINIMAL_SERVER = Path(__file__).with_name("_minimal_otlp.py")
+
+
+class MinimalServer:
+    """`_minimal_otlp.py` in a child process on a free loopback port: the baseline server."""
+
+    noun = "minimal server"
+
+    def __init__(self, db: Path, log_path: Path) -> None:
+        self.db = db
+        self.log_path = log_path
+        self.grpc_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def start(self, timeout: float = 60.0) -> MinimalServer:
+        command = [sys.executable, str(_MINIMAL_SERVER), "--port", str(self.grpc_port)]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [*command, "--db", str(self.db)], stdout=subprocess.PIPE, stderr=log
+            )
+        assert self.proc.stdout is not None
+        ready = threading.Thread(target=self.proc.stdout.readline, daemon=True)
+        ready.start()  # "ready", or nothing if it died
+        ready.join(timeout)
+        if ready.is_alive() or self.proc.poll() is not None:
+            self.kill()
+            raise RuntimeError(f"the minimal server did not start: {self.log_tail()}")
+        return self
+
+    def status(self) -> dict[str, Any]:
+        return {}  # it counts nothing
+
+    def peak_rss(self) -> int | None:
+        try:
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        return None
+
+    def stop(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, limit: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-limit:]
+        except OSError:
+            return ""
+
+    def counts(self) -> tuple[int, int]:
+        con = duckdb.connect(str(self.db), read_only=True)
+        try:
+            row = con.execute(
+                "SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans"
+            ).fetchone()
+        finally:
+            con.close()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def remove(self) -> None:
+        for path in (self.db, self.db.with_name(self.db.name + ".wal")):
+            path.unlink(missing_ok=True)
+
+
+Server = CollectorProcess | MinimalServer
 
 
 class RssSampler:
@@ -818,7 +920,7 @@ def run_network_phase(
     bodies: list[bytes],
     args: argparse.Namespace,
     workdir: Path,
-    collectors: list[CollectorProcess],
+    collectors: list[Server],
     sources: str = "",
     extra_args: Sequence[str] = (),
 ) -> PhaseResult:
@@ -829,13 +931,35 @@ def run_network_phase(
     collector.args.extend(extra_args)
     collectors.append(collector)
     collector.start()
+    return drive(name, collector, port_of(collector), make_exporter, bodies, args)
+
+
+def run_minimal_phase(
+    bodies: list[bytes], args: argparse.Namespace, workdir: Path, servers: list[Server]
+) -> PhaseResult:
+    """The same clients against `_minimal_otlp.py` (OTLP/gRPC) on a fresh DuckDB file."""
+    server = MinimalServer(workdir / f"minimal-{len(servers)}.duckdb", workdir / "minimal.log")
+    servers.append(server)
+    server.start()
+    return drive(MINIMAL, server, server.grpc_port, GrpcExporter, bodies, args)
+
+
+def drive(
+    name: str,
+    collector: Server,
+    port: int,
+    make_exporter: ExporterFactory,
+    bodies: list[bytes],
+    args: argparse.Namespace,
+) -> PhaseResult:
+    """`args.clients` clients export `bodies` to the started `collector` for `args.seconds`;
+    then the collector is stopped and its spans counted."""
     sampler = RssSampler(collector.pid).start()
     print(
-        f"  collector pid {collector.pid} on a fresh lake, RSS at start "
+        f"  {collector.noun} pid {collector.pid} on a fresh lake, RSS at start "
         f"{sampler.peak / MIB:.0f} MiB; {args.clients} clients for {args.seconds:g}s",
         flush=True,
     )
-    port = port_of(collector)
     exporters = [make_exporter(port) for _ in range(args.clients)]  # connected before timing
     feed = BodyFeed(bodies)
     bodies.clear()  # the feed holds the only references; memory frees as bodies are sent
@@ -879,12 +1003,12 @@ def run_network_phase(
         phase.peak_rss = sampled
     code = collector.stop()
     if code != 0:
-        print(f"  ! collector exit status {code}; log tail:\n{collector.log_tail()}")
-    phase.lake_rows, phase.lake_distinct = lake_counts(lake_dir, sources)
+        print(f"  ! {collector.noun} exit status {code}; log tail:\n{collector.log_tail()}")
+    phase.lake_rows, phase.lake_distinct = collector.counts()
     _print_phase(phase, status, sampled)
     for sample in [x for r in results for x in r.error_samples][:5]:
         print(f"  ! error sample: {sample}")
-    shutil.rmtree(lake_dir, ignore_errors=True)
+    collector.remove()
     return phase
 
 
@@ -1214,6 +1338,24 @@ def print_summary(phases: list[PhaseResult], ceiling: Ceiling, args: argparse.Na
         )
 
 
+TARGET_OVER_MINIMAL = 3.0
+
+
+def print_minimal(compared: dict[tuple[str, str], list[PhaseResult]]) -> None:
+    """Today's collector over gRPC against the minimal server, best of their rounds."""
+    today = [p.rate for p in compared.get(("gRPC", ""), [])]
+    minimal = [p.rate for p in compared.get((MINIMAL, ""), [])]
+    if not today or not minimal or not max(minimal):
+        return
+    ratio = max(today) / max(minimal)
+    print(
+        f"\nThe collector against the minimal server (OTLP/gRPC, same clients, best of the "
+        f"rounds): {_fmt_rate(max(today))} against {_fmt_rate(max(minimal))} spans/s "
+        f"({', '.join(_fmt_rate(r) for r in minimal)}) = {ratio:.2f}x; target >= "
+        f"{TARGET_OVER_MINIMAL:g}x: {'met' if ratio >= TARGET_OVER_MINIMAL else 'NOT met'}"
+    )
+
+
 def print_baseline(compared: dict[tuple[str, str], list[PhaseResult]], rev: str) -> None:
     """Each protocol's accepted spans/s with today's collector and with `rev`'s (best of the
     alternating rounds, and every round), and their ratio."""
@@ -1337,7 +1479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     need_packages("psutil")  # the collector's peak memory
     signal.signal(signal.SIGTERM, _raise_interrupt)  # clean up on SIGTERM as on Ctrl-C
-    collectors: list[CollectorProcess] = []
+    collectors: list[Server] = []
     workdir = Path(tempfile.mkdtemp(prefix="spanscore-bench-"))
     try:
         started = time.perf_counter()
@@ -1446,7 +1588,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     compared.setdefault((name, label), []).append(phase)
                     phases.append(phase)
+                if name == "gRPC":  # the minimal server in the same rounds, same clients
+                    print(f"\n== OTLP/gRPC, the {MinimalServer.noun} (bench/_minimal_otlp.py)")
+                    bodies = make_pool(templates, n_bodies, ids)
+                    phase = run_minimal_phase(bodies, args, workdir, collectors)
+                    compared.setdefault((MINIMAL, ""), []).append(phase)
         print_summary([p for p in phases if p.name in ("gRPC", "HTTP")], ceiling, args)
+        print_minimal(compared)
         if rev:
             print_baseline(compared, rev)
         if compare:
