@@ -33,6 +33,34 @@ def test_embedded_lake_layout_and_tables(lake_dir: Path) -> None:
     assert mode == ("wal",)
 
 
+def test_readers_pinned_to_a_snapshot_keep_no_file_bytes_and_interactive_readers_do(
+    lake_dir: Path,
+) -> None:
+    # An evaluation's readers (pinned to a snapshot) read each file of their window once:
+    # DuckDB's cache of file bytes only grew with the window. `spanscore sql` reads the same
+    # files again and again, and keeps them.
+    con = connect(lake_dir, create=True)
+    con.execute(
+        "INSERT INTO spans (trace_id, span_id, name, attributes) "
+        "SELECT md5(i::VARCHAR), left(md5(i::VARCHAR), 16), 'chat', to_json(repeat('x', 200)) "
+        "FROM range(20000) t(i)"
+    )
+    snapshot = lake.current_snapshot(con)
+    con.close()
+
+    def cached_bytes(reader: duckdb.DuckDBPyConnection) -> int:
+        reader.execute("SELECT sum(length(attributes)) FROM spans").fetchall()
+        [(cached,)] = reader.execute(
+            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() "
+            "WHERE tag = 'EXTERNAL_FILE_CACHE'"
+        ).fetchall()
+        reader.close()
+        return int(cached)
+
+    assert cached_bytes(connect(lake_dir, snapshot=snapshot)) == 0
+    assert cached_bytes(connect(lake_dir, read_only=True)) > 0
+
+
 def test_extensions_load_signed_from_the_pinned_wheels(lake_dir: Path) -> None:
     con = connect(lake_dir, create=True)
     assert con.execute("SELECT current_setting('allow_unsigned_extensions')").fetchone() == (False,)
