@@ -486,6 +486,7 @@ class CollectorProcess(ServeProcess):
     `sources`: another revision's sources, first on PYTHONPATH ("": today's)."""
 
     noun = "collector"
+    store = "lake"
 
     def __init__(
         self, lake: Path, log_path: Path, extra: Sequence[str] = (), sources: str = ""
@@ -536,6 +537,7 @@ class MinimalServer:
     """`_minimal_otlp.py` in a child process on a free loopback port: the baseline server."""
 
     noun = "minimal server"
+    store = "DuckDB file"
 
     def __init__(self, db: Path, log_path: Path) -> None:
         self.db = db
@@ -956,7 +958,7 @@ def drive(
     then the collector is stopped and its spans counted."""
     sampler = RssSampler(collector.pid).start()
     print(
-        f"  {collector.noun} pid {collector.pid} on a fresh lake, RSS at start "
+        f"  {collector.noun} pid {collector.pid} on a fresh {collector.store}, RSS at start "
         f"{sampler.peak / MIB:.0f} MiB; {args.clients} clients for {args.seconds:g}s",
         flush=True,
     )
