@@ -519,14 +519,22 @@ class CollectorProcess(ServeProcess):
             pass
         total = 0
         for pid in pids:
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        total += int(line.split()[1]) * 1024
-            except (OSError, ValueError, IndexError):
-                if pid == self.pid:
-                    return None
+            peak = vm_hwm(pid)
+            if peak is None and pid == self.pid:
+                return None
+            total += peak or 0
         return total
+
+
+def vm_hwm(pid: int) -> int | None:
+    """The kernel's high-water mark of `pid`'s resident memory, in bytes (None: unknown)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 MINIMAL = "minimal gRPC"
@@ -569,13 +577,7 @@ class MinimalServer:
         return {}  # it counts nothing
 
     def peak_rss(self) -> int | None:
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            pass
-        return None
+        return vm_hwm(self.pid)
 
     def stop(self, timeout: float = 30.0) -> int:
         assert self.proc is not None
@@ -598,15 +600,7 @@ class MinimalServer:
             return ""
 
     def counts(self) -> tuple[int, int]:
-        con = duckdb.connect(str(self.db), read_only=True)
-        try:
-            row = con.execute(
-                "SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans"
-            ).fetchone()
-        finally:
-            con.close()
-        assert row is not None
-        return int(row[0]), int(row[1])
+        return span_counts(duckdb.connect(str(self.db), read_only=True))
 
     def remove(self) -> None:
         for path in (self.db, self.db.with_name(self.db.name + ".wal")):
@@ -846,7 +840,11 @@ def lake_counts(lake_dir: Path, sources: str = "") -> tuple[int, int]:
     if sources:  # a lake another revision wrote: counted by that revision's code
         rows, distinct = _run_python(_LAKE_COUNTER, str(lake_dir), sources).split()
         return int(rows), int(distinct)
-    con = connect(lake_dir)
+    return span_counts(connect(lake_dir))
+
+
+def span_counts(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    """(spans, distinct (trace_id, span_id)) in `spans`; closes `con`."""
     try:
         row = con.execute(
             "SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans"
