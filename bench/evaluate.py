@@ -15,6 +15,7 @@ Figures are printed, nothing is asserted.
     .venv/bin/python bench/evaluate.py                  # 100,000 conversations
     .venv/bin/python bench/evaluate.py --conversations 20000 --workers 2
     .venv/bin/python bench/evaluate.py --skip tool_call_rubric   # without Arcade's rubric
+    .venv/bin/python bench/evaluate.py --only turn_count   # next to no scoring: the ratio's most
 """
 
 from __future__ import annotations
@@ -147,11 +148,29 @@ def main() -> None:
     parser.add_argument(
         "--skip", action="append", default=[], metavar="TYPE", help="leave out an assertion type"
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="keep only this assertion type (repeatable): `--only turn_count` is the run with "
+        "next to no scoring, the most the ratio to rebuilding alone can be",
+    )
     args = parser.parse_args()
+    types = list(dict.fromkeys(m["type"] for m in SUITE["metrics"]))
+    unknown = sorted({*args.skip, *args.only} - set(types))
+    if unknown:
+        parser.error(f"no assertion type {', '.join(unknown)} in the suite: {', '.join(types)}")
     workdir = Path(tempfile.mkdtemp(prefix="spanscore-bench-"))
     try:
         lake = workdir / "lake"
-        kept = [m for m in SUITE["metrics"] if m["type"] not in args.skip]
+        kept = [
+            m
+            for m in SUITE["metrics"]
+            if m["type"] not in args.skip and (not args.only or m["type"] in args.only)
+        ]
+        if not kept:
+            parser.error("--skip and --only leave no assertion to score")
         suite = load_suite({**SUITE, "metrics": kept})
         assertions = len(suite.suite.metrics)
         # Built and rebuilt in a process of its own: what they allocate (and the allocators
