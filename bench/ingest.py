@@ -528,9 +528,14 @@ class CollectorProcess(ServeProcess):
 
 def vm_hwm(pid: int) -> int | None:
     """The kernel's high-water mark of `pid`'s resident memory, in bytes (None: unknown)."""
+    return proc_status_bytes(pid, "VmHWM")
+
+
+def proc_status_bytes(pid: int, field: str) -> int | None:
+    """A memory field of `/proc/<pid>/status` (VmHWM, VmRSS...), in bytes (None: unknown)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
@@ -626,13 +631,7 @@ class RssSampler:
 
             return int(psutil.Process(self.pid).memory_info().rss)
         except Exception:
-            try:
-                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-            except (OSError, ValueError, IndexError):
-                pass
-        return 0
+            return proc_status_bytes(self.pid, "VmRSS") or 0
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
