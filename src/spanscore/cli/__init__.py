@@ -45,6 +45,7 @@ from .serve import serve_command
 from .show import show_command
 from .simulate import simulate_command, simulations_command
 from .suites import import_command, schema_group
+from .ui import ui_command
 
 
 class _Main(click.Group):
@@ -118,6 +119,7 @@ main.add_command(export_command)
 main.add_command(judge_check_command)
 main.add_command(import_command)
 main.add_command(schema_group)
+main.add_command(ui_command)
 
 # The demo imports the example agent (and its dependencies) only when it runs.
 from .demo import demo_command  # noqa: E402

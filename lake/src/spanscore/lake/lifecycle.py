@@ -55,7 +55,12 @@ Step = Callable[[str | Callable[[], list[tuple[Any, ...]]], str], list[tuple[Any
 # The raw tables and the time that ages their rows.
 RAW_TIMES = {"spans": "start_time", "logs": "time"}
 # Tables of `CONVERSATION_CONTENT` that retention also ages by a time of their own.
-AGED_CONTENT = {"judge_cache": "created_at", "simulated_turns": "sent_at"}
+AGED_CONTENT = {
+    "judge_cache": "created_at",
+    "simulated_turns": "sent_at",
+    "labels": "created_at",
+    "review_queue_items": "added_at",
+}
 
 _IDS = "temp.main.spanscore_erase_ids"
 _SELECTED = f"(SELECT conversation_id FROM {_IDS})"
@@ -536,8 +541,9 @@ def apply_retention(
     """Delete the rows past retention, in one transaction: spans and log records older than
     `retention_days` (by their start, their time); of the conversations they belonged to,
     the rows of `CONVERSATION_CONTENT` and the scores' explanation and details (which may
-    quote them); judge answers, simulated turns and score explanations and details older
-    than that, whatever conversation they name (`AGED_CONTENT`); and scores and finished
+    quote them); judge answers, simulated turns, labels, queued items and score explanations
+    and details older than that, whatever conversation they name (`AGED_CONTENT`); and scores
+    and finished
     `eval_runs` older than `score_retention_days`. The files holding them are
     rewritten at once; they leave the disk with the snapshots maintenance expires
     (`finish_retention`). The cutoff moves by whole hours, so that later passes in the hour

@@ -48,7 +48,11 @@ def _offset(moment: dt.datetime | None, start: dt.datetime | None) -> float | No
     return round((moment - start).total_seconds() * 1000, 3)
 
 
-def _detail(t: Trajectory, scores: Sequence[ScoreRecord], limit: int) -> ConversationDetailDoc:
+def conversation_detail(
+    t: Trajectory, scores: Sequence[ScoreRecord], limit: int
+) -> ConversationDetailDoc:
+    """The conversation as the report and the review app draw it (one renderer reads it):
+    turns and steps, values cut at `limit` characters, `scores` marked on the calls they judge."""
     start = t.start_time
     turns: list[TurnDoc] = []
     index = 0

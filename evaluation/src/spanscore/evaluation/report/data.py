@@ -18,7 +18,7 @@ from typing import Any, Literal
 import duckdb
 
 from spanscore.evaluation.report.breakdown import ToolFailures
-from spanscore.evaluation.report.conversations import _clip, _detail, _first_trace
+from spanscore.evaluation.report.conversations import _clip, _first_trace, conversation_detail
 from spanscore.evaluation.report.scales import declared_scales, scale_of
 from spanscore.evaluation.report.schema import (
     FORMAT,
@@ -36,6 +36,9 @@ from spanscore.evaluation.report.schema import (
     ScaleDoc,
     SummaryDoc,
     ToolDoc,
+    TrendDoc,
+    TrendSeriesDoc,
+    TrialsDoc,
 )
 from spanscore.evaluation.report.trends import trend, trend_series
 from spanscore.evaluation.report.trials import trials_doc
@@ -169,7 +172,8 @@ def _status_reasons(status: str | None, gates: Sequence[GateDoc], failures: list
     }.get(status or "", failures)
 
 
-def _run_doc(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
+def run_header(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
+    """The run as the report's header gives it: counts, gates, why it has its status."""
     run = store.run_row(con, run_id)
     if run is None:
         raise ReportError(f"no evaluation run {run_id!r} in this lake")
@@ -397,23 +401,9 @@ def build_report(
     options = options or ReportOptions()
     if options.trace_url is not None and not options.trace_url.startswith(("http://", "https://")):
         raise ReportError("the trace URL template must start with http:// or https://")
-    run_id = resolve_run(con, run)
-    run_doc = _run_doc(con, run_id)
-    notes: list[str] = []
-    baseline_doc: BaselineDoc | None = None
-    if options.compare:
-        baseline = (
-            resolve_run(con, options.baseline)
-            if options.baseline is not None
-            else previous_run(con, run_id)
-        )
-        if baseline is None:
-            notes.append("no earlier finished run of this suite to compare with")
-        elif baseline == run_id:
-            raise ReportError("the baseline is the run itself: give another --baseline")
-        else:
-            baseline_doc = _baseline(con, run_id, baseline)
-    scores = _scores(con, run_id)
+    overview = run_overview(con, run, options)
+    run_doc, baseline_doc, notes = overview.run, overview.baseline, overview.notes
+    scores = overview.scores
     by_conversation: dict[str, list[ScoreRecord]] = {}
     for s in scores:
         by_conversation.setdefault(s.conversation_id, []).append(s)
@@ -498,7 +488,7 @@ def build_report(
         )
         mine = by_conversation[t.conversation_id]
         if i in embedded:
-            details[i] = _detail(t, mine, options.max_value_chars)
+            details[i] = conversation_detail(t, mine, options.max_value_chars)
         failures.add(t.conversation_id, t.tool_calls, mine, details[i])
     for cid in ids:
         scenario, agent, service, start, message, trace = meta.get(cid, (None,) * 6)
@@ -524,11 +514,6 @@ def build_report(
             f"trajectories embedded for {len(embedded)} of {len(ids)} conversations "
             "(failing and regressed first); see the others with `spanscore show`"
         )
-    declared = declared_scales(scores)
-    summary = _summary(scores, declared)
-    scales = {(r["scenario_id"], r["metric"]): r["scale"] for r in summary if r["scale"]}
-    series_keys = [(r["scenario_id"], r["metric"]) for r in summary]
-    points = trend(con, run_id, options.trend_runs)
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -537,13 +522,69 @@ def build_report(
         "notes": notes,
         "run": run_doc,
         "baseline": baseline_doc,
-        "summary": summary,
-        "distributions": _distributions(scores, options.bins, declared),
-        "trend": points,
-        "trend_series": trend_series(con, run_id, points, series_keys, scales),
+        "summary": overview.summary,
+        "distributions": _distributions(scores, options.bins, overview.declared),
+        "trend": overview.trend,
+        "trend_series": overview.trend_series,
         "tools": tools.docs(),
         "tool_failures": failures.doc(),
         "conversations": columns,
-        "trials": trials_doc(con, run_id, run_doc["simulation_id"]),
+        "trials": overview.trials,
         "details": details,
     }
+
+
+@dataclass
+class RunOverview:
+    """A run's header, baseline comparison, summary per scenario and metric, trend and trials:
+    the report's top, and the review app's run page."""
+
+    run: RunDoc
+    baseline: BaselineDoc | None
+    notes: list[str]
+    scores: list[ScoreRecord]
+    declared: dict[tuple[str | None, str], ScaleDoc]
+    summary: list[SummaryDoc]
+    trend: list[TrendDoc]
+    trend_series: list[TrendSeriesDoc]
+    trials: TrialsDoc | None
+
+
+def run_overview(
+    con: duckdb.DuckDBPyConnection, run: str | None = "latest", options: ReportOptions | None = None
+) -> RunOverview:
+    """The overview of a run (`latest`, a run id or a unique prefix)."""
+    options = options or ReportOptions()
+    run_id = resolve_run(con, run)
+    run_doc = run_header(con, run_id)
+    notes: list[str] = []
+    baseline_doc: BaselineDoc | None = None
+    if options.compare:
+        baseline = (
+            resolve_run(con, options.baseline)
+            if options.baseline is not None
+            else previous_run(con, run_id)
+        )
+        if baseline is None:
+            notes.append("no earlier finished run of this suite to compare with")
+        elif baseline == run_id:
+            raise ReportError("the baseline is the run itself: give another --baseline")
+        else:
+            baseline_doc = _baseline(con, run_id, baseline)
+    scores = _scores(con, run_id)
+    declared = declared_scales(scores)
+    summary = _summary(scores, declared)
+    scales = {(r["scenario_id"], r["metric"]): r["scale"] for r in summary if r["scale"]}
+    series_keys = [(r["scenario_id"], r["metric"]) for r in summary]
+    points = trend(con, run_id, options.trend_runs)
+    return RunOverview(
+        run=run_doc,
+        baseline=baseline_doc,
+        notes=notes,
+        scores=scores,
+        declared=declared,
+        summary=summary,
+        trend=points,
+        trend_series=trend_series(con, run_id, points, series_keys, scales),
+        trials=trials_doc(con, run_id, run_doc["simulation_id"]),
+    )

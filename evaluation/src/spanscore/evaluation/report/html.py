@@ -437,7 +437,8 @@ def render_html(doc: ReportDoc, *, chunk_size: int = 100) -> str:
     slots, blocks = _chunks(doc, chunk_size)
     data = {**doc, "details": None}
     payload = script_json({"doc": data, "slots": slots, "chunk_size": chunk_size})
-    script = _asset("report.js")
+    # One script: the trajectory renderer (shared with the review app), then the report's.
+    script = _asset("trajectory.js") + "\n" + _asset("report.js")
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     policy = (
         f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "

@@ -295,15 +295,56 @@ ERASURES: tuple[Column, ...] = (
 )
 
 
+# The review loop (`spanscore ui`): what people said of conversations and of their scores, and
+# the queues they work through. The only tables the review app writes.
+LABELS: tuple[Column, ...] = (
+    Column("label_id", "VARCHAR", "label id"),
+    Column("conversation_id", "VARCHAR", "conversation labelled"),
+    Column("metric", "VARCHAR", "metric the label reviews (NULL: the whole conversation)"),
+    Column("scenario_id", "VARCHAR", "scenario of the score reviewed, when it reviews one"),
+    Column("run_id", "VARCHAR", "run whose score the label reviews, when it reviews one"),
+    Column("passed", "BOOLEAN", "the reviewer's pass or fail"),
+    Column("value", "DOUBLE", "the reviewer's value, on the metric's scale"),
+    Column("label", "VARCHAR", "the reviewer's categorical label"),
+    Column("judge_agreed", "BOOLEAN", "the reviewer agreed (true) or not with the run's score"),
+    Column("comment", "VARCHAR", "the reviewer's comment"),
+    Column("reviewer", "VARCHAR", "who labelled (the session's or the token's name)"),
+    Column("queue", "VARCHAR", "review queue it was given in, if any"),
+    Column("created_at", "TIMESTAMPTZ", "when it was given; a reviewer's newest label counts"),
+)
+
+REVIEW_QUEUES: tuple[Column, ...] = (
+    Column("queue", "VARCHAR", "queue name (unique)"),
+    Column("source", "JSON", "what it was built from: a filter, or a run's failures"),
+    Column("size", "INTEGER", "conversations asked for"),
+    Column("seed", "BIGINT", "seed of the sample"),
+    Column("created_by", "VARCHAR", "who built it"),
+    Column("created_at", "TIMESTAMPTZ", "when it was built"),
+)
+
+REVIEW_QUEUE_ITEMS: tuple[Column, ...] = (
+    Column("queue", "VARCHAR", "queue"),
+    Column("position", "INTEGER", "place in the queue, from 0"),
+    Column("conversation_id", "VARCHAR", "conversation to review"),
+    Column("metric", "VARCHAR", "metric to review (NULL: the whole conversation)"),
+    Column("scenario_id", "VARCHAR", "scenario of the score to review"),
+    Column("run_id", "VARCHAR", "run whose score is reviewed"),
+    Column("added_at", "TIMESTAMPTZ", "when it was queued"),
+)
+
+
 # Tables holding what a conversation said, or what was made of it (stored trajectories; judge
 # answers, the simulated user's included, which may quote it; simulated users' turns and the
-# agent's replies), by `conversation_id`. `spanscore erase` deletes a conversation's rows from
-# each, and retention those of the conversations whose spans or records it deletes: a new table
-# of conversation content is added here, and only here.
+# agent's replies; people's labels and the review queues' items), by `conversation_id`.
+# `spanscore erase` deletes a conversation's rows from each, and retention those of the
+# conversations whose spans or records it deletes: a new table of conversation content is added
+# here, and only here.
 CONVERSATION_CONTENT: tuple[str, ...] = (
     "trajectory_steps",
     "judge_cache",
     "simulated_turns",
+    "labels",
+    "review_queue_items",
 )
 
 
@@ -325,11 +366,14 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "simulated_conversations": SIMULATED_CONVERSATIONS,
     "simulated_turns": SIMULATED_TURNS,
     "erasures": ERASURES,
+    "labels": LABELS,
+    "review_queues": REVIEW_QUEUES,
+    "review_queue_items": REVIEW_QUEUE_ITEMS,
     "spanscore_schema": SCHEMA_INFO,
 }
 
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 
 # MIGRATIONS[1] creates the current tables, so a new lake then runs every later migration on
@@ -395,5 +439,11 @@ MIGRATIONS: dict[int, list[str]] = {
     13: [
         create_table_sql("erasures", ERASURES),
         "ALTER TABLE judge_cache ADD COLUMN IF NOT EXISTS conversation_id VARCHAR",
+    ],
+    # 14: the review loop: human labels, and the review queues people work through.
+    14: [
+        create_table_sql("labels", LABELS),
+        create_table_sql("review_queues", REVIEW_QUEUES),
+        create_table_sql("review_queue_items", REVIEW_QUEUE_ITEMS),
     ],
 }

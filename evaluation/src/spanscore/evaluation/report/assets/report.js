@@ -9,43 +9,11 @@
   var PAGE = 50;
   var chunks = {};
 
-  function el(tag, cls, text) {
-    var node = document.createElement(tag);
-    if (cls) node.className = cls;
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    return node;
-  }
-  function add(parent) {
-    for (var i = 1; i < arguments.length; i++) if (arguments[i]) parent.appendChild(arguments[i]);
-    return parent;
-  }
-  function num(v, digits) {
-    return v === null || v === undefined ? "-" : Number(v).toFixed(digits === undefined ? 2 : digits);
-  }
-  function ms(v) {
-    if (v === null || v === undefined) return "";
-    return v >= 10 ? v.toFixed(0) + " ms" : v.toPrecision(2) + " ms";
-  }
-  function shown(v) {
-    if (v === null || v === undefined) return "";
-    if (typeof v === "string") return v;
-    var flat = JSON.stringify(v);
-    return flat.length <= 100 ? flat : JSON.stringify(v, null, 2);
-  }
-  function scoreKey(s) {
-    return s.scenario_id ? s.scenario_id + "/" + s.metric : s.metric;
-  }
+  // The helpers and the conversation view are the trajectory renderer's (trajectory.js).
+  var T = SpanscoreTrajectory;
+  var el = T.el, add = T.add, num = T.num;
   function traceLink(traceId, spanId, conversationId) {
-    if (!doc.trace_url || !traceId) return null;
-    var values = { trace_id: traceId, span_id: spanId || "", conversation_id: conversationId || "" };
-    var href = doc.trace_url.replace(/\{(trace_id|span_id|conversation_id)\}/g, function (_, k) {
-      return encodeURIComponent(values[k]);
-    });
-    var a = el("a", "trace", "trace");
-    a.href = href;
-    a.target = "_blank";
-    a.rel = "noopener noreferrer";
-    return a;
+    return T.traceLink(doc.trace_url, traceId, spanId, conversationId);
   }
 
   // --- the table ------------------------------------------------------------------------------
@@ -237,59 +205,6 @@
     return chunks[k].then(function (list) { return list[slot % D.chunk_size]; });
   }
 
-  function badge(s, kind, note) {
-    var ok = kind === "matched";
-    var b = el("div", "mark " + (ok ? "pass" : "fail") + " " + kind);
-    add(b, el("b", null, (ok ? "✓ " : "✗ ") + scoreKey(s)), el("span", null, " " + note));
-    if (s.explanation) b.title = s.explanation;
-    return b;
-  }
-
-  function toolCard(step, detail, conversationId) {
-    var card = el("div", "step tool" + (step.error ? " error" : ""));
-    card.dataset.index = step.index;
-    var head = el("div", "head");
-    add(head, el("span", "kind", "tool"), el("b", "name", step.name),
-        el("span", "meta", "#" + (step.index + 1) + (step.call_id ? "  " + step.call_id : "")),
-        el("span", "meta", (step.offset_ms !== null ? "+" + ms(step.offset_ms) : "") +
-           (step.latency_ms !== null ? "  " + ms(step.latency_ms) : "")),
-        traceLink(step.trace_id, step.span_id, conversationId));
-    card.appendChild(head);
-    if (detail.duration_ms && step.offset_ms !== null) {
-      var track = el("div", "timing");
-      var bar = el("span");
-      bar.style.left = Math.min(100, (100 * step.offset_ms) / detail.duration_ms) + "%";
-      bar.style.width = Math.max(0.5, (100 * (step.latency_ms || 0)) / detail.duration_ms) + "%";
-      track.appendChild(bar);
-      card.appendChild(track);
-    }
-    add(card, el("div", "label", "arguments"), el("pre", "args", shown(step.arguments)));
-    if (step.error) add(card, el("div", "label", "error"), el("pre", "err", shown(step.error)));
-    if (step.result !== null && step.result !== undefined) {
-      add(card, el("div", "label", "result"), el("pre", "result", shown(step.result)));
-    }
-    var marks = detail.marks.filter(function (m) { return m.call === step.index; });
-    if (marks.length) {
-      var box = el("div", "marks");
-      marks.forEach(function (m) { box.appendChild(badge(detail.scores[m.score], m.kind, m.note)); });
-      card.appendChild(box);
-    }
-    return card;
-  }
-
-  function modelCard(step, conversationId) {
-    var card = el("div", "step model" + (step.error ? " error" : ""));
-    var requested = step.requested.length ? "→ " + step.requested.join(", ") : "answers";
-    var tokens = step.input_tokens !== null ? "  tokens " + step.input_tokens + "/" + step.output_tokens : "";
-    add(card, add(el("div", "head"), el("span", "kind", "model"), el("b", "name", step.name),
-        el("span", "meta", requested), el("span", "meta",
-          (step.offset_ms !== null ? "+" + ms(step.offset_ms) : "") + "  " + ms(step.latency_ms) + tokens),
-        traceLink(step.trace_id, step.span_id, conversationId)));
-    if (step.response) card.appendChild(el("pre", "text", step.response));
-    if (step.error) card.appendChild(el("pre", "err", step.error));
-    return card;
-  }
-
   function renderDetail(i, detail) {
     var id = C.id[i];
     view.replaceChildren();
@@ -309,71 +224,7 @@
           el("p", null, "Failing: " + (C.failing[i].map(function (k) { return C.keys[k]; }).join(", ") || "none")));
       return;
     }
-    (detail.warnings || []).forEach(function (w) { view.appendChild(el("p", "warning", w)); });
-    // The scores, failing first, with their explanations (the judge's too).
-    var scores = el("table", "scores");
-    add(scores, add(el("thead"), add(el("tr"), el("th", null, "score"), el("th", null, "value"),
-        el("th", null, "verdict"), el("th", null, "explanation"))));
-    var sbody = el("tbody");
-    detail.scores.map(function (s, k) { return k; }).sort(function (a, b) {
-      var fa = detail.scores[a].passed === false || detail.scores[a].error ? 0 : 1;
-      var fb = detail.scores[b].passed === false || detail.scores[b].error ? 0 : 1;
-      return fa - fb || a - b;
-    }).forEach(function (k) {
-      var s = detail.scores[k];
-      var failing = s.passed === false || !!s.error;
-      var tr = el("tr", failing ? "fail" : s.passed ? "pass" : "");
-      var value = s.label !== null ? s.label + (s.value !== null ? " (" + num(s.value) + ")" : "") : num(s.value);
-      var verdict = s.error ? "error" : s.passed === null ? "-" : s.passed ? "passed" : "failed";
-      if (s.threshold !== null && s.threshold !== undefined) verdict += " (threshold " + s.threshold + ")";
-      var why = el("td", "why");
-      why.appendChild(el("div", "expl", s.error || s.explanation || ""));
-      if (s.details !== null && s.details !== undefined) {
-        var more = el("details");
-        add(more, el("summary", null, "details"), el("pre", null, shown(s.details)));
-        why.appendChild(more);
-      }
-      add(tr, el("td", "key", scoreKey(s)), el("td", "num", value), el("td", null, verdict), why);
-      sbody.appendChild(tr);
-    });
-    add(view, el("h3", null, "Scores"), add(scores, sbody));
-    if (detail.missing.length) {
-      var missing = el("div", "missing-calls");
-      missing.appendChild(el("h3", null, "Expected calls not made"));
-      detail.missing.forEach(function (m) {
-        missing.appendChild(badge(detail.scores[m.score], "missing", "missing " + m.name + ": " + m.note));
-      });
-      view.appendChild(missing);
-    }
-    // The timeline: turns, model calls, tool calls (parallel ones side by side), hand-offs.
-    var timeline = el("div", "timeline");
-    detail.turns.forEach(function (turn) {
-      var t = el("div", "turn");
-      add(t, el("div", "turn-title", "turn " + (turn.index + 1)));
-      if (turn.user_message !== null) add(t, add(el("div", "user"), el("b", null, "user "), el("span", null, shown(turn.user_message))));
-      var k = 0;
-      while (k < turn.steps.length) {
-        var step = turn.steps[k];
-        if (step.kind === "tool_call" && step.parallel_group !== null) {
-          var row = el("div", "parallel");
-          while (k < turn.steps.length && turn.steps[k].kind === "tool_call" &&
-                 turn.steps[k].parallel_group === step.parallel_group) {
-            row.appendChild(toolCard(turn.steps[k], detail, id));
-            k++;
-          }
-          if (row.childNodes.length > 1) row.insertBefore(el("div", "plabel", "in parallel"), row.firstChild);
-          t.appendChild(row);
-          continue;
-        }
-        if (step.kind === "tool_call") t.appendChild(toolCard(step, detail, id));
-        else if (step.kind === "model_call") t.appendChild(modelCard(step, id));
-        else t.appendChild(el("div", "step handoff", "hand-off " + (step.from_agent || "?") + " → " + (step.to_agent || "?")));
-        k++;
-      }
-      if (turn.final_response !== null) add(t, add(el("div", "answer"), el("b", null, "answer "), el("span", null, shown(turn.final_response))));
-      timeline.appendChild(t);
-    });
-    add(view, el("h3", null, "Trajectory"), timeline);
+    T.render(view, detail, { conversationId: id, traceUrl: doc.trace_url });
   }
 
   function hide() { view.hidden = true; document.body.classList.remove("viewing"); }

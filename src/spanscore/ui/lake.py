@@ -1,0 +1,58 @@
+"""The app's lake: one long-lived connection, a cursor per request.
+
+A reading request works in one transaction, so every query of a page sees the same snapshot
+of the lake while the collector goes on committing; it writes nothing and holds nothing back.
+A writing request (a label, a queue) commits its own small transaction, taking the embedded
+lake's commit turn like every writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+import duckdb
+
+from spanscore.lake import ALIAS, connect, side_cursor
+
+
+class AppLake:
+    def __init__(self, lake: str) -> None:
+        self.lake = lake
+        # Read-write: the app writes labels and queues (and a lake from before they existed
+        # gets their tables).
+        self._con = connect(lake)
+        self._lock = threading.Lock()
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        with self._lock:  # cursors are made one at a time; each is then its own connection
+            cur = side_cursor(self._con)
+        cur.execute(f"USE {ALIAS}")
+        return cur
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor reading one snapshot of the lake."""
+        cur = self._cursor()
+        try:
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                yield cur
+            finally:
+                with contextlib.suppress(duckdb.Error):
+                    cur.execute("ROLLBACK")
+        finally:
+            cur.close()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor whose writes commit at once (each in its own transaction)."""
+        cur = self._cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+
+    def close(self) -> None:
+        self._con.close()
