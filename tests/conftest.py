@@ -17,6 +17,7 @@ import pytest
 
 from spanscore.collector import Collector
 
+from .support.browser import chromium
 from .support.collector import start_collector
 from .support.postgres import POSTGRES_SERVER, _postgres
 from .support.report_lake import EvaluatedLake, build_evaluated_lake
@@ -109,3 +110,13 @@ def shared_lake(postgres_database: str, s3_server: S3Server) -> str:
 def evaluated_lake(tmp_path_factory: pytest.TempPathFactory) -> EvaluatedLake:
     """Built once per test session (about 10 s), read by every report test."""
     return build_evaluated_lake(tmp_path_factory.mktemp("report-lake"))
+
+
+# --- a browser for the report's and the review app's browser tests ----------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium, headless (`support.browser`), one per test module."""
+    with chromium() as started:
+        yield started

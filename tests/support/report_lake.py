@@ -18,10 +18,14 @@ from typing import Any
 
 import yaml
 
-PLANTED = '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+PLANTED = (
+    '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+    '</textarea><a href="javascript:window.__pwned = 5">deal</a>'
+)
 PLANTED_MESSAGE = (
     "I'm alan@example.com, any <b>laptop stand</b> deals? "
     "</script><script>window.__pwned = 3</script>"
+    '</textarea><a href="javascript:window.__pwned = 4">see</a>'
 )
 AGENT = "customer-service"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "customer_service"

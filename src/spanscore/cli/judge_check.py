@@ -26,9 +26,10 @@ from .options import format_option, judge_options, lake_option, option, suite_op
     "--labels",
     "labels_path",
     envvar="SPANSCORE_LABELS",
-    required=True,
     type=click.Path(dir_okay=False),
-    help="Human labels: JSON, JSONL or CSV with conversation_id and label (or value).",
+    help="Human labels: JSON, JSONL or CSV with conversation_id and label (or value). "
+    "Without it, the lake's labels of the metric (written in `spanscore ui`): each "
+    "conversation's newest.",
 )
 @judge_options
 @option(
@@ -45,7 +46,7 @@ def judge_check_command(
     suite_path: str,
     allow_outside_metrics: bool,
     metric: str,
-    labels_path: str,
+    labels_path: str | None,
     judge: dict[str, Any],
     min_kappa: float | None,
     fmt: str,
@@ -60,6 +61,7 @@ def judge_check_command(
     \b
     $ spanscore judge-check --lake ./lake --suite suite.yaml --metric data_privacy \\
         --labels privacy-labels.csv
+    $ spanscore judge-check --lake ./lake --suite suite.yaml --metric data_privacy
     """
     from spanscore.evaluation import SuiteError, load_suite
     from spanscore.evaluation.calibration.agreement import LabelsError, load_labels
@@ -68,7 +70,7 @@ def judge_check_command(
 
     try:
         suite = load_suite(suite_path, allow_outside_metrics=allow_outside_metrics)
-        labels = load_labels(labels_path)
+        labels = load_labels(labels_path) if labels_path else _lake_labels(lake, metric)
         result = check_judge(lake, suite, metric, labels, judge=judge)
     except (SuiteError, LabelsError, JudgeCheckError, JudgeUnavailable) as exc:
         click.echo(runnable(f"Error: {exc}"), err=True)
@@ -97,3 +99,29 @@ def judge_check_command(
     if min_kappa is not None and (kappa is None or kappa < min_kappa):
         click.echo(f"kappa {kappa} is below --min-kappa {min_kappa}", err=True)
         sys.exit(1)
+
+
+def _lake_labels(lake: str, metric: str) -> list[Any]:
+    """The lake's labels of `metric`, as a labels file would give them; none is an error."""
+    from spanscore.evaluation.calibration.judge_check import JudgeCheckError
+    from spanscore.evaluation.review import lake_labels
+
+    from .options import open_lake_or_fail
+
+    con = open_lake_or_fail(lake, read_only=True)
+    try:
+        labels, unusable = lake_labels(con, metric)
+    finally:
+        con.close()
+    if not labels:
+        said = (
+            f" ({unusable} say only pass or fail, or only comment: a judged metric is checked "
+            "against a label or a value on its scale)"
+            if unusable
+            else ""
+        )
+        raise JudgeCheckError(
+            f"the lake has no label of {metric!r}{said}: label its scores in `spanscore ui "
+            "--lake ...` or give --labels FILE"
+        )
+    return labels

@@ -85,12 +85,13 @@ def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             result = await handler(request)
         except ValidationError as exc:
             return error(422, "the request does not validate", detail=exc.errors(include_url=False))
-        except NotFound as exc:
-            return error(404, str(exc))
-        except (ValueError, ReportError, review.LabelError, review.QueueError) as exc:
+        except (NotFound, review.NotInLake) as exc:
+            return error(404, str(exc.args[0]) if exc.args else str(exc))
+        except ReportError as exc:  # an unknown run is not found; an ambiguous one is not
             message = str(exc)
-            status = 404 if message.startswith("no ") else 400
-            return error(status, message)
+            return error(404 if message.startswith("no evaluation run") else 400, message)
+        except (ValueError, review.LabelError, review.QueueError) as exc:
+            return error(400, str(exc))
         return result if isinstance(result, Response) else JSON(result)
 
     return endpoint

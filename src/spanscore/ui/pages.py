@@ -82,11 +82,14 @@ class Pages:
             except ValidationError as exc:
                 problems = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
                 return self._render(request, "error.html", 400, message="; ".join(problems))
-            except NotFound as exc:
-                return self._render(request, "error.html", 404, message=str(exc))
-            except (ValueError, ReportError, review.LabelError, review.QueueError) as exc:
-                status = 404 if str(exc).startswith("no ") else 400
+            except (NotFound, review.NotInLake) as exc:
+                message = str(exc.args[0]) if exc.args else str(exc)
+                return self._render(request, "error.html", 404, message=message)
+            except ReportError as exc:
+                status = 404 if str(exc).startswith("no evaluation run") else 400
                 return self._render(request, "error.html", status, message=str(exc))
+            except (ValueError, review.LabelError, review.QueueError) as exc:
+                return self._render(request, "error.html", 400, message=str(exc))
 
         return endpoint
 

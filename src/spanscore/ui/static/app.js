@@ -227,9 +227,11 @@
       if (!current) return;
       var f = new FormData(review);
       var body = { conversation_id: current.conversation_id, queue: page.queue };
-      if (current.metric) body.metric = current.metric;
-      if (current.run_id) body.run_id = current.run_id;
-      if (current.scenario_id) body.scenario_id = current.scenario_id;
+      if (current.metric) {
+        body.metric = current.metric;
+        if (current.run_id) body.run_id = current.run_id;
+        if (current.scenario_id) body.scenario_id = current.scenario_id;
+      }
       if (verdict.passed !== null) body.passed = verdict.passed;
       if (verdict.judge_agreed !== null) body.judge_agreed = verdict.judge_agreed;
       if (f.get("value") !== "") body.value = Number(f.get("value"));

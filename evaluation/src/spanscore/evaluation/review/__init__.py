@@ -21,7 +21,13 @@ from spanscore.evaluation.review.conversations import (
     list_conversations,
     raw_spans,
 )
-from spanscore.evaluation.review.labels import LabelError, NewLabel, add_label, labels_of
+from spanscore.evaluation.review.labels import (
+    LabelError,
+    NewLabel,
+    NotInLake,
+    add_label,
+    labels_of,
+)
 from spanscore.evaluation.review.queues import (
     QueueError,
     QueueSpec,
@@ -36,6 +42,7 @@ __all__ = [
     "ConversationPage",
     "LabelError",
     "NewLabel",
+    "NotInLake",
     "QueueError",
     "QueueSpec",
     "add_label",

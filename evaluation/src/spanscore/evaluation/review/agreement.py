@@ -54,8 +54,16 @@ def _verdict(passed: Any, value: Any, label: Any, kind: str) -> Category | None:
     return None if passed is None else ("pass" if passed else "fail")
 
 
-def _kind(passed: Any, value: Any, label: Any) -> str:
-    return "label" if label is not None else "value" if value is not None else "passed"
+_KINDS = ("label", "value", "passed")
+
+
+def _kind_of(said: list[tuple[Any, Any, Any]]) -> str:
+    """`label`, `value` or `passed`: what to compare the labels of one metric on."""
+    counts = {kind: sum(1 for s in said if _verdict(*s, kind) is not None) for kind in _KINDS}
+    for kind in _KINDS:
+        if counts[kind] == len(said):
+            return kind
+    return max(_KINDS, key=lambda kind: counts[kind])
 
 
 def judge_agreement(
@@ -69,14 +77,14 @@ def judge_agreement(
         by_metric.setdefault(row[1], []).append(row)
     result = []
     for name, pairs in sorted(by_metric.items()):
-        # One kind per metric: the kind most of its labels use (a scale's value, a category,
-        # or pass or fail), so that a few pass/fail labels do not mix with a scale's points.
-        kinds = [_kind(r[3], r[4], r[5]) for r in pairs]
-        kind = max(("label", "value", "passed"), key=kinds.count)
+        # One kind per metric: the richest that every label of it states (a category, a
+        # point on the scale, pass or fail), else the one most state; labels without it are
+        # counted as not compared, never mixed with the others.
+        kind = _kind_of([(r[3], r[4], r[5]) for r in pairs])
         compared = []
         disagreements = []
-        for row, row_kind in zip(pairs, kinds, strict=True):
-            if row_kind != kind:
+        for row in pairs:
+            if _verdict(row[3], row[4], row[5], kind) is None:
                 continue
             human = _verdict(row[3], row[4], row[5], kind)
             judge = _verdict(row[7], row[8], row[9], kind) if row[6] is not None else None

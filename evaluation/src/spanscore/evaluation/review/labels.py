@@ -37,6 +37,10 @@ class LabelError(ValueError):
     """A label that cannot be stored (nothing said, an unknown conversation or run...)."""
 
 
+class NotInLake(LookupError):
+    """What was asked for (a conversation, a run's score, a queue) is not in the lake."""
+
+
 class NewLabel(BaseModel):
     """What a reviewer says of a conversation, or of one of its scores."""
 
@@ -100,12 +104,12 @@ def add_label(con: duckdb.DuckDBPyConnection, label: NewLabel, reviewer: str) ->
         ).fetchone()
     )
     if not known:
-        raise LabelError(f"no conversation {label.conversation_id!r} in this lake")
+        raise NotInLake(f"no conversation {label.conversation_id!r} in this lake")
     row = label.model_dump()
     if label.run_id is not None:
         score = _judge_score(con, label)
         if score is None:
-            raise LabelError(
+            raise NotInLake(
                 f"run {label.run_id!r} has no score {label.metric!r} "
                 f"for conversation {label.conversation_id!r}"
             )

@@ -3,8 +3,8 @@ work through, built once from a filter or from a run's failures, sampled with a 
 two reviewers see the same items in the same order.
 
 A reviewer's progress is the queue's items they have labelled (`labels.CURRENT_LABELS`, any
-label of the item's conversation, metric and run by them); the next item is the first they
-have not.
+label by them of the item's conversation and metric, and of its run for a score's item); the
+next item is the first they have not.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from spanscore.evaluation.review.conversations import (
     ConversationFilter,
     list_conversations,
 )
-from spanscore.evaluation.review.labels import CURRENT_LABELS
+from spanscore.evaluation.review.labels import CURRENT_LABELS, NotInLake
 from spanscore.evaluation.runs import store
 from spanscore.lake import ALIAS, arrow_schema, retrying
 from spanscore.lake.schema.tables import REVIEW_QUEUE_ITEMS, REVIEW_QUEUES
@@ -110,7 +110,7 @@ def build_queue(con: duckdb.DuckDBPyConnection, spec: QueueSpec, created_by: str
     if con.execute(f"SELECT 1 FROM {ALIAS}.review_queues WHERE queue = ?", [spec.name]).fetchone():
         raise QueueError(f"a queue named {spec.name!r} exists already: choose another name")
     if spec.run is not None and not store.run_row(con, spec.run):
-        raise QueueError(f"no evaluation run {spec.run!r} in this lake")
+        raise NotInLake(f"no evaluation run {spec.run!r} in this lake")
     candidates = _candidates(con, spec)
     if not candidates:
         raise QueueError("nothing to review: the queue's source selects no conversation")
@@ -170,7 +170,8 @@ def queues(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
                        SELECT 1 FROM {CURRENT_LABELS} l
                        WHERE l.conversation_id = i.conversation_id
                          AND l.metric IS NOT DISTINCT FROM i.metric
-                         AND (i.run_id IS NULL OR l.run_id IS NOT DISTINCT FROM i.run_id)
+                         AND (i.metric IS NULL OR i.run_id IS NULL
+                              OR l.run_id IS NOT DISTINCT FROM i.run_id)
                    )) AS labelled
             FROM {ALIAS}.review_queues q
             LEFT JOIN {ALIAS}.review_queue_items i USING (queue)
@@ -189,14 +190,15 @@ def queue_view(con: duckdb.DuckDBPyConnection, name: str, reviewer: str) -> dict
         [name],
     ).fetchone()
     if head is None:
-        raise QueueError(f"no review queue {name!r} in this lake")
+        raise NotInLake(f"no review queue {name!r} in this lake")
     cursor = con.execute(
         f"""SELECT i.position, i.conversation_id, i.metric, i.scenario_id, i.run_id,
                    EXISTS (
                        SELECT 1 FROM {CURRENT_LABELS} l
                        WHERE l.reviewer = ? AND l.conversation_id = i.conversation_id
                          AND l.metric IS NOT DISTINCT FROM i.metric
-                         AND (i.run_id IS NULL OR l.run_id IS NOT DISTINCT FROM i.run_id)
+                         AND (i.metric IS NULL OR i.run_id IS NULL
+                              OR l.run_id IS NOT DISTINCT FROM i.run_id)
                    ) AS done
             FROM {ALIAS}.review_queue_items i WHERE i.queue = ? ORDER BY i.position""",
         [reviewer, name],
