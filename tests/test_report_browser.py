@@ -38,8 +38,6 @@ TRACE_URL = "https://tracing.example/trace/{trace_id}?span={span_id}"
 WAIT_MS = 60_000  # generous: the machine may be loaded
 
 
-
-
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("report-screenshots")
