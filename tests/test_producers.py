@@ -1294,3 +1294,118 @@ def test_openinference_agents_hand_off(
         {"order_id": "ORD-1001", "refunded": True},
         executed[0]["id"],
     )
+
+
+SMOLAGENTS_CONVERSATION = "producers-smolagents-model-1"
+SHIPPED = "order ORD-1 cannot be cancelled: already shipped"
+SMOLAGENTS_PLAN = [
+    {
+        "user": "Where are my orders ORD-1 and ORD-2?",
+        "steps": [
+            [
+                {"name": "get_order", "arguments": {"order_id": "ORD-1"}},
+                {"name": "get_order", "arguments": {"order_id": "ORD-2"}},
+            ]
+        ],
+        "reply": "ORD-1 has shipped; ORD-2 is being packed.",
+    },
+    {
+        "user": "Please cancel ORD-1.",
+        "steps": [[{"name": "cancel_order", "arguments": {"order_id": "ORD-1"}}]],
+        "reply": "ORD-1 cannot be cancelled: it has already shipped.",
+    },
+]
+SMOLAGENTS_OUTCOMES = [
+    {
+        "name": "get_order",
+        "arguments": {"order_id": "ORD-1"},
+        "result": {"order_id": "ORD-1", "status": "shipped"},
+    },
+    {
+        "name": "get_order",
+        "arguments": {"order_id": "ORD-2"},
+        "result": {"order_id": "ORD-2", "status": "packed"},
+    },
+    {"name": "cancel_order", "arguments": {"order_id": "ORD-1"}, "error": SHIPPED},
+]
+
+
+def test_smolagents_scripted_base_model(
+    make_collector: Callable[..., Collector], lake_dir: Path
+) -> None:
+    """smolagents with its base `Model` scripted as a user writes it (`generate` replaced
+    before instrumenting; tool calls' arguments as dicts, which OpenInference's model span
+    records only in its `output.value`), `@tool` tools, `max_steps=4`, two
+    `run(task, reset=False)` turns in one session: each turn's answer is its `final_answer`
+    call's, the parallel `get_order` calls are one group, and the `RuntimeError` a tool raised
+    keeps its message."""
+    venv = build_venv("smolagents")
+    if venv.unreachable:
+        pytest.skip(venv.unreachable)
+    assert venv.python is not None, venv.failed
+    collector = make_collector()
+    executed = run_producer(
+        venv,
+        {
+            "producer": "smolagents-model",
+            "otlp_endpoint": f"http://127.0.0.1:{collector.http_port}",
+            "service_name": "producer-smolagents-model",
+            "model": MODEL,
+            "conversation_id": SMOLAGENTS_CONVERSATION,
+            "turns": [{"user": turn["user"]} for turn in SMOLAGENTS_PLAN],
+            "plan": SMOLAGENTS_PLAN,
+            "outcomes": SMOLAGENTS_OUTCOMES,
+        },
+    )
+    assert sorted((c["turn"], c["name"], c["arguments"]["order_id"]) for c in executed) == [
+        (0, "get_order", "ORD-1"),
+        (0, "get_order", "ORD-2"),
+        (1, "cancel_order", "ORD-1"),
+    ]
+    from .support.agreement import agree_all
+
+    [trajectory] = agree_all(lake_dir, [SMOLAGENTS_CONVERSATION])
+    assert trajectory.warnings == []
+    assert [(t.user_message, t.final_response) for t in trajectory.turns] == [
+        (turn["user"], turn["reply"]) for turn in SMOLAGENTS_PLAN
+    ]
+    ids = {(c["name"], c["arguments"]["order_id"]): c["id"] for c in executed}
+    got = [
+        (turn.index, c.name, c.arguments, c.result, c.error, c.call_id)
+        for turn in trajectory.turns
+        for c in turn.tool_calls
+    ]
+    assert sorted(got[:2], key=lambda c: c[2]["order_id"]) == [
+        (
+            0,
+            "get_order",
+            o["arguments"],
+            o["result"],
+            None,
+            ids["get_order", o["arguments"]["order_id"]],
+        )
+        for o in SMOLAGENTS_OUTCOMES[:2]
+    ]
+    assert got[2:] == [
+        (
+            1,
+            "cancel_order",
+            {"order_id": "ORD-1"},
+            None,
+            "RuntimeError",
+            ids["cancel_order", "ORD-1"],
+        )
+    ]
+    first, second, cancel = trajectory.tool_calls
+    assert first.parallel_group is not None
+    assert first.parallel_group == second.parallel_group != cancel.parallel_group
+    # its own words, once: not the status description's "RuntimeError: <message>"
+    assert cancel.error_message == SHIPPED
+    con = connect(lake_dir)
+    try:
+        view = con.execute(
+            "SELECT tool_name, error_message FROM tool_calls WHERE error IS NOT NULL"
+        ).fetchall()
+    finally:
+        con.close()
+    assert view == [("cancel_order", SHIPPED)]
