@@ -1409,3 +1409,15 @@ def test_smolagents_scripted_base_model(
     finally:
         con.close()
     assert view == [("cancel_order", SHIPPED)]
+    from click.testing import CliRunner
+
+    from spanscore.cli import main
+
+    shown = CliRunner().invoke(main, ["show", SMOLAGENTS_CONVERSATION, "--lake", str(lake_dir)])
+    assert shown.exit_code == 0, shown.output
+    lines = [line.lstrip(" │├└─") for line in shown.output.splitlines()]
+    assert [line for line in lines if line.startswith(("answer: ", "warning:", "ERROR "))] == [
+        f"answer: {SMOLAGENTS_PLAN[0]['reply']}",
+        f"ERROR  RuntimeError: {SHIPPED}",
+        f"answer: {SMOLAGENTS_PLAN[1]['reply']}",
+    ], shown.output
