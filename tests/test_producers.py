@@ -28,7 +28,10 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   `use_legacy_attributes=False` (messages as per-message events, through an
   `EventLoggerProvider` on the runner's logger provider).
 - smolagents: smolagents 1.26.0 (ToolCallingAgent, its own `OpenAIModel` with a scripted
-  client answering from the plan) under openinference-instrumentation-smolagents 0.1.43.
+  client answering from the plan) under openinference-instrumentation-smolagents 0.1.43. And
+  in its own test (`test_smolagents_scripted_base_model`, the same venv): its base `Model` with
+  `generate` replaced by a Python function before instrumenting (tool-call arguments as
+  dicts), `get_order` / `cancel_order` made with `@tool`, the latter raising `RuntimeError`.
 - llamaindex: llama-index-core 0.14.25 (`FunctionAgent`, llama-index-workflows 2.26.1) with
   llama-index-llms-openai 0.8.3 and openai 2.54.0 against the ScriptedLLM, under
   openinference-instrumentation-llama-index 4.6.1; one `ChatMemoryBuffer` across both turns.
@@ -87,7 +90,9 @@ What each producer cannot carry, asserted as such:
 
 - smolagents: tool spans carry no call id and record the input as `{"args": [], "kwargs":
   {...}}` (unwrapped); the model sees results as "Observation:" text, so model calls carry no
-  tool results; each turn ends with a `final_answer` call, read as the answer.
+  tool results; each turn ends with a `final_answer` call, read as the answer. With a model
+  that is a Python function, the calls' arguments (dicts) are only in the model span's
+  `output.value`, read from there.
 
 - llamaindex: tool spans carry no call id and record the input as `{"kwargs": {...}}` and the
   output as LlamaIndex's `ToolOutput` (both unwrapped); the LLM class's request preparation
