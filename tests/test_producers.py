@@ -28,10 +28,11 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   `use_legacy_attributes=False` (messages as per-message events, through an
   `EventLoggerProvider` on the runner's logger provider).
 - smolagents: smolagents 1.26.0 (ToolCallingAgent, its own `OpenAIModel` with a scripted
-  client answering from the plan) under openinference-instrumentation-smolagents 0.1.43. And
-  in its own test (`test_smolagents_scripted_base_model`, the same venv): its base `Model` with
-  `generate` replaced by a Python function before instrumenting (tool-call arguments as
-  dicts), `get_order` / `cancel_order` made with `@tool`, the latter raising `RuntimeError`.
+  client answering from the plan) under openinference-instrumentation-smolagents 0.1.43.
+- smolagents-model: the same venv, its base `Model` with `generate` replaced by a Python
+  function before instrumenting (tool-call arguments as dicts), the tools raising
+  `RuntimeError`; and in its own test (`test_smolagents_scripted_base_model`) with a
+  `cancel_order` tool that fails, as a user reported it.
 - llamaindex: llama-index-core 0.14.25 (`FunctionAgent`, llama-index-workflows 2.26.1) with
   llama-index-llms-openai 0.8.3 and openai 2.54.0 against the ScriptedLLM, under
   openinference-instrumentation-llama-index 4.6.1; one `ChatMemoryBuffer` across both turns.
@@ -401,6 +402,21 @@ PRODUCERS = {
             tool_span_call_ids=False,
             failed_tool_error_type="__main__.ToolError",
             log_events=None,
+            results_in_messages=False,
+        ),
+        # The same with smolagents' base `Model` scripted by a Python function: the calls'
+        # arguments are dicts, in the model spans' `output.value` only; tools raise
+        # RuntimeError.
+        Producer(
+            "smolagents-model",
+            convention="openinference",
+            scope="openinference.instrumentation.smolagents",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=False,
+            failed_tool_error_type="RuntimeError",
+            log_events=None,
+            venv="smolagents",
             results_in_messages=False,
         ),
         # LlamaIndex's FunctionAgent: a failure reaches the model as the error's message.

@@ -709,9 +709,9 @@ def run_smolagents_model(spec: dict[str, Any], telemetry: Telemetry, tools: Tool
     `ChatMessage` with its tool calls' arguments as dicts (a Python function has no JSON to
     give), the parallel calls of a step in one message, then a `final_answer` call; with
     `token_usage` (without it the instrumentation fails on the bare `Model`). The tools are
-    `get_order` and `cancel_order`, made with `@tool`; a failing one raises `RuntimeError` (the
-    agent shows the error to the model and goes on). `max_steps=4`; each turn is one
-    `agent.run(task, reset=False)` in `using_session`.
+    `get_order`, `search_products` and `cancel_order`, made with `@tool`; a failing one raises
+    `RuntimeError` (the agent shows the error to the model and goes on). `max_steps=4`; each
+    turn is one `agent.run(task, reset=False)` in `using_session`.
     """
     import itertools
 
@@ -773,15 +773,6 @@ def run_smolagents_model(spec: dict[str, Any], telemetry: Telemetry, tools: Tool
             raise RuntimeError(str(exc)) from None
 
     @tool
-    def get_order(order_id: str) -> str:
-        """Get order details by order ID
-
-        Args:
-            order_id: the order's id, like ORD-1
-        """
-        return answer("get_order", {"order_id": order_id})
-
-    @tool
     def cancel_order(order_id: str) -> str:
         """Cancel an order that has not shipped
 
@@ -791,7 +782,7 @@ def run_smolagents_model(spec: dict[str, Any], telemetry: Telemetry, tools: Tool
         return answer("cancel_order", {"order_id": order_id})
 
     agent = ToolCallingAgent(
-        tools=[get_order, cancel_order],
+        tools=[*planned_tools(tool, answer), cancel_order],
         model=Model(model_id=spec["model"]),
         max_steps=4,
         verbosity_level=0,
