@@ -338,6 +338,49 @@ def test_an_answer_tool_is_the_answer_not_a_tool_call() -> None:
     assert (tool["operation"], tool["tool_name"]) == (None, None)
 
 
+def test_call_arguments_recorded_only_in_the_output_value_are_read_from_it() -> None:
+    """smolagents with a model that is a Python function: its `ChatMessage` holds the calls'
+    arguments as dicts, which OpenInference leaves out of `tool_call.function.arguments` (text
+    only) and keeps in `output.value`, the message's JSON: the requested calls' arguments
+    and a `final_answer` call's answer are read from there (by call id)."""
+
+    def llm(calls: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any]:
+        prefix = "llm.output_messages.0.message.tool_calls"
+        attrs: dict[str, Any] = {
+            "openinference.span.kind": "LLM",
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.contents.0.message_content.text": "New task:\nHi",
+            "llm.output_messages.0.message.role": "assistant",
+            "output.value": json.dumps(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    # in another order than the attributes: matched by id
+                    "tool_calls": [
+                        {"function": {"arguments": a, "name": n}, "id": i, "type": "function"}
+                        for i, n, a in reversed(calls)
+                    ],
+                    "raw": None,
+                }
+            ),
+        }
+        for k, (call_id, name, _) in enumerate(calls):
+            attrs[f"{prefix}.{k}.tool_call.id"] = call_id
+            attrs[f"{prefix}.{k}.tool_call.function.name"] = name
+        return extract(attrs, name="Model.generate")
+
+    pair = llm([("c1", "get_order", {"order_id": "ORD-1"}), ("c2", "get_order", {"order_id": "2"})])
+    assert pair["tool_calls_requested"] == [
+        {"id": "c1", "name": "get_order", "arguments": {"order_id": "ORD-1"}},
+        {"id": "c2", "name": "get_order", "arguments": {"order_id": "2"}},
+    ]
+    answer = llm([("c3", "final_answer", {"answer": "ORD-1 has shipped."})])
+    assert (answer["tool_calls_requested"], answer["response_text"]) == (
+        None,
+        "ORD-1 has shipped.",
+    )
+
+
 def test_traceloop_sdk_tool_span_input_and_output() -> None:
     """traceloop-sdk's @tool: name, bound call (unwrapped) and return value are the tool call."""
     row = extract(

@@ -29,6 +29,10 @@ opentelemetry-instrumentation 0.66b2, Python 3.11:
   `EventLoggerProvider` on the runner's logger provider).
 - smolagents: smolagents 1.26.0 (ToolCallingAgent, its own `OpenAIModel` with a scripted
   client answering from the plan) under openinference-instrumentation-smolagents 0.1.43.
+- smolagents-model: the same venv, its base `Model` with `generate` replaced by a Python
+  function before instrumenting (tool-call arguments as dicts), the tools raising
+  `RuntimeError`; and in its own test (`test_smolagents_scripted_base_model`) with a
+  `cancel_order` tool that fails, as a user reported it.
 - llamaindex: llama-index-core 0.14.25 (`FunctionAgent`, llama-index-workflows 2.26.1) with
   llama-index-llms-openai 0.8.3 and openai 2.54.0 against the ScriptedLLM, under
   openinference-instrumentation-llama-index 4.6.1; one `ChatMemoryBuffer` across both turns.
@@ -87,7 +91,9 @@ What each producer cannot carry, asserted as such:
 
 - smolagents: tool spans carry no call id and record the input as `{"args": [], "kwargs":
   {...}}` (unwrapped); the model sees results as "Observation:" text, so model calls carry no
-  tool results; each turn ends with a `final_answer` call, read as the answer.
+  tool results; each turn ends with a `final_answer` call, read as the answer. With a model
+  that is a Python function, the calls' arguments (dicts) are only in the model span's
+  `output.value`, read from there.
 
 - llamaindex: tool spans carry no call id and record the input as `{"kwargs": {...}}` and the
   output as LlamaIndex's `ToolOutput` (both unwrapped); the LLM class's request preparation
@@ -396,6 +402,21 @@ PRODUCERS = {
             tool_span_call_ids=False,
             failed_tool_error_type="__main__.ToolError",
             log_events=None,
+            results_in_messages=False,
+        ),
+        # The same with smolagents' base `Model` scripted by a Python function: the calls'
+        # arguments are dicts, in the model spans' `output.value` only; tools raise
+        # RuntimeError.
+        Producer(
+            "smolagents-model",
+            convention="openinference",
+            scope="openinference.instrumentation.smolagents",
+            spans_carry_conversation=True,
+            tool_spans=True,
+            tool_span_call_ids=False,
+            failed_tool_error_type="RuntimeError",
+            log_events=None,
+            venv="smolagents",
             results_in_messages=False,
         ),
         # LlamaIndex's FunctionAgent: a failure reaches the model as the error's message.
@@ -1294,3 +1315,130 @@ def test_openinference_agents_hand_off(
         {"order_id": "ORD-1001", "refunded": True},
         executed[0]["id"],
     )
+
+
+SMOLAGENTS_CONVERSATION = "producers-smolagents-model-1"
+SHIPPED = "order ORD-1 cannot be cancelled: already shipped"
+SMOLAGENTS_PLAN = [
+    {
+        "user": "Where are my orders ORD-1 and ORD-2?",
+        "steps": [
+            [
+                {"name": "get_order", "arguments": {"order_id": "ORD-1"}},
+                {"name": "get_order", "arguments": {"order_id": "ORD-2"}},
+            ]
+        ],
+        "reply": "ORD-1 has shipped; ORD-2 is being packed.",
+    },
+    {
+        "user": "Please cancel ORD-1.",
+        "steps": [[{"name": "cancel_order", "arguments": {"order_id": "ORD-1"}}]],
+        "reply": "ORD-1 cannot be cancelled: it has already shipped.",
+    },
+]
+SMOLAGENTS_OUTCOMES = [
+    {
+        "name": "get_order",
+        "arguments": {"order_id": "ORD-1"},
+        "result": {"order_id": "ORD-1", "status": "shipped"},
+    },
+    {
+        "name": "get_order",
+        "arguments": {"order_id": "ORD-2"},
+        "result": {"order_id": "ORD-2", "status": "packed"},
+    },
+    {"name": "cancel_order", "arguments": {"order_id": "ORD-1"}, "error": SHIPPED},
+]
+
+
+def test_smolagents_scripted_base_model(
+    make_collector: Callable[..., Collector], lake_dir: Path
+) -> None:
+    """smolagents with its base `Model` scripted as a user writes it (`generate` replaced
+    before instrumenting; tool calls' arguments as dicts, which OpenInference's model span
+    records only in its `output.value`), `@tool` tools, `max_steps=4`, two
+    `run(task, reset=False)` turns in one session: each turn's answer is its `final_answer`
+    call's, the parallel `get_order` calls are one group, and the `RuntimeError` a tool raised
+    keeps its message."""
+    venv = build_venv("smolagents")
+    if venv.unreachable:
+        pytest.skip(venv.unreachable)
+    assert venv.python is not None, venv.failed
+    collector = make_collector()
+    executed = run_producer(
+        venv,
+        {
+            "producer": "smolagents-model",
+            "otlp_endpoint": f"http://127.0.0.1:{collector.http_port}",
+            "service_name": "producer-smolagents-model",
+            "model": MODEL,
+            "conversation_id": SMOLAGENTS_CONVERSATION,
+            "turns": [{"user": turn["user"]} for turn in SMOLAGENTS_PLAN],
+            "plan": SMOLAGENTS_PLAN,
+            "outcomes": SMOLAGENTS_OUTCOMES,
+        },
+    )
+    assert sorted((c["turn"], c["name"], c["arguments"]["order_id"]) for c in executed) == [
+        (0, "get_order", "ORD-1"),
+        (0, "get_order", "ORD-2"),
+        (1, "cancel_order", "ORD-1"),
+    ]
+    from .support.agreement import agree_all
+
+    [trajectory] = agree_all(lake_dir, [SMOLAGENTS_CONVERSATION])
+    assert trajectory.warnings == []
+    assert [(t.user_message, t.final_response) for t in trajectory.turns] == [
+        (turn["user"], turn["reply"]) for turn in SMOLAGENTS_PLAN
+    ]
+    ids = {(c["name"], c["arguments"]["order_id"]): c["id"] for c in executed}
+    got = [
+        (turn.index, c.name, c.arguments, c.result, c.error, c.call_id)
+        for turn in trajectory.turns
+        for c in turn.tool_calls
+    ]
+    assert sorted(got[:2], key=lambda c: c[2]["order_id"]) == [
+        (
+            0,
+            "get_order",
+            o["arguments"],
+            o["result"],
+            None,
+            ids["get_order", o["arguments"]["order_id"]],
+        )
+        for o in SMOLAGENTS_OUTCOMES[:2]
+    ]
+    assert got[2:] == [
+        (
+            1,
+            "cancel_order",
+            {"order_id": "ORD-1"},
+            None,
+            "RuntimeError",
+            ids["cancel_order", "ORD-1"],
+        )
+    ]
+    first, second, cancel = trajectory.tool_calls
+    assert first.parallel_group is not None
+    assert first.parallel_group == second.parallel_group != cancel.parallel_group
+    # its own words, once: not the status description's "RuntimeError: <message>"
+    assert cancel.error_message == SHIPPED
+    con = connect(lake_dir)
+    try:
+        view = con.execute(
+            "SELECT tool_name, error_message FROM tool_calls WHERE error IS NOT NULL"
+        ).fetchall()
+    finally:
+        con.close()
+    assert view == [("cancel_order", SHIPPED)]
+    from click.testing import CliRunner
+
+    from spanscore.cli import main
+
+    shown = CliRunner().invoke(main, ["show", SMOLAGENTS_CONVERSATION, "--lake", str(lake_dir)])
+    assert shown.exit_code == 0, shown.output
+    lines = [line.lstrip(" │├└─") for line in shown.output.splitlines()]
+    assert [line for line in lines if line.startswith(("answer: ", "warning:", "ERROR "))] == [
+        f"answer: {SMOLAGENTS_PLAN[0]['reply']}",
+        f"ERROR  RuntimeError: {SHIPPED}",
+        f"answer: {SMOLAGENTS_PLAN[1]['reply']}",
+    ], shown.output

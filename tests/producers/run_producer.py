@@ -76,6 +76,7 @@ CONTENT_SWITCHES: dict[str, dict[str, str]] = {
     "traceloop-sdk": {"TRACELOOP_TRACE_CONTENT": "true", "TRACELOOP_TELEMETRY": "false"},
     "traceloop-sdk-events": {"TRACELOOP_TRACE_CONTENT": "true", "TRACELOOP_TELEMETRY": "false"},
     "smolagents": {},
+    "smolagents-model": {},
     "llamaindex": {},
     # CrewAI: no usage telemetry of its own, no tracing prompt (offline, non-interactive)
     "crewai": {"CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false"},
@@ -700,6 +701,100 @@ def run_smolagents(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> 
         executed["id"] = given[_key(executed["name"], executed["arguments"])]
 
 
+def run_smolagents_model(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
+    """smolagents' ToolCallingAgent with its base `Model` class scripted, as a user writes it.
+
+    `Model.generate` is replaced by a function answering from `spec["plan"]` before
+    `SmolagentsInstrumentor().instrument()` (which then wraps it): it returns smolagents'
+    `ChatMessage` with its tool calls' arguments as dicts (a Python function has no JSON to
+    give), the parallel calls of a step in one message, then a `final_answer` call; with
+    `token_usage` (without it the instrumentation fails on the bare `Model`). The tools are
+    `get_order`, `search_products` and `cancel_order`, made with `@tool`; a failing one raises
+    `RuntimeError` (the agent shows the error to the model and goes on). `max_steps=4`; each
+    turn is one `agent.run(task, reset=False)` in `using_session`.
+    """
+    import itertools
+
+    from smolagents import Model, ToolCallingAgent, tool
+    from smolagents.models import (
+        ChatMessage,
+        ChatMessageToolCall,
+        ChatMessageToolCallFunction,
+        MessageRole,
+    )
+    from smolagents.monitoring import TokenUsage
+
+    plan = {turn["user"]: turn for turn in spec["plan"]}
+    task_prefix = "New task:\n"  # how smolagents hands a task to the model
+    ids = itertools.count()
+    answered: dict[str, int] = {}  # model responses given so far, per task
+    given: dict[str, str] = {}  # the call ids the model gave, by name and arguments
+
+    def generate(self: Any, messages: list[Any], **_: Any) -> Any:
+        texts = [
+            part.get("text", "")
+            for m in messages
+            if m.role == MessageRole.USER
+            for part in (m.content if isinstance(m.content, list) else [{"text": m.content}])
+            if isinstance(part, dict)
+        ]
+        latest = [t.rsplit(task_prefix, 1)[1] for t in texts if task_prefix in t][-1]
+        task = next(user for user in plan if latest.startswith(user))
+        turn = plan[task]
+        step = answered[task] = answered.get(task, -1) + 1
+        calls = (
+            [(c["name"], c["arguments"]) for c in turn["steps"][step]]
+            if step < len(turn["steps"])
+            else [("final_answer", {"answer": turn["reply"]})]
+        )
+        requested = []
+        for name, arguments in calls:
+            call_id = given[_key(name, arguments)] = f"call_smol_{next(ids)}"
+            function = ChatMessageToolCallFunction(name=name, arguments=dict(arguments))
+            requested.append(ChatMessageToolCall(id=call_id, type="function", function=function))
+        return ChatMessage(
+            role=MessageRole.ASSISTANT,
+            content=None,
+            tool_calls=requested,
+            token_usage=TokenUsage(input_tokens=10, output_tokens=5),
+        )
+
+    Model.generate = generate  # before instrument(), which wraps what it finds
+
+    from openinference.instrumentation import using_session
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+
+    SmolagentsInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+
+    def answer(name: str, arguments: dict[str, Any]) -> str:
+        try:
+            return tools.run(name, arguments)
+        except ToolError as exc:  # raised as an everyday error, not the runner's own type
+            raise RuntimeError(str(exc)) from None
+
+    @tool
+    def cancel_order(order_id: str) -> str:
+        """Cancel an order that has not shipped
+
+        Args:
+            order_id: the order's id, like ORD-1
+        """
+        return answer("cancel_order", {"order_id": order_id})
+
+    agent = ToolCallingAgent(
+        tools=[*planned_tools(tool, answer), cancel_order],
+        model=Model(model_id=spec["model"]),
+        max_steps=4,
+        verbosity_level=0,
+    )
+    for index, turn in enumerate(spec["turns"]):
+        tools.turn = index
+        with using_session(spec["conversation_id"]):
+            agent.run(turn["user"], reset=False)
+    for executed in tools.executed:
+        executed["id"] = given[_key(executed["name"], executed["arguments"])]
+
+
 def run_strands(spec: dict[str, Any], telemetry: Telemetry, tools: Tools) -> None:
     """Strands Agents with its own tracer, under the convention setting of `CONTENT_SWITCHES`.
 
@@ -1073,6 +1168,7 @@ PRODUCERS: dict[str, Callable[[dict[str, Any], Telemetry, Tools], None]] = {
     "traceloop-sdk": run_traceloop_sdk,
     "traceloop-sdk-events": run_traceloop_sdk,
     "smolagents": run_smolagents,
+    "smolagents-model": run_smolagents_model,
     "llamaindex": run_llamaindex,
     "crewai": run_crewai,
 }

@@ -80,10 +80,40 @@ def _openinference_list(attrs: Mapping[str, Any], prefix: str) -> list[Message]:
 def openinference_messages(
     attrs: Mapping[str, Any], events: list[dict[str, Any]]
 ) -> tuple[list[Message], list[Message]]:
-    return (
-        _openinference_list(attrs, "llm.input_messages."),
-        _openinference_list(attrs, "llm.output_messages."),
-    )
+    outputs = _openinference_list(attrs, "llm.output_messages.")
+    if any(c["arguments"] is None for m in outputs for c in m["tool_calls"]):
+        _arguments_from_output(outputs, attrs.get("output.value"))
+    return _openinference_list(attrs, "llm.input_messages."), outputs
+
+
+def _arguments_from_output(outputs: list[Message], value: Any) -> None:
+    """Fills the arguments of requested calls that have none from `output.value`, the model's
+    output message as JSON. OpenInference records a call's arguments in
+    `tool_call.function.arguments` only when they are text; smolagents' `ChatMessage` holds
+    them as a dict when its model is a Python function (a scripted `Model.generate`), and then
+    only its `output.value` (the message's JSON) has them: the answer of a `final_answer`
+    call, the arguments of every other. Matched by call id, else by position."""
+    parsed = json_or_value(value) if isinstance(value, str) and '"tool_calls"' in value else None
+    recorded = parsed.get("tool_calls") if isinstance(parsed, dict) else None
+    if not isinstance(recorded, list):
+        return
+    by_id: dict[Any, Any] = {}
+    in_order: list[Any] = []
+    for call in recorded:
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        in_order.append(arguments)
+        if isinstance(call, dict) and call.get("id") is not None:
+            by_id[call["id"]] = arguments
+    calls = [c for m in outputs for c in m["tool_calls"]]
+    for position, call in enumerate(calls):
+        if call["arguments"] is not None:
+            continue
+        if call["id"] is not None:
+            found = by_id.get(call["id"])
+        else:
+            found = in_order[position] if len(in_order) == len(calls) else None
+        call["arguments"] = json_or_value(found)
 
 
 _TL_CALL = re.compile(r"^tool_calls\.(\d+)\.(id|name|arguments)$")

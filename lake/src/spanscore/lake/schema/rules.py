@@ -25,14 +25,17 @@ from spanscore.lake.schema.simulation import SIMULATION_VIEWS
 #   name and order; a tool span joined to no request is a call of its own. A joined call takes
 #   the span's arguments and result where the span has them, else the messages'. The calls one
 #   model response requested share a `parallel_group`.
-# A failed span's error message, beside its type: the status description (unless it only
-# repeats the type, as Google ADK's does), else the `exception.message` of its first exception
-# event (where record_exception put it), else the `error` of a result shaped `{"error": ...}`
-# (ADK's tools report failures so), else the status description. One rule
+# A failed span's error message, beside its type: the `exception.message` of its first
+# exception event (where record_exception put the error's own words; OpenTelemetry Python's
+# status description repeats them after the type, "RuntimeError: <message>", which read
+# "RuntimeError: RuntimeError: ..." beside the type), else the status description (unless it
+# only repeats the type, as Google ADK's does), else the `error` of a result shaped
+# `{"error": ...}` (ADK's tools report failures so), else the status description. One rule
 # for the `tool_calls` view and the trajectory builder; `s` is the spans' alias.
 ERROR_MESSAGE_SQL = """CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT NULL THEN
-    coalesce(nullif(s.status_message, s.error_type), list_filter(from_json(s.events, '["JSON"]'),
-        lambda e: e->>'$.name' = 'exception')[1]->>'$.attributes."exception.message"',
+    coalesce(nullif(list_filter(from_json(s.events, '["JSON"]'),
+            lambda e: e->>'$.name' = 'exception')[1]->>'$.attributes."exception.message"', ''),
+        nullif(s.status_message, s.error_type),
         CASE WHEN json_valid(s.tool_result) THEN s.tool_result->>'$.error' END,
         s.status_message) END"""
 
