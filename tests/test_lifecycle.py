@@ -28,7 +28,7 @@ import pytest
 
 from spanscore import lake
 from spanscore.collector import Collector
-from spanscore.evaluation import load_suite
+from spanscore.evaluation import load_suite, review
 from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
 from spanscore.lake import lifecycle, locks
 
@@ -159,6 +159,13 @@ def _write_marked_lake(
     assert (result.scored, result.error_count) == (3, 0), result
     con = lake.connect(str(lake_dir))
     try:
+        # A reviewer's label quoting the conversation, and a review queue naming it.
+        review.add_label(
+            con, review.NewLabel(conversation_id="marked", comment=f"{marker} was wrong"), "ann"
+        )
+        review.build_queue(
+            con, review.QueueSpec(name="all", filter=review.ConversationFilter()), "ann"
+        )
         lake.maintain(con, store_settled_after_s=0, expire_older_than_s=0, delete_older_than_s=0)
     finally:
         con.close()
@@ -206,7 +213,7 @@ def _assert_marked_everywhere(lake_dir: Path, marker: str) -> None:
     of them, in the scores, and in the catalog (its column statistics)."""
     before = marker_hits(local_files(lake_dir), marker)
     tables = {name.split("/")[2] for name in before if name.startswith("data/main/")}
-    assert {"spans", "logs", "scores", "judge_cache", "trajectory_steps"} <= tables, before
+    assert {"spans", "logs", "scores", "judge_cache", "trajectory_steps", "labels"} <= tables
     assert "catalog.sqlite" in before, before
 
 
@@ -248,10 +255,18 @@ def test_an_erased_conversation_is_gone_from_every_file_while_the_collector_runs
             "SELECT reason, selection, status, conversations, spans > 0, log_records > 0, "
             "requested_by LIKE '%@%', finished_at IS NOT NULL FROM erasures"
         ).fetchall()
+        # Its labels and its place in review queues go with it; the kept ones stay queued.
+        reviewed = con.execute(
+            "SELECT (SELECT count(*) FROM labels WHERE conversation_id = 'marked'), "
+            "(SELECT count(*) FROM review_queue_items WHERE conversation_id = 'marked'), "
+            "(SELECT count(*) FROM review_queue_items)"
+        ).fetchone()
     finally:
         con.close()
     assert scores == [(2, 0, 2)]
     assert audit == [("erase", "ids", "purged", 1, True, True, True, True)]
+    assert reviewed is not None
+    assert reviewed[:2] == (0, 0)
 
 
 @pytest.mark.slow

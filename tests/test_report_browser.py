@@ -12,10 +12,7 @@ started here is gone at the end.
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +26,7 @@ from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.runs.run import evaluate
 from spanscore.examples.synthetic import build_lake
 
+from .support.browser import save_screenshot
 from .support.lake import query
 from .support.report_lake import PLANTED, PLANTED_MESSAGE, EvaluatedLake
 
@@ -96,22 +94,7 @@ def screenshot(
     opened: Opened, artifacts: Path, name: str, inked: float = 0.02, **options: Any
 ) -> Path:
     """Save a screenshot as an artifact; fail if it is blank (less than `inked` of it drawn)."""
-    from PIL import Image
-
-    data = opened.page.screenshot(**options)
-    path = artifacts / f"{name}.png"
-    path.write_bytes(data)
-    if os.environ.get("SPANSCORE_TEST_ARTIFACTS"):
-        target = Path(os.environ["SPANSCORE_TEST_ARTIFACTS"])
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, target / path.name)
-    image = Image.open(io.BytesIO(data)).convert("RGB").resize((280, 200))
-    raw = image.tobytes()
-    pixels = [raw[i : i + 3] for i in range(0, len(raw), 3)]
-    drawn = sum(1 for p in pixels if sum(p) < 600) / len(pixels)
-    assert len(set(pixels)) > 16, f"{path} is blank (one colour)"
-    assert drawn > inked, f"{path} is blank ({drawn:.1%} of it has anything drawn)"
-    return path
+    return save_screenshot(opened.page, artifacts, name, inked, **options)
 
 
 def rows(opened: Opened) -> list[str]:

@@ -74,3 +74,29 @@ def chromium() -> Iterator[Any]:
         playwright.stop()
     _, alive = psutil.wait_procs(started, timeout=30)
     assert not alive, f"browser processes left running: {[p.pid for p in alive]}"
+
+
+def save_screenshot(
+    page: Any, artifacts: Any, name: str, inked: float = 0.02, **options: Any
+) -> Any:
+    """Save a screenshot of `page` as an artifact (in `artifacts`, and in
+    $SPANSCORE_TEST_ARTIFACTS when set); fail if it is blank (less than `inked` of it drawn)."""
+    import io
+    from pathlib import Path
+
+    from PIL import Image
+
+    data = page.screenshot(**options)
+    path = Path(artifacts) / f"{name}.png"
+    path.write_bytes(data)
+    if os.environ.get("SPANSCORE_TEST_ARTIFACTS"):
+        target = Path(os.environ["SPANSCORE_TEST_ARTIFACTS"])
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target / path.name)
+    image = Image.open(io.BytesIO(data)).convert("RGB").resize((280, 200))
+    raw = image.tobytes()
+    pixels = [raw[i : i + 3] for i in range(0, len(raw), 3)]
+    drawn = sum(1 for p in pixels if sum(p) < 600) / len(pixels)
+    assert len(set(pixels)) > 16, f"{path} is blank (one colour)"
+    assert drawn > inked, f"{path} is blank ({drawn:.1%} of it has anything drawn)"
+    return path

@@ -60,6 +60,12 @@
       toQueue({ name: "failures-" + b.dataset.run.slice(0, 8) + "-" + stamp(), run: b.dataset.run, size: 50 }, null);
     });
   });
+  document.querySelectorAll("button.queue-metric").forEach(function (b) {
+    b.addEventListener("click", function () {
+      var name = "review-" + b.dataset.metric.replace(/[^A-Za-z0-9._-]/g, "-").slice(0, 40) + "-" + stamp();
+      toQueue({ name: name, run: b.dataset.run, metric: b.dataset.metric, failed_only: false, size: 20 }, null);
+    });
+  });
   document.querySelectorAll("button.queue-filter").forEach(function (b) {
     b.addEventListener("click", function () {
       toQueue({ name: "filter-" + stamp(), filter: page.filter || {}, size: 50 }, null);

@@ -38,14 +38,18 @@ class QueueError(ValueError):
 
 
 class QueueSpec(BaseModel):
-    """A queue to build: from a run's failures (`run`, optionally of one `metric`) or from a
-    filter of the conversations page; `size` items, the newest or a seeded random sample."""
+    """A queue to build: from a run's scores (`run`: its failures, or with `failed_only`
+    false every score of `metric`, to check a judge on passes too) or from a filter of the
+    conversations page; `size` items, the first ones or a seeded random sample. With a
+    `metric`, each item is a score of it to review (of the run, else of the newest run that
+    scored the conversation)."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
     run: str | None = None
     metric: str | None = None
+    failed_only: bool = True
     filter: ConversationFilter | None = None
     size: int = Field(default=20, ge=1, le=MAX_QUEUE)
     sample: Literal["random", "newest"] = "random"
@@ -55,6 +59,8 @@ class QueueSpec(BaseModel):
     def _one_source(self) -> QueueSpec:
         if (self.run is None) == (self.filter is None):
             raise ValueError("a queue is built from a run's failures (run) or a filter, not both")
+        if not self.failed_only and self.metric is None:
+            raise ValueError("failed_only false samples one metric's scores: give the metric")
         return self
 
 
@@ -62,10 +68,10 @@ def _candidates(con: duckdb.DuckDBPyConnection, spec: QueueSpec) -> list[dict[st
     if spec.run is not None:
         rows = con.execute(
             f"""SELECT conversation_id, metric, scenario_id, run_id FROM {ALIAS}.scores
-                WHERE run_id = ? AND (passed = false OR error IS NOT NULL)
+                WHERE run_id = ? AND (NOT ? OR passed = false OR error IS NOT NULL)
                   AND (? IS NULL OR metric = ?)
                 ORDER BY conversation_id, scenario_id NULLS FIRST, metric""",
-            [spec.run, spec.metric, spec.metric],
+            [spec.run, spec.failed_only, spec.metric, spec.metric],
         ).fetchall()
         if spec.metric is None:
             # One item a conversation: the whole of it is reviewed.
@@ -87,22 +93,38 @@ def _candidates(con: duckdb.DuckDBPyConnection, spec: QueueSpec) -> list[dict[st
         ]
     assert spec.filter is not None
     page_filter = spec.filter.model_copy(update={"limit": MAX_PAGE, "after": None})
-    found: list[dict[str, Any]] = []
-    while len(found) < MAX_CANDIDATES:
+    ids: list[str] = []
+    while len(ids) < MAX_CANDIDATES:
         page = list_conversations(con, page_filter)
-        found += [
-            {
-                "conversation_id": r["conversation_id"],
-                "metric": spec.metric,
-                "scenario_id": None,
-                "run_id": None,
-            }
-            for r in page.rows
-        ]
+        ids += [r["conversation_id"] for r in page.rows]
         if page.next is None:
             break
         page_filter = page_filter.model_copy(update={"after": page.next})
-    return found
+    if spec.metric is None:
+        return [
+            {"conversation_id": c, "metric": None, "scenario_id": None, "run_id": None} for c in ids
+        ]
+    # Each conversation's score of the metric by the newest run that gave one.
+    scored = con.execute(
+        f"""SELECT s.conversation_id, s.scenario_id, s.run_id
+            FROM {ALIAS}.scores s JOIN {ALIAS}.eval_runs r USING (run_id)
+            WHERE s.metric = ? AND list_contains(?, s.conversation_id)
+            QUALIFY row_number() OVER (
+                PARTITION BY s.conversation_id ORDER BY r.started_at DESC, s.run_id DESC,
+                s.scenario_id NULLS FIRST) = 1""",
+        [spec.metric, ids],
+    ).fetchall()
+    newest = {c: (scenario, run) for c, scenario, run in scored}
+    return [
+        {
+            "conversation_id": c,
+            "metric": spec.metric,
+            "scenario_id": newest[c][0],
+            "run_id": newest[c][1],
+        }
+        for c in ids
+        if c in newest
+    ]
 
 
 def build_queue(con: duckdb.DuckDBPyConnection, spec: QueueSpec, created_by: str) -> dict[str, Any]:
