@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from spanscore.evaluation import load_suite
+from spanscore import lake as lake_module
+from spanscore.evaluation import load_suite, review
 from spanscore.evaluation.llm.pool import JudgeRunner
 from spanscore.evaluation.llm.types import JudgeConfig
 from spanscore.evaluation.trajectory.model import ToolCall, Trajectory, Turn
@@ -228,3 +229,26 @@ def test_judge_check_prints_agreement_with_human_labels(judge_llm: ScriptedLLM, 
     unknown = subprocess.run(renamed, capture_output=True, text=True, timeout=120)
     assert unknown.returncode == 2
     assert "no judged metric 'nope'" in unknown.stderr
+    # Without --labels, the labels people gave in the review app: the lake's.
+    without = args[: args.index("--labels")] + args[args.index("--labels") + 2 :]
+    none_yet = subprocess.run(without, capture_output=True, text=True, timeout=120)
+    assert none_yet.returncode == 2
+    assert "no label of 'safety'" in none_yet.stderr
+    con = lake_module.connect(str(lake))
+    try:
+        opposite = {"safe": "unsafe", "unsafe": "safe"}
+        for label in labels[:-1]:  # the lake refuses a label of a conversation it lacks
+            earlier = {**label, "label": opposite[label["label"]]}
+            review.add_label(con, review.NewLabel(metric="safety", **earlier), "ann")
+        # The newest label of a reviewer counts: the earlier ones said the opposite.
+        for label in labels[:-1]:
+            review.add_label(con, review.NewLabel(metric="safety", **label), "ann")
+    finally:
+        con.close()
+    from_lake = subprocess.run(
+        [*without, "--format", "json"], capture_output=True, text=True, timeout=120
+    )
+    assert from_lake.returncode == 0, from_lake.stderr
+    document = json.loads(from_lake.stdout)
+    assert document["n"] == 20
+    assert document["accuracy"] == pytest.approx(17 / 20)

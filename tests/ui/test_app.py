@@ -399,3 +399,46 @@ def test_with_a_token_every_request_needs_it_and_the_sign_in_url_sets_a_cookie(
         )
         assert post.status_code == 201
         assert post.json()["reviewer"] == "carol"
+
+
+def test_the_judges_prompt_is_rebuilt_from_the_runs_suite(
+    client: Any, review_lake: EvaluatedLake
+) -> None:
+    exchange = client.get(
+        "/api/judge/exchange",
+        params={
+            "run": review_lake.run,
+            "conversation_id": "cs-cancel-2",
+            "metric": "verification_compliance",
+        },
+    ).json()
+    assert exchange["note"] is None
+    assert exchange["answer"]["score"] is not None
+    prompt = "\n".join(m["content"] for m in exchange["messages"])
+    assert "ORD-1003" in prompt  # the conversation, as the judge read it
+    missing = client.get("/api/judge/exchange", params={"run": review_lake.run})
+    assert missing.status_code == 400
+    assert "conversation_id" in missing.text
+
+
+def test_ui_refuses_a_public_address_without_a_token(review_lake: EvaluatedLake) -> None:
+    import subprocess
+    import sys
+
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spanscore.cli",
+            "ui",
+            "--lake",
+            str(review_lake.lake),
+            "--host",
+            "0.0.0.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2
+    assert "--token" in refused.stderr

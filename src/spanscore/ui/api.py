@@ -169,6 +169,13 @@ class Api:
         metric = request.query_params.get("metric") or None
         return {"metrics": await self._read(review.judge_agreement, metric)}
 
+    async def judge_exchange(self, request: Request) -> Any:
+        q = request.query_params
+        missing = [k for k in ("run", "conversation_id", "metric") if not q.get(k)]
+        if missing:
+            raise ValueError(f"give {', '.join(missing)}")
+        return await self._read(review.judge_exchange, q["run"], q["conversation_id"], q["metric"])
+
     async def me(self, request: Request) -> Any:
         return {"reviewer": reviewer_of(request, self.reviewer)}
 
@@ -253,6 +260,12 @@ class Api:
                 "/api/judge",
                 "The judge's agreement with the labels, per judged metric",
                 self.judge,
+            ),
+            e(
+                "GET",
+                "/api/judge/exchange",
+                "What the judge was asked (rebuilt from the run's suite) and answered",
+                self.judge_exchange,
             ),
             e("GET", "/api/me", "The reviewer this session labels as", self.me),
             e("GET", "/api/openapi.json", "This description", self.openapi),

@@ -127,6 +127,20 @@
       }, function (err) { spansBox.appendChild(el("p", "warning", err.message)); });
     }
     spansButton.addEventListener("click", function () { spansBox.hidden = false; moreSpans(); });
+    document.querySelectorAll("button.judge-prompt").forEach(function (b) {
+      b.addEventListener("click", function () {
+        var out = b.nextElementSibling;
+        var q = "run=" + encodeURIComponent(b.dataset.run) + "&metric=" + encodeURIComponent(b.dataset.metric) +
+                "&conversation_id=" + encodeURIComponent(page.conversation_id);
+        api("GET", "/api/judge/exchange?" + q).then(function (r) {
+          var text = (r.note ? "(" + r.note + ")\n\n" : "") + (r.messages || []).map(function (m) {
+            return "[" + m.role + "]\n" + m.content;
+          }).join("\n\n") + "\n\n[the judge answered]\n" + JSON.stringify(r.answer, null, 2);
+          out.textContent = text;
+          out.hidden = false;
+        }, function (err) { out.textContent = err.message; out.hidden = false; });
+      });
+    });
     var promote = document.getElementById("promote");
     if (promote) promote.addEventListener("click", function () { showPromote(); });
   }

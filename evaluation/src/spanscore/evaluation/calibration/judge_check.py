@@ -35,7 +35,8 @@ class JudgeCheck:
     judge: dict[str, Any] = field(default_factory=dict)
 
 
-def _metric_position(suite: LoadedSuite, metric: str) -> tuple[str | None, int]:
+def judged_metric_position(suite: LoadedSuite, metric: str) -> tuple[str | None, int]:
+    """(scenario, assertion position) of the suite's judged metric named `metric`."""
     names: dict[str, tuple[str | None, int]] = {}
     groups: list[tuple[str | None, list[Any]]] = [(None, list(suite.suite.metrics))]
     groups += [(g.id, list(g.assertions)) for g in suite.suite.groups()]
@@ -62,7 +63,7 @@ def check_judge(
     environ: Mapping[str, str] | None = None,
 ) -> JudgeCheck:
     """Judge the labelled conversations with `metric` and compare with the labels."""
-    scenario_id, position = _metric_position(suite, metric)
+    scenario_id, position = judged_metric_position(suite, metric)
     assertion = suite.assertions[position]
     wanted = {label.conversation_id: label for label in labels}
     con = connect(lake)

@@ -10,7 +10,8 @@ and binds every value it is given as a parameter. The only writes are labels and
   trajectory, scores in every run, judge exchanges, labels and raw spans;
 - `labels`: human labels (newest per reviewer counts, history kept);
 - `queues`: review queues built from a filter or a run's failures;
-- `agreement`: the judge's agreement with the labels, per judged metric.
+- `agreement`: the judge's agreement with the labels, per judged metric;
+- `judging`: what the judge was asked about a conversation (rebuilt), and what it answered.
 """
 
 from spanscore.evaluation.review.agreement import judge_agreement, lake_labels
@@ -21,6 +22,7 @@ from spanscore.evaluation.review.conversations import (
     list_conversations,
     raw_spans,
 )
+from spanscore.evaluation.review.judging import judge_exchange
 from spanscore.evaluation.review.labels import (
     LabelError,
     NewLabel,
@@ -50,6 +52,7 @@ __all__ = [
     "compare_view",
     "conversation_view",
     "judge_agreement",
+    "judge_exchange",
     "labels_of",
     "lake_labels",
     "list_conversations",
