@@ -22,5 +22,6 @@ imports a test module or a conftest.
 - `tls`: a self-signed certificate for loopback.
 - `evaluation_runs`: the synthetic lake's suite and evaluation runs over it.
 - `agents_conversation`: a two-turn conversation of the OpenAI Agents SDK.
+- `example_lake`: a lake of the example agent's conversations, recorded for real.
 - `report_lake`: a real evaluated lake for the report tests.
 """

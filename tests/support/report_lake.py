@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from .example_lake import recording, run_plans
+
 PLANTED = (
     '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
     '</textarea><a href="javascript:window.__pwned = 5">deal</a>'
@@ -96,52 +98,23 @@ def _suites(directory: Path) -> tuple[Path, Path]:
 
 
 def build_evaluated_lake(directory: Path) -> EvaluatedLake:
-    import openai
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-
     import spanscore.instrumentation
-    from spanscore.collector import Collector, load_config
     from spanscore.evaluation import load_suite
     from spanscore.evaluation.runs.options import RunOptions
     from spanscore.evaluation.runs.run import evaluate
-    from spanscore.examples.customer_service.openai_loop import run_conversation
     from spanscore.examples.judge_policy import ScriptedJudge
-    from spanscore.examples.llm_server import ScriptedLLM, ScriptedPolicy
+    from spanscore.examples.llm_server import ScriptedLLM
 
     lake = directory / "lake"
     plans = _plans()
-    config = load_config(
-        overrides={
-            "lake": str(lake),
-            "grpc_port": 0,
-            "http_port": 0,
-            "maintenance_interval_s": 0,
-            "workers": 0,
-        },
-        environ={},
-    )
-    with Collector(config) as collector:
-        provider = TracerProvider(resource=Resource.create({"service.name": "customer-service"}))
-        spanscore.instrumentation.instrument(
-            tracer_provider=provider,
-            endpoint=f"http://127.0.0.1:{collector.http_port}",
-            protocol="http/protobuf",
-        )
-        try:
-            with ScriptedLLM(ScriptedPolicy(plans)) as llm:
-                client = openai.OpenAI(base_url=llm.base_url, api_key="test", max_retries=0)
-                for plan in plans:
-                    run_conversation(client, _store(), plan)
-            # The planted conversation ends handing over to another agent.
-            with spanscore.instrumentation.conversation("cs-planted-1"):
-                tracer = provider.get_tracer("tests.report")
-                attributes = {"gen_ai.operation.name": "handoff", "gen_ai.agent.name": AGENT}
-                with tracer.start_as_current_span("handoff billing", attributes=attributes):
-                    pass
-        finally:
-            spanscore.instrumentation.uninstrument()  # flushes the spans
-            provider.shutdown()
+    with recording(lake) as provider:
+        run_plans(plans, _store)
+        # The planted conversation ends handing over to another agent.
+        with spanscore.instrumentation.conversation("cs-planted-1"):
+            tracer = provider.get_tracer("tests.report")
+            attributes = {"gen_ai.operation.name": "handoff", "gen_ai.agent.name": AGENT}
+            with tracer.start_as_current_span("handoff billing", attributes=attributes):
+                pass
     earlier, current = _suites(directory / "suites")
     since = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
     # The suite's judged rubrics are answered by the local scripted judge, over HTTP.

@@ -38,6 +38,7 @@ from .export import export_command
 from .invocation import runnable
 from .judge_check import judge_check_command
 from .options import EXIT_CODES_HELP, EXIT_INTERRUPTED, InputError, LakeUnavailable
+from .promote import promote_command
 from .query import sql_command, status_command
 from .report import report_command
 from .runs import runs_command
@@ -117,6 +118,7 @@ main.add_command(simulate_command)
 main.add_command(simulations_command)
 main.add_command(export_command)
 main.add_command(judge_check_command)
+main.add_command(promote_command)
 main.add_command(import_command)
 main.add_command(schema_group)
 main.add_command(ui_command)

@@ -146,7 +146,7 @@ class LoadedSuite:
         if self.suite.metrics:
             yield None, kept(list(self.suite.metrics))
         for item in self.suite.groups():
-            if item.selector.selects(trajectory):
+            if item.applies_to(trajectory):
                 yield item.id, kept(list(item.assertions))
 
     def score(self, trajectory: Trajectory, judge: Any = None) -> list[ScoreRow]:
@@ -172,7 +172,7 @@ class LoadedSuite:
         if self._metric_items is not None:
             items += self._metric_items[simulated]
         for group, group_items in self._group_items:
-            if group.selector.selects(trajectory):
+            if group.applies_to(trajectory):
                 items += group_items[simulated]
         rows, waiting, requests = self.evaluate_items(trajectory, items, {})
         if not waiting:

@@ -101,6 +101,11 @@ class Selector(_Model):
     first_user_message: str | None = Field(
         None, description="regular expression searched in the conversation's first user message"
     )
+    conversation_id: str | list[str] | None = Field(
+        None,
+        description="the conversation's id (or any of several): one conversation, as "
+        "`spanscore promote` selects the conversation a scenario was made from",
+    )
 
     @field_validator("first_user_message")
     @classmethod
@@ -116,6 +121,10 @@ class Selector(_Model):
         if self.agent is not None and not _text_in(trajectory.agent_name, self.agent):
             return False
         if self.service is not None and not _text_in(trajectory.service_name, self.service):
+            return False
+        if self.conversation_id is not None and not _text_in(
+            trajectory.conversation_id, self.conversation_id
+        ):
             return False
         if self.first_user_message is not None:
             first = trajectory.first_user_message
@@ -158,6 +167,17 @@ class Scenario(_Model):
     def selector(self) -> Selector:
         return self.select or Selector(attributes={"scenario.id": self.id})
 
+    def applies_to(self, trajectory: Trajectory) -> bool:
+        """Whether the scenario scores the conversation: the ones it selects, and the trials
+        `spanscore simulate` played of it, whatever its `select:` says (a scenario promoted
+        from one conversation selects that one, and its assertions judge its replays too)."""
+        if self.selector.selects(trajectory):
+            return True
+        attributes = trajectory.attributes
+        return SIMULATION_ATTRIBUTE in attributes and _text_in(
+            attributes.get("scenario.id"), self.id
+        )
+
 
 class Policy(_Model):
     id: str = Field(description="policy id; the `scenario_id` of its scores")
@@ -170,6 +190,9 @@ class Policy(_Model):
     @property
     def selector(self) -> Selector:
         return self.select
+
+    def applies_to(self, trajectory: Trajectory) -> bool:
+        return self.select.selects(trajectory)
 
 
 class Gate(_Model):
