@@ -442,3 +442,44 @@ def test_ui_refuses_a_public_address_without_a_token(review_lake: EvaluatedLake)
     )
     assert refused.returncode == 2
     assert "--token" in refused.stderr
+
+
+SUITE = (
+    "# suites the team promotes production failures into\n"
+    "name: promoted\nmetrics:\n  - {type: efficiency}  # every conversation\n"
+)
+
+
+def test_promote_writes_only_into_the_suites_the_app_was_given(
+    review_lake: EvaluatedLake, tmp_path: Any
+) -> None:
+    from starlette.testclient import TestClient
+
+    from spanscore.ui import create_app
+
+    allowed, other = tmp_path / "promoted.yaml", tmp_path / "other.yaml"
+    allowed.write_text(SUITE)
+    other.write_text(SUITE)
+    app = create_app(str(review_lake.lake), promote_into=[str(allowed)])
+    with TestClient(app, base_url=ORIGIN) as c:
+        c.headers["origin"] = ORIGIN
+        body = {"conversation_id": "cs-cancel-2", "suite": str(allowed), "dry_run": True}
+        preview = c.post("/api/promote", json=body)
+        assert preview.status_code == 200, preview.text
+        assert "cs-cancel-2" in preview.json()["text"]
+        assert allowed.read_text() == SUITE  # a preview writes nothing
+        refused = c.post("/api/promote", json={**body, "suite": str(other), "dry_run": False})
+        assert refused.status_code == 400
+        assert "--promote-into" in refused.text
+        assert other.read_text() == SUITE
+        written = c.post("/api/promote", json={**body, "dry_run": False})
+        assert written.status_code == 201, written.text
+        assert allowed.read_text() == SUITE + written.json()["text"]  # comments and order kept
+        clash = c.post(
+            "/api/promote",
+            json={**body, "dry_run": False, "scenario_id": written.json()["scenario_id"]},
+        )
+        assert clash.status_code == 400
+    from spanscore.evaluation import load_suite
+
+    assert written.json()["scenario_id"] in [s.id for s in load_suite(allowed).suite.scenarios]

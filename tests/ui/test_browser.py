@@ -27,8 +27,18 @@ pytestmark = pytest.mark.slow
 WAIT_MS = 60_000  # generous: the machine may be loaded
 
 
+PROMOTED = "# promoted from production\nname: promoted\nmetrics:\n  - {type: efficiency}\n"
+
+
 @pytest.fixture(scope="module")
-def served(review_lake: EvaluatedLake) -> Iterator[str]:
+def promoted_suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("suites") / "promoted.yaml"
+    path.write_text(PROMOTED)
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(review_lake: EvaluatedLake, promoted_suite: Path) -> Iterator[str]:
     """`spanscore ui --port 0` on the lake; its printed URL."""
     proc = subprocess.Popen(
         [
@@ -42,6 +52,8 @@ def served(review_lake: EvaluatedLake) -> Iterator[str]:
             "0",
             "--reviewer",
             "rita",
+            "--promote-into",
+            str(promoted_suite),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -83,7 +95,8 @@ def page(browser: Any, served: str) -> Iterator[Any]:
 
 
 def ready(page: Any) -> None:
-    page.wait_for_function("document.documentElement.dataset.ready === '1'")
+    # Selectors, not wait_for_function: the app's CSP forbids the eval that polling needs.
+    page.wait_for_selector("html[data-ready='1']", state="attached")
 
 
 def test_every_page_opens_and_draws(page: Any, review_lake: EvaluatedLake, tmp_path: Path) -> None:
@@ -170,3 +183,18 @@ def test_the_hostile_conversation_runs_no_script(page: Any, tmp_path: Path) -> N
         assert page.evaluate("window.__pwned") is None
         assert page.locator("textarea").count() == 0
     save_screenshot(page, tmp_path, "ui-hostile", inked=0.005, full_page=True)
+
+
+def test_a_conversation_is_promoted_from_its_page(page: Any, promoted_suite: Path) -> None:
+    page.goto("/conversations/cs-cancel-2")
+    ready(page)
+    page.click("#promote")
+    page.click("#promote-preview")
+    wait_for(lambda: page.locator("#promote-status").inner_text().startswith("preview"), 60)
+    assert "cs-cancel-2" in page.locator("pre.promote-preview").inner_text()
+    assert promoted_suite.read_text() == PROMOTED
+    page.click("#promote-write")
+    wait_for(lambda: page.locator("#promote-status").inner_text().startswith("appended"), 60)
+    text = promoted_suite.read_text()
+    assert text.startswith(PROMOTED)
+    assert "cs-cancel-2" in text[len(PROMOTED) :]

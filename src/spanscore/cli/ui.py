@@ -33,12 +33,26 @@ from .options import EXIT_USAGE, lake_option, open_lake_or_fail, option
     "whose labels it writes. The printed sign-in URL carries the first.",
 )
 @option(
+    "--promote-into",
+    "promote_into",
+    envvar="SPANSCORE_UI_PROMOTE_INTO",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="A suite file the conversation page may append a promoted scenario to (repeatable); "
+    "the app writes no other file.",
+)
+@option(
     "--reviewer",
     envvar="SPANSCORE_REVIEWER",
     help="Who labels, when neither the token nor the session names anyone (default: the OS user).",
 )
 def ui_command(
-    lake: str, host: str, port: int, tokens: tuple[str, ...], reviewer: str | None
+    lake: str,
+    host: str,
+    port: int,
+    tokens: tuple[str, ...],
+    promote_into: tuple[str, ...],
+    reviewer: str | None,
 ) -> None:
     """Serve the review app: run history and comparison, conversations, review queues,
     labels and the judge's agreement with them, over the lake (while the collector ingests).
@@ -63,12 +77,11 @@ def ui_command(
         )
         raise SystemExit(EXIT_USAGE)
     open_lake_or_fail(lake).close()  # the lake's own error, before anything binds
-    try:
-        from spanscore.evaluation.suites.promote import promote_for_app as promote
-    except ImportError:  # promotion arrives with its own module
-        promote = None
     app = create_app(
-        lake, tokens=list(tokens), reviewer=reviewer or default_reviewer(), promote=promote
+        lake,
+        tokens=list(tokens),
+        reviewer=reviewer or default_reviewer(),
+        promote_into=list(promote_into),
     )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

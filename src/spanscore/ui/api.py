@@ -13,9 +13,10 @@ import datetime as dt
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -29,6 +30,20 @@ from .security import reviewer_of
 
 class NotFound(LookupError):
     pass
+
+
+class PromoteRequest(BaseModel):
+    """Turn a conversation into a scenario of one of the suite files the app was started with
+    (`spanscore ui --promote-into FILE`); `dry_run`: show what would be appended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_id: str = Field(min_length=1)
+    suite: str = Field(min_length=1)
+    scenario_id: str | None = None
+    arguments: Literal["exact", "partial"] = "exact"
+    response: bool = True
+    dry_run: bool = False
 
 
 def json_default(value: Any) -> Any:
@@ -91,6 +106,7 @@ def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             message = str(exc)
             return error(404 if message.startswith("no evaluation run") else 400, message)
         except (ValueError, review.LabelError, review.QueueError) as exc:
+            # A promotion refused (PromoteError, SuiteError) is a ValueError too.
             return error(400, str(exc))
         return result if isinstance(result, Response) else JSON(result)
 
@@ -100,10 +116,11 @@ def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
 class Api:
     """The endpoints over one `AppLake`."""
 
-    def __init__(self, lake: Any, reviewer: str, promote: Callable[..., Any] | None) -> None:
+    def __init__(self, lake: Any, reviewer: str, promote_into: list[str]) -> None:
         self.lake = lake
         self.reviewer = reviewer
-        self.promote_fn = promote
+        # The only files the app writes besides the lake: those its operator named.
+        self.promote_into = {str(Path(p).resolve()): p for p in promote_into}
 
     def _read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
         def call() -> Any:
@@ -191,6 +208,38 @@ class Api:
         reviewer = reviewer_of(request, self.reviewer)
         return JSON(await self._write(review.build_queue, spec, reviewer), status_code=201)
 
+    async def promote(self, request: Request) -> Any:
+        from spanscore.evaluation.suites.promote import preview_promotion, promote
+
+        asked = await _body(request, PromoteRequest)
+        path = self.promote_into.get(str(Path(asked.suite).resolve()))
+        if path is None:
+            allowed = ", ".join(self.promote_into.values()) or "none"
+            raise ValueError(
+                f"{asked.suite!r} is not a suite this app may write (started with "
+                f"--promote-into: {allowed})"
+            )
+        fn = preview_promotion if asked.dry_run else promote
+        done = await self._read(
+            fn,
+            asked.conversation_id,
+            path,
+            scenario_id=asked.scenario_id,
+            arguments=asked.arguments,
+            response=asked.response,
+        )
+        return JSON(
+            {
+                "scenario_id": done.scenario_id,
+                "text": done.text,
+                "path": str(done.path),
+                "line": done.line,
+                "written": done.written,
+                "notes": done.notes,
+            },
+            status_code=200 if asked.dry_run else 201,
+        )
+
     async def openapi(self, request: Request) -> Any:
         return openapi(self.endpoints())
 
@@ -266,6 +315,13 @@ class Api:
                 "/api/judge/exchange",
                 "What the judge was asked (rebuilt from the run's suite) and answered",
                 self.judge_exchange,
+            ),
+            e(
+                "POST",
+                "/api/promote",
+                "Append a scenario made of a conversation to a suite (--promote-into)",
+                self.promote,
+                body=PromoteRequest,
             ),
             e("GET", "/api/me", "The reviewer this session labels as", self.me),
             e("GET", "/api/openapi.json", "This description", self.openapi),

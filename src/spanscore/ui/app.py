@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -29,12 +28,13 @@ def create_app(
     *,
     tokens: list[str] = (),  # type: ignore[assignment]
     reviewer: str = "reviewer",
-    promote: Callable[..., Any] | None = None,
+    promote_into: list[str] = (),  # type: ignore[assignment]
 ) -> Starlette:
     """The app over `lake`. `tokens` (each `SECRET` or `NAME:SECRET`): every request needs
-    one. `reviewer`: who labels when neither the token nor the session names anyone."""
+    one. `reviewer`: who labels when neither the token nor the session names anyone.
+    `promote_into`: the suite files the conversation page may append a scenario to."""
     app_lake = AppLake(lake)
-    api = Api(app_lake, reviewer, promote)
+    api = Api(app_lake, reviewer, list(promote_into))
     pages = Pages(api)
     assets = {name: static_text(name).encode() for name in _STATIC}
 

@@ -141,7 +141,7 @@ class Pages:
             "detail": data["detail"],
             "shown_run": data["shown_run"],
             "scores": data["scores"],
-            "can_promote": self.api.promote_fn is not None,
+            "promote_into": list(self.api.promote_into.values()),
         }
         return self._render(request, "conversation.html", view=data, client=client)
 

@@ -149,15 +149,23 @@
     var box = document.getElementById("promote-box");
     box.hidden = false;
     box.replaceChildren();
+    var suites = page.promote_into || [];
+    var command = "spanscore promote " + page.conversation_id + " --lake LAKE --suite SUITE";
+    if (!suites.length) {
+      add(box, el("p", "note", "This app may write no suite file: start it with --promote-into SUITE " +
+          "to promote from here, or run:"), el("pre", null, command));
+      return;
+    }
     var form = el("form", "promote-form");
-    var suite = el("input"); suite.name = "suite"; suite.placeholder = "suite file (on the app's machine)"; suite.size = 40; suite.required = true;
+    var suite = el("select"); suite.name = "suite";
+    suites.forEach(function (s) { var o = el("option", null, s); o.value = s; suite.appendChild(o); });
     var scenario = el("input"); scenario.name = "scenario_id"; scenario.placeholder = "scenario id (optional)";
     var mode = el("select"); mode.name = "arguments";
     ["exact", "partial"].forEach(function (m) { var o = el("option", null, m + " arguments"); o.value = m; mode.appendChild(o); });
-    var preview = el("button", null, "Preview"); preview.type = "button";
-    var write = el("button", null, "Append to the suite"); write.type = "submit";
+    var preview = el("button", null, "Preview"); preview.type = "button"; preview.id = "promote-preview";
+    var write = el("button", null, "Append to the suite"); write.type = "submit"; write.id = "promote-write";
     var out = el("pre", "promote-preview");
-    var status = el("span"); status.setAttribute("role", "status");
+    var status = el("span"); status.id = "promote-status"; status.setAttribute("role", "status");
     add(form, suite, scenario, mode, preview, write, status);
     add(box, form, out);
     function body(dry) {
@@ -165,14 +173,19 @@
       if (scenario.value) b.scenario_id = scenario.value;
       return b;
     }
+    function shown(r, what) {
+      out.textContent = r.text + (r.notes && r.notes.length ? "\n# " + r.notes.join("\n# ") : "");
+      say(status, what);
+    }
     preview.addEventListener("click", function () {
-      api("POST", "/api/promote", body(true)).then(function (r) { out.textContent = r.text; say(status, "preview of " + r.scenario_id); },
+      api("POST", "/api/promote", body(true)).then(function (r) { shown(r, "preview of " + r.scenario_id); },
         function (err) { say(status, err.message, true); });
     });
     form.addEventListener("submit", function (e) {
       e.preventDefault();
-      api("POST", "/api/promote", body(false)).then(function (r) { out.textContent = r.text; say(status, "appended " + r.scenario_id + " to " + r.path); },
-        function (err) { say(status, err.message, true); });
+      api("POST", "/api/promote", body(false)).then(function (r) {
+        shown(r, "appended " + r.scenario_id + " to " + r.path + (r.line ? " at line " + r.line : ""));
+      }, function (err) { say(status, err.message, true); });
     });
   }
 
