@@ -489,7 +489,12 @@ def evaluate_command(
     from spanscore.evaluation.runs.engines.ray import EngineUnavailable
     from spanscore.evaluation.runs.gates import parse_gate
     from spanscore.evaluation.runs.junit import junit_xml
-    from spanscore.evaluation.runs.options import RunOptions, WindowError, judge_settings
+    from spanscore.evaluation.runs.options import (
+        NothingNew,
+        RunOptions,
+        WindowError,
+        judge_settings,
+    )
     from spanscore.evaluation.runs.result import RunInterrupted, plural
     from spanscore.evaluation.runs.run import evaluate
     from spanscore.lake import LakeError, connect
@@ -575,6 +580,12 @@ def evaluate_command(
     except (JudgeUnavailable, WindowError, EngineUnavailable) as exc:
         click.echo(runnable(f"Error: {exc}"), err=True)
         sys.exit(2)
+    except NothingNew as exc:
+        if fmt == "json":
+            click.echo(json.dumps({"status": "nothing_new", "message": str(exc)}, indent=2))
+        else:
+            click.echo(str(exc))
+        sys.exit(0)
     except RunInterrupted as exc:
         click.echo(
             f"\ninterrupted: run {exc.result.run_id} scored "
