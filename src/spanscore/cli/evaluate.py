@@ -133,8 +133,9 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
     if result.export is not None:
         echo(export_line(result.export))
     metrics_export = getattr(result, "metrics_export", None)
-    if metrics_export is not None:
-        echo(metrics_export_line(metrics_export))
+    line = metrics_export_line(metrics_export) if metrics_export is not None else ""
+    if line:
+        echo(line)
     for gate in result.gates:
         echo(f"gate {'passed' if gate.passed else 'FAILED'}: {gate.describe()}")
     for failure in result.failures:
@@ -195,7 +196,8 @@ def judge_line(judge: dict[str, Any]) -> str:
 
 
 def metrics_export_line(outcome: dict[str, Any]) -> str:
-    """What sending the run's figures as OTLP metrics did (a warning when it failed)."""
+    """What sending the run's figures as OTLP metrics did (a warning when it failed; "" when
+    the endpoint keeps no metrics and this process said so already)."""
     from spanscore.evaluation.runs.otlp_metrics import MetricsOutcome
 
     line = MetricsOutcome(**outcome).describe()
