@@ -5,6 +5,8 @@ shorter-settling one: a quiet period is no failed run, `previous` is a comparabl
 from __future__ import annotations
 
 import datetime as dt
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +110,73 @@ def test_a_run_right_after_a_shorter_settling_one_finds_nothing_new_and_exits_0(
     assert plain.returncode == 0, plain.stdout + plain.stderr
     assert "nothing new yet" in plain.stdout, plain.stdout
     assert query(lake, "SELECT count(*) FROM eval_runs") == [(1,)]
+
+
+# --- hints run as printed, in a new shell, from any folder ---------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+HINTS_SUITE = """\
+name: hints
+scenarios:
+  - {id: fine, user: {goal: g, opening: hello}}
+metrics:
+  - {type: response, keywords: [help]}
+"""
+
+
+def _shell(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`command` in a new bash, as a fresh login has it: .venv not activated, no PATH to it."""
+    fresh = {k: v for k, v in os.environ.items() if not k.startswith(("SPANSCORE_", "VIRTUAL"))}
+    fresh["PATH"] = os.pathsep.join(["/usr/local/bin", "/usr/bin", "/bin"])
+    return subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env={**fresh, **env}, capture_output=True,
+        text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with `.venv/` in it (this environment), as `./run` leaves a checkout, and a
+    lake `lake` there holding one run; the reader types `.venv/bin/spanscore`."""
+    folder = tmp_path_factory.mktemp("checkout")
+    (folder / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    build_lake(folder / "lake", 2)
+    run(folder / "lake", load_suite(write_suite(folder, SUITE)))
+    return folder
+
+
+def _hints(text: str) -> list[str]:
+    return re.findall(r"`([^`]*spanscore[^`]* [a-z][^`]*)`", text)
+
+
+def test_an_errors_hint_runs_from_another_folder(checkout: Path, tmp_path: Path) -> None:
+    failed = _shell(".venv/bin/spanscore report nosuchrun --lake lake", checkout)
+    assert failed.returncode == 2, failed.stderr
+    [hint] = _hints(failed.stderr)
+    assert f"--lake {checkout / 'lake'}" in hint, hint
+    listed = _shell(hint, tmp_path)
+    assert listed.returncode == 0, f"{hint}\n{listed.stdout}\n{listed.stderr}"
+    assert "synthetic" in listed.stdout, listed.stdout
+
+
+def test_the_simulations_score_it_hint_runs_from_another_folder(
+    checkout: Path, tmp_path: Path
+) -> None:
+    from spanscore.examples.llm_server import ScriptedLLM
+    from spanscore.examples.user_policy import ScriptedUsers
+
+    (checkout / "hints.yaml").write_text(HINTS_SUITE)
+    with ScriptedLLM(ScriptedUsers({})) as users:  # knows no goal: gives up after one turn
+        simulated = _shell(
+            ".venv/bin/spanscore simulate --lake lake --suite hints.yaml --agent "
+            f"tests.support.simulated_agents:by_scenario --user-base-url {users.base_url}",
+            checkout,
+            PYTHONPATH=str(ROOT),
+        )
+    assert simulated.returncode == 0, simulated.stdout + simulated.stderr
+    [hint] = [h for h in _hints(simulated.stdout) if " evaluate " in h]
+    assert "--simulation sim-" in hint, hint
+    assert "--lake " in hint, hint
+    scored = _shell(hint, tmp_path)
+    assert scored.returncode in (0, 1), f"{hint}\n{scored.stdout}\n{scored.stderr}"
+    assert "simulation sim-" in scored.stdout, scored.stdout

@@ -34,8 +34,9 @@ from .options import InputError, LakeUnavailable, lake_option, open_lake_or_fail
     "--yes",
     envvar="SPANSCORE_YES",
     is_flag=True,
-    help="Erase without asking: needed from a terminal, and for a --where that matches every "
-    "conversation.",
+    help="Erase without asking. Without it, erase lists what it would erase at a terminal "
+    "(unless --no-dry-run) and refuses without one (a script); also needed for a --where that "
+    "matches every conversation.",
 )
 @option(
     "--finish",
