@@ -78,8 +78,8 @@ def erase_command(
         raise click.UsageError("give conversation ids, --where SQL, or --finish")
     if conversation_ids and where is not None:
         raise click.UsageError("give conversation ids or --where, not both")
-    if dry_run is None:
-        dry_run = sys.stdin.isatty() and not yes
+    if dry_run is None:  # finishing what was erased already needs no confirmation
+        dry_run = sys.stdin.isatty() and not yes and not finish
     if not dry_run and not finish and not yes and not sys.stdin.isatty():
         # A script (no terminal to have seen a dry run first) says so, as `rm -f` would.
         raise InputError(
@@ -100,6 +100,10 @@ def erase_command(
             earlier = lifecycle.finish_erasures(con, step)
             report["earlier_erasures_finished"] = earlier["erasures_finished"]
             report["earlier_erasures_deferred"] = earlier["purge_deferred"]
+        if finish and dry_run:
+            pending = len(lifecycle.pending_erasures(con, "erase"))
+            _print(report, as_json, note=f"dry run: {pending} erasure(s) left to finish")
+            return
         if finish:
             if report.get("earlier_erasures_deferred"):
                 _print(report, as_json)
