@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -84,6 +85,8 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print, command: str = "
 
     started = time.monotonic()
     _reset(lake)
+    # The commands shown name the lake by its absolute path: they run from any folder.
+    shown = shlex.quote(str(lake.absolute()))
     config = load_config(
         overrides={"lake": str(lake), "grpc_port": 0, "http_port": 0, "maintenance_interval_s": 0}
     )
@@ -110,7 +113,7 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print, command: str = "
                     run_conversation(client, Store(), plan)
                     flag = "  (breaks policy: " + plan.note + ")" if plan.breaks_policy else ""
                     echo(f"   {plan.conversation_id:<22} {plan.scenario_id}{flag}")
-                simulation = _simulate(lake, suite, client, echo, command)
+                simulation = _simulate(lake, suite, client, echo, command, shown)
         finally:
             spanscore.instrumentation.uninstrument()  # flushes the spans
             provider.shutdown()
@@ -118,7 +121,7 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print, command: str = "
         echo(f"   {stored} spans exported over OTLP/HTTP and committed to the lake")
         with ScriptedLLM(ScriptedJudge()) as judge:
             echo(
-                f"\n3. Evaluate: {command} evaluate --lake {lake} --suite {SUITE} --settle 0 "
+                f"\n3. Evaluate: {command} evaluate --lake {shown} --suite {SUITE} --settle 0 "
                 f"--judge-base-url {judge.base_url}"
             )
             echo(
@@ -133,8 +136,8 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print, command: str = "
                     "   (the agent breaks policy on purpose: a failed gate makes `evaluate` exit 1)"
                 )
             echo(
-                f"\n4. Before deployment, the same suite judges the simulation: spanscore "
-                f"evaluate --lake {lake} --suite {SUITE} --simulation {simulation} "
+                f"\n4. Before deployment, the same suite judges the simulation: {command} "
+                f"evaluate --lake {shown} --suite {SUITE} --simulation {simulation} "
                 f"--judge-base-url {judge.base_url}"
             )
             simulated = evaluate(
@@ -147,7 +150,7 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print, command: str = "
     try:
         for n, (title, sql) in enumerate(DEMO_QUERIES, start=5):
             echo(f"\n{n}. {title}")
-            echo(f"   $ {command} sql --lake {lake} " + '"' + " ".join(sql.split()) + '"')
+            echo(f"   $ {command} sql --lake {shown} " + '"' + " ".join(sql.split()) + '"')
             rows = list(lakes.query(con, sql))
             out = io.StringIO()
             names = list(rows[0]) if rows else [d[0] for d in (con.description or [])]
@@ -155,18 +158,23 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print, command: str = "
             echo("   " + out.getvalue().rstrip("\n").replace("\n", "\n   "))
     finally:
         con.close()
-    report = write_report(lake, lake / "report.html", result.run_id).path
+    report = write_report(lake, lake.absolute() / "report.html", result.run_id).path
     echo(f"\n{len(DEMO_QUERIES) + 5}. The run's report (open it in a browser): {report}")
     echo(
         f"\nDone in {time.monotonic() - started:.1f}s. The lake stays at {lake}/ for your own SQL."
     )
     echo("\nNext, try:")
-    for line, why in next_commands(lake, command):
+    for line, why in next_commands(shown, command):
         echo(f"  $ {line}\n      {why}")
 
 
 def _simulate(
-    lake: Path, suite: Any, client: Any, echo: Callable[[str], object], command: str
+    lake: Path,
+    suite: Any,
+    client: Any,
+    echo: Callable[[str], object],
+    command: str,
+    shown: str,
 ) -> str:
     """Simulated users (played by a local scripted model) drive the same agent over the
     scenarios, two trials each; returns the simulation id."""
@@ -184,10 +192,12 @@ def _simulate(
             f"{users.base_url}) drive the same agent, 2 trials per scenario:"
         )
         echo(
-            # What runs here, not a command to type: the user model lives only in the demo.
-            f"   as {command} simulate --lake {lake} --suite {SUITE} --trials 2 "
+            # What runs here, whole (the agent's model is named by the variables its OpenAI
+            # client reads); both local models live as long as the demo does.
+            f"   as OPENAI_BASE_URL={client.base_url} OPENAI_API_KEY=demo {command} simulate "
+            f"--lake {shown} --suite {SUITE} --trials 2 "
             "--agent spanscore.examples.customer_service.openai_loop:agent_turn "
-            f"--user-base-url {users.base_url}"
+            f"--user-base-url {users.base_url} (the two local models live as long as the demo)"
         )
         target = CallableTarget(simulated_agent(client), "the customer-service agent")
         options = SimulationOptions(
@@ -202,7 +212,7 @@ def _simulate(
     return result.simulation_id
 
 
-def next_commands(lake: Path, command: str = "spanscore") -> list[tuple[str, str]]:
+def next_commands(lake: Path | str, command: str = "spanscore") -> list[tuple[str, str]]:
     """Three commands to type after the demo, each working as printed (a test runs them)."""
     return [
         (

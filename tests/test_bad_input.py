@@ -549,8 +549,8 @@ def test_malformed_json_is_refused_with_a_json_error(
 # --- endpoints -------------------------------------------------------------------------------
 
 UNKNOWN_PATHS = {
-    # Metrics are not collected: a metrics exporter pointed here must hear 404, not 200.
-    "post-metrics": ("POST", "/v1/metrics"),
+    # A signal's path misspelt.
+    "post-typo": ("POST", "/v1/trace"),
     # A typo in a GET.
     "get-unknown": ("GET", "/nope"),
 }
@@ -571,6 +571,27 @@ def test_unknown_path_is_404(collector: Collector, lake_dir: Path, case: str) ->
         assert_mentions(json.loads(data)["error"], path)
     serving = still_serving(collector)
     assert span_ids(lake_dir) == serving
+
+
+def test_metrics_are_answered_with_a_partial_success_and_not_stored(
+    collector: Collector,
+) -> None:
+    """Not an outage (404): a success that rejects every point, and says why."""
+    from spanscore.collector.metrics_refused import NOT_STORED
+
+    gauge = {"name": "g", "gauge": {"dataPoints": [{"asDouble": 1.0}, {"asDouble": 2.0}]}}
+    request = {"resourceMetrics": [{"scopeMetrics": [{"metrics": [gauge]}]}]}
+    status, headers, data = http_request(
+        collector, "POST", "/v1/metrics", json.dumps(request).encode(), {"Content-Type": JSON}
+    )
+    assert (status, headers["content-type"]) == (200, JSON), data
+    partial = json.loads(data)["partialSuccess"]
+    assert partial == {"rejectedDataPoints": "2", "errorMessage": NOT_STORED}
+    status, _, data = http_request(
+        collector, "POST", "/v1/metrics", b"{not json", {"Content-Type": JSON}
+    )
+    assert status == 400, data
+    assert collector.stats.get("metrics_exports_not_stored") == 1
 
 
 def test_health_answers_ok(collector: Collector) -> None:

@@ -30,8 +30,10 @@ from spanscore.evaluation.trajectory.load import load_trajectory
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
 
+from .support.conversation_spans import _chat
 from .support.evaluation_runs import LATER, SUITE, run, write_suite
 from .support.lake import query
+from .support.otlp_http import _post
 from .support.ports import free_port
 
 CONVERSATIONS = 4
@@ -253,3 +255,30 @@ def test_endpoints_and_protocols_read_as_the_exporters_read_them() -> None:
     assert bad.exit_code == 2
     assert "not a URL" in bad.output
     assert send_events([], "http://127.0.0.1:1/v1/logs").events == 0
+
+
+def test_a_conversation_without_a_tool_call_has_its_events_on_its_first_span(
+    make_collector: Any, lake_dir: Path, tmp_path: Path
+) -> None:
+    """An agent traced as its turns (`invoke_agent` spans with their messages), with no tool
+    asked for, so no model or tool call step: every event of the conversation goes to its
+    first span, in its trace, as every other conversation's do."""
+    collector: Collector = make_collector()
+    at = int(LATER.timestamp() * 1e9) - 10**12
+    trace = bytes.fromhex("ab" * 16)
+    turns = []
+    for i, (said, answer) in enumerate((("hi", "hello"), ("bye", "goodbye"))):
+        turn = _chat("no-tools", user=said, answer=answer, at=at + i * 10**9, trace_id=trace)
+        turn.name = "invoke_agent support"
+        turn.attributes[0].value.string_value = "invoke_agent"  # gen_ai.operation.name
+        turns.append(turn)
+    _post(collector, turns[::-1])
+    suite = {"name": "plain", "metrics": [{"type": "response", "keywords": ["hello"]}]}
+    result = run(lake_dir, load_suite(write_suite(tmp_path, suite)))
+    assert result.score_count > 0
+    con = connect(lake_dir)
+    try:
+        events = evaluation_events(con, result.run_id)
+    finally:
+        con.close()
+    assert {e.target for e in events} == {Target(trace.hex(), turns[0].span_id.hex())}

@@ -454,9 +454,89 @@ def test_a_where_matching_everything_needs_yes_and_a_dry_run_erases_nothing(
     assert bad.returncode == 2, bad.stderr
     assert "--where" in bad.stderr, bad.stderr
     assert len(_counts(lake_dir, ["w-1", "w-2"])) == 2
-    one = _erase(lake_dir, "--where", "conversation_id = 'w-1'")
+    # From a script (no terminal), only with --yes.
+    unconfirmed = _erase(lake_dir, "--where", "conversation_id = 'w-1'")
+    assert unconfirmed.returncode == 2, unconfirmed.stdout + unconfirmed.stderr
+    assert "add --yes" in unconfirmed.stderr, unconfirmed.stderr
+    assert len(_counts(lake_dir, ["w-1", "w-2"])) == 2
+    one = _erase(lake_dir, "--where", "conversation_id = 'w-1'", "--yes")
     assert one.returncode == 0, one.stdout + one.stderr
     assert [r[0] for r in _counts(lake_dir, ["w-1", "w-2"])] == ["w-2"]
+
+
+# Holds a read transaction on a SQLite catalog until its standard input closes (in a process
+# of its own: closing a second SQLite library's connection here would drop DuckDB's locks).
+_CATALOG_READER = """
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN")
+con.execute("SELECT count(*) FROM ducklake_snapshot").fetchall()
+print("reading", flush=True)
+sys.stdin.read()
+"""
+
+
+def _erasure_status(lake_dir: Path) -> list[Any]:
+    con = lake.connect(str(lake_dir))
+    try:
+        return [r[0] for r in con.execute("SELECT status FROM erasures").fetchall()]
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_an_erase_the_collector_or_a_run_holds_back_exits_non_zero_naming_it(
+    lake_dir: Path, make_collector: Callable[..., Collector]
+) -> None:
+    """With the collector up (its maintenance thread idle), `erase` and `erase --finish`
+    finish; what keeps an erasure from finishing (a running evaluation, a process holding
+    the catalog open) is named, with when maintenance finishes it, and the exit is 3."""
+    collector = make_collector(maintenance_interval_s=3600)
+    for name in ("gone", "kept"):
+        _conversation(collector, name, "a street", NOW)
+    con = lake.connect(str(lake_dir))
+    try:
+        con.execute(
+            "INSERT INTO eval_runs (run_id, status, started_at, details) "
+            "VALUES ('run-in-the-way', 'running', now(), '{}')"
+        )
+    finally:
+        con.close()
+    deferred = _erase(lake_dir, "gone", "--yes")
+    assert deferred.returncode == 3, deferred.stdout + deferred.stderr
+    assert "the running evaluation run-in-the-way" in deferred.stderr, deferred.stderr
+    assert f"the collector (pid {os.getpid()})" in deferred.stderr, deferred.stderr
+    assert "erase --finish --lake" in deferred.stderr, deferred.stderr
+    assert _erasure_status(lake_dir) == ["erased"]
+    con = lake.connect(str(lake_dir))
+    try:
+        con.execute("UPDATE eval_runs SET status = 'succeeded'")
+    finally:
+        con.close()
+
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _CATALOG_READER, str(lake_dir / "catalog.sqlite")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reader.stdout is not None
+        assert reader.stdout.readline() == "reading\n"
+        held = _erase(lake_dir, "--finish")
+    finally:
+        reader.communicate("", timeout=30)
+    assert held.returncode == 3, held.stdout + held.stderr
+    assert "evaluation" not in held.stderr, held.stderr
+    assert "kept the catalog open" in held.stderr, held.stderr
+    assert f"pid {os.getpid()}" in held.stderr, held.stderr
+    assert "next maintenance" in held.stderr, held.stderr
+    assert _erasure_status(lake_dir) == ["erased"]
+
+    finished = _erase(lake_dir, "--finish")
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "finished 1 earlier erasure" in finished.stdout, finished.stdout
+    assert _erasure_status(lake_dir) == ["purged"]
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from spanscore.cli import main
+from spanscore.collector import Collector, metrics_refused
 from spanscore.examples.synthetic import build_lake
 
 from .support.evaluation_runs import LATER, write_suite
@@ -135,3 +136,30 @@ def test_otel_metrics_exporter_none_sends_the_events_alone(tmp_path: Path) -> No
     assert document["metrics_export"] is None
     assert received.logs
     assert not received.metrics
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_a_spanscore_collector_keeps_no_metrics_and_the_run_says_so_once(
+    tmp_path: Path, make_collector: Callable[..., Collector], protocol: str
+) -> None:
+    """Events and figures sent to a spanscore collector: it stores the events and answers the
+    metrics with a partial success ("metrics are not stored", every point rejected), which a
+    run reports as a note, once in a process, not as an endpoint that failed."""
+    lake = tmp_path / "lake"
+    build_lake(lake, 2)
+    suite = write_suite(tmp_path, NEVER_REFUNDED)
+    collector = make_collector(lake=tmp_path / "sink")
+    port = collector.grpc_port if protocol == "grpc" else collector.http_port
+    env = {"OTEL_EXPORTER_OTLP_PROTOCOL": protocol}
+    url = f"http://127.0.0.1:{port}"
+    first = _evaluate(lake, suite, "--export-otlp", url, env=env)
+    assert first.exit_code == 1, first.output  # the gate's verdict
+    assert "warning" not in first.output, first.output
+    assert "keeps none of them" in first.output, first.output
+    assert metrics_refused.NOT_STORED in first.output, first.output
+    again = _evaluate(lake, suite, "--rescore", "--format", "json", "--export-otlp", url, env=env)
+    document = json.loads(again.stdout)["metrics_export"]
+    assert (document["error"], document["noted"]) == (None, True), document
+    assert document["rejected"] == document["points"] > 0, document
+    assert document["rejected_because"] == metrics_refused.NOT_STORED
+    assert collector.stats.get("metrics_exports_not_stored") == 2

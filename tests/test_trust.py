@@ -612,9 +612,9 @@ def test_evaluate_json_runs_listing_run_names_and_compare(lake: Path, tmp_path: 
     )
     unknown = cli("compare", "--lake", str(lake), "zzz", "latest")
     assert unknown.returncode == 2
-    assert "Error: no evaluation run 'zzz' in this lake (`spanscore runs` lists them" in (
-        unknown.stderr
-    )
+    # The hint names the lake, so that it runs from any folder.
+    hint = f"(`spanscore runs --lake {lake.resolve()}` lists them"
+    assert f"Error: no evaluation run 'zzz' in this lake {hint}" in unknown.stderr
 
     listed = cli("runs", "--lake", str(lake), "--format", "json")
     assert listed.returncode == 0, listed.stderr

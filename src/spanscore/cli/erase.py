@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from typing import Any
 
 import click
 
-from .options import InputError, lake_option, open_lake_or_fail, option
+from .options import InputError, LakeUnavailable, lake_option, open_lake_or_fail, option
 
 
 @click.command("erase")
@@ -33,8 +34,9 @@ from .options import InputError, lake_option, open_lake_or_fail, option
     "--yes",
     envvar="SPANSCORE_YES",
     is_flag=True,
-    help="Erase without asking: needed from a terminal, and for a --where that matches every "
-    "conversation.",
+    help="Erase without asking. Without it, erase lists what it would erase at a terminal "
+    "(unless --no-dry-run) and refuses without one (a script); also needed for a --where that "
+    "matches every conversation.",
 )
 @option(
     "--finish",
@@ -76,8 +78,14 @@ def erase_command(
         raise click.UsageError("give conversation ids, --where SQL, or --finish")
     if conversation_ids and where is not None:
         raise click.UsageError("give conversation ids or --where, not both")
-    if dry_run is None:
-        dry_run = sys.stdin.isatty() and not yes
+    if dry_run is None:  # finishing what was erased already needs no confirmation
+        dry_run = sys.stdin.isatty() and not yes and not finish
+    if not dry_run and not finish and not yes and not sys.stdin.isatty():
+        # A script (no terminal to have seen a dry run first) says so, as `rm -f` would.
+        raise InputError(
+            "erase asks for confirmation: add --yes to erase without a terminal (or "
+            "--dry-run to list what would be erased)"
+        )
     con = open_lake_or_fail(lake)
 
     def step(sql: Any, what: str) -> list[tuple[Any, ...]]:
@@ -92,8 +100,15 @@ def erase_command(
             earlier = lifecycle.finish_erasures(con, step)
             report["earlier_erasures_finished"] = earlier["erasures_finished"]
             report["earlier_erasures_deferred"] = earlier["purge_deferred"]
+        if finish and dry_run:
+            pending = len(lifecycle.pending_erasures(con, "erase"))
+            _print(report, as_json, note=f"dry run: {pending} erasure(s) left to finish")
+            return
         if finish:
-            _print(report, as_json)
+            if report.get("earlier_erasures_deferred"):
+                _print(report, as_json)
+                _not_finished(con, lake, earlier)
+            _print(report, as_json, note="" if earlier["erasures_finished"] else _NOTHING_LEFT)
             return
         try:
             selection = lifecycle.select_conversations(con, conversation_ids, where)
@@ -131,16 +146,55 @@ def erase_command(
             con, selection, selection_kind="where" if where is not None else "ids"
         )
         report["erase_id"] = erase_id
-        report |= lifecycle.finish_erasures(con, step)
-        note = (
-            "erased from the lake's data; their old files stay on disk until the running "
-            "evaluation ends (maintenance, or `spanscore erase --finish`, deletes them then)"
-            if report.get("purge_deferred")
-            else "erased, and their files deleted"
-        )
-        _print(report, as_json, note=note)
+        done = lifecycle.finish_erasures(con, step)
+        report |= done
+        if done.get("purge_deferred"):
+            _print(report, as_json, note="erased from the lake's data")
+            _not_finished(con, lake, done)
+        _print(report, as_json, note="erased, and their files deleted")
     finally:
         con.close()
+
+
+_NOTHING_LEFT = "no erasure left to finish"
+
+
+def _not_finished(con: Any, lake: str, done: dict[str, int]) -> None:
+    """Exit non-zero, naming what keeps an erasure's old files or catalog values on disk, and
+    when they go."""
+    from spanscore.lake import LakeLocation
+    from spanscore.lake.locks import writer_pid
+    from spanscore.lake.snapshots import running_evaluations
+
+    again = f"`spanscore erase --finish --lake {shlex.quote(lake)}`"
+    pid = writer_pid(LakeLocation.parse(lake).directory)
+    maintenance = (
+        f"the collector (pid {pid}) serving this lake finishes it at its next maintenance "
+        "(every --maintenance-interval-s, 300 s by default)"
+        if pid is not None
+        else "a collector's next maintenance on this lake finishes it"
+    )
+    if done.get("catalog_busy"):
+        holder = (
+            f"the collector (pid {pid}) serving this lake, or another process reading it"
+            if pid is not None
+            else "another process reading the lake (a query, show, report or evaluation)"
+        )
+        raise LakeUnavailable(
+            "the erased rows are gone from the lake's data, but their old values are still in "
+            f"its catalog file: {holder} kept the catalog open for a minute. {maintenance}; "
+            f"or run {again} again once that process closed the lake"
+        )
+    runs = running_evaluations(con)
+    holder = (
+        f"the running evaluation {', '.join(runs)} reads the snapshot it started from"
+        if runs
+        else "an evaluation started meanwhile reads the snapshot it started from"
+    )
+    raise LakeUnavailable(
+        f"the erased rows are gone from the lake's data, but their old files stay on disk: "
+        f"{holder}. Once it ends, {maintenance}; or run {again}"
+    )
 
 
 def _print(report: dict[str, Any], as_json: bool, note: str = "") -> None:

@@ -133,8 +133,9 @@ def print_summary(result: Any, echo: Any = click.echo) -> None:
     if result.export is not None:
         echo(export_line(result.export))
     metrics_export = getattr(result, "metrics_export", None)
-    if metrics_export is not None:
-        echo(metrics_export_line(metrics_export))
+    line = metrics_export_line(metrics_export) if metrics_export is not None else ""
+    if line:
+        echo(line)
     for gate in result.gates:
         echo(f"gate {'passed' if gate.passed else 'FAILED'}: {gate.describe()}")
     for failure in result.failures:
@@ -195,7 +196,8 @@ def judge_line(judge: dict[str, Any]) -> str:
 
 
 def metrics_export_line(outcome: dict[str, Any]) -> str:
-    """What sending the run's figures as OTLP metrics did (a warning when it failed)."""
+    """What sending the run's figures as OTLP metrics did (a warning when it failed; "" when
+    the endpoint keeps no metrics and this process said so already)."""
     from spanscore.evaluation.runs.otlp_metrics import MetricsOutcome
 
     line = MetricsOutcome(**outcome).describe()
@@ -489,7 +491,12 @@ def evaluate_command(
     from spanscore.evaluation.runs.engines.ray import EngineUnavailable
     from spanscore.evaluation.runs.gates import parse_gate
     from spanscore.evaluation.runs.junit import junit_xml
-    from spanscore.evaluation.runs.options import RunOptions, WindowError, judge_settings
+    from spanscore.evaluation.runs.options import (
+        NothingNew,
+        RunOptions,
+        WindowError,
+        judge_settings,
+    )
     from spanscore.evaluation.runs.result import RunInterrupted, plural
     from spanscore.evaluation.runs.run import evaluate
     from spanscore.lake import LakeError, connect
@@ -575,6 +582,12 @@ def evaluate_command(
     except (JudgeUnavailable, WindowError, EngineUnavailable) as exc:
         click.echo(runnable(f"Error: {exc}"), err=True)
         sys.exit(2)
+    except NothingNew as exc:
+        if fmt == "json":
+            click.echo(json.dumps({"status": "nothing_new", "message": str(exc)}, indent=2))
+        else:
+            click.echo(str(exc))
+        sys.exit(0)
     except RunInterrupted as exc:
         click.echo(
             f"\ninterrupted: run {exc.result.run_id} scored "

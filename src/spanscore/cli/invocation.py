@@ -1,15 +1,21 @@
 """How to type `spanscore` again: the commands the CLI suggests (the demo's next steps, the
-hints in its errors) are printed as the reader can run them as printed, in the shell they
-typed the last one in, whether `spanscore` is on their PATH or not (`./run demo` runs
-`.venv/bin/spanscore` without activating the environment)."""
+hints in its errors) are printed as the reader can run them as printed, in a new shell, from
+any folder, whether `spanscore` is on their PATH or not (`./run demo` runs
+`.venv/bin/spanscore` without activating the environment): the program by its absolute path
+when it is not on PATH, and the lake the command was given (an embedded lake by its absolute
+path) where the hint names none."""
 
 from __future__ import annotations
 
-import os
+import re
 import shlex
 import shutil
 import sys
 from pathlib import Path
+
+import click
+
+from .options import LAKE_META
 
 
 def spanscore_command() -> str:
@@ -23,20 +29,53 @@ def spanscore_command() -> str:
     found = shutil.which("spanscore")
     if found is not None and Path(found).resolve() == started.resolve():
         return "spanscore"
-    if started.is_absolute():
-        try:
-            started = started.relative_to(Path.cwd())
-        except ValueError:
-            return shlex.quote(str(started))
-    shown = str(started)
-    # A bare name is looked up on PATH: a path needs a slash (`./spanscore`).
-    return shlex.quote(shown if os.sep in shown else f".{os.sep}{shown}")
+    # Absolute (not resolved: a virtual environment's `bin` may be a link), so that it runs
+    # from any folder.
+    return shlex.quote(str(started.absolute()))
 
 
-def runnable(text: str) -> str:
+# A suggested command between backticks: `spanscore SUBCOMMAND ...`.
+_HINT = re.compile(r"`spanscore ([a-z][a-z-]*)([^`]*)`")
+
+
+def runnable(text: str, lake: str | None = None) -> str:
     """`text` with the commands it suggests between backticks (`` `spanscore runs` ``) written
-    as `spanscore_command()` runs them."""
+    as `spanscore_command()` runs them, with `--lake` (`lake`, else the one this command line
+    was given) added to those that take one and name no lake nor endpoint."""
+    if lake is None:
+        ctx = click.get_current_context(silent=True)
+        lake = ctx.meta.get(LAKE_META) if ctx is not None else None
+    shown_lake = _shown_lake(lake) if lake else None
     command = spanscore_command()
-    if command == "spanscore":
-        return text
-    return text.replace("`spanscore ", f"`{command} ")
+
+    def written(found: re.Match[str]) -> str:
+        name, rest = found.group(1), found.group(2)
+        if (
+            shown_lake is not None
+            and "--lake" not in rest
+            and "--endpoint" not in rest
+            and _takes_lake(name)
+        ):
+            rest = f" --lake {shown_lake}{rest}"
+        return f"`{command} {name}{rest}`"
+
+    return _HINT.sub(written, text)
+
+
+def _shown_lake(lake: str) -> str | None:
+    """An embedded lake by its absolute path; None for a PostgreSQL one (its connection
+    string may hold a password: not printed)."""
+    from spanscore.lake import LakeLocation
+
+    try:
+        directory = LakeLocation.parse(lake).directory
+    except Exception:  # a lake that cannot be named: the hint stays as it is
+        return None
+    return shlex.quote(str(directory)) if directory is not None else None
+
+
+def _takes_lake(name: str) -> bool:
+    from spanscore.cli import main
+
+    found = main.commands.get(name)
+    return found is not None and any(p.name == "lake" for p in found.params)

@@ -53,11 +53,23 @@ def from_environment(name: str) -> bool:
     return source is click.core.ParameterSource.ENVIRONMENT
 
 
+# Where the command's `--lake` is kept for the hints it prints (`invocation.runnable`): a
+# context's `meta` is shared by the whole command line, the group's error handling included.
+LAKE_META = "spanscore.lake"
+
+
 def _lake_given(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None or not value.strip():
         if ctx.resilient_parsing:
             return value
         raise click.UsageError(MISSING_LAKE, ctx=ctx)
+    ctx.meta[LAKE_META] = value
+    return value
+
+
+def _lake_kept(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and value.strip():
+        ctx.meta[LAKE_META] = value
     return value
 
 
@@ -66,7 +78,7 @@ def lake_option(required: bool = True) -> Callable[[F], F]:
         "--lake",
         envvar="SPANSCORE_LAKE",
         required=False,
-        callback=_lake_given if required else None,
+        callback=_lake_given if required else _lake_kept,
         metavar="DIR|POSTGRES_URL",
         help="Lake directory or PostgreSQL connection string"
         + (" (required)." if required else "."),

@@ -7,12 +7,15 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import os
+import shlex
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import click
 
+from .invocation import runnable
 from .options import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -352,7 +355,7 @@ def simulate_command(
     summary = _summary(result)
     code = result.exit_code
     if fmt == "text":
-        _print_simulation(result, summary)
+        _print_simulation(result, summary, suite_path, agent)
     run_result = None
     if then_evaluate and result.status != "interrupted":
         run_result = _evaluate(lake, suite, result.simulation_id, gates, judge, fmt, report_path)
@@ -427,7 +430,7 @@ def _summary(result: Any) -> dict[str, Any]:
     }
 
 
-def _print_simulation(result: Any, summary: dict[str, Any]) -> None:
+def _print_simulation(result: Any, summary: dict[str, Any], suite_path: str, agent: str) -> None:
     reasons = ", ".join(f"{k} {v}" for k, v in summary["stop_reasons"].items()) or "none"
     click.echo(
         f"simulation {result.simulation_id}: {result.status}, {len(result.outcomes)} "
@@ -449,15 +452,23 @@ def _print_simulation(result: Any, summary: dict[str, Any]) -> None:
     )
     for warning in result.warnings:
         click.echo(f"warning: {warning}")
+    # The hints run as printed from any folder (`runnable` adds the lake).
+    suite = shlex.quote(os.path.abspath(suite_path))
     if result.not_run:
         click.echo(
-            f"{result.not_run} trials did not run to an end (user model, budget or "
-            f"interruption): `spanscore simulate --lake ... --suite ... --agent ... --resume "
-            f"{result.simulation_id}` runs them"
+            runnable(
+                f"{result.not_run} trials did not run to an end (user model, budget or "
+                f"interruption): `spanscore simulate --suite {suite} --agent "
+                f"{shlex.quote(agent)} --resume {result.simulation_id}` runs them"
+            )
         )
     if result.outcomes and not result.completed + result.earlier_completed:
         click.echo("no trial completed: the simulation measured nothing")
-    click.echo(f"score it: spanscore evaluate --simulation {result.simulation_id} (same suite)")
+    click.echo(
+        runnable(
+            f"score it: `spanscore evaluate --suite {suite} --simulation {result.simulation_id}`"
+        )
+    )
 
 
 def _evaluate(

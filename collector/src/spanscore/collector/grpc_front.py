@@ -1,4 +1,5 @@
-"""The OTLP/gRPC front end: the trace and logs `Export` services, over the shared export path.
+"""The OTLP/gRPC front end: the trace and logs `Export` services, over the shared export path
+(and the metrics one, answered and not stored: `metrics_refused`).
 
 `start_grpc` binds the services (TLS when a certificate is configured) to a private address
 (the public port is `grpc_port.GrpcPort`'s, which relays gRPC here and answers HTTP/1 itself)
@@ -20,7 +21,7 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from . import otlp
+from . import metrics_refused, otlp
 from .admission import Admission, Body, Outcome
 from .config import CollectorConfig
 from .ingest import Ingest
@@ -59,6 +60,7 @@ def start_grpc(
             otlp.LOGS, admission, stats, ingest
         ),
     }
+    handlers[metrics_refused.METRICS_SERVICE] = _metrics_method(admission, stats)
     server.add_generic_rpc_handlers(
         [
             grpc.method_handlers_generic_handler(service, {"Export": handler})
@@ -95,6 +97,25 @@ def _export_method(
 
     # Wrapped, so that the bytes can be let go once decoded (see Body).
     return grpc.unary_unary_rpc_method_handler(export, request_deserializer=Body)
+
+
+def _metrics_method(admission: Admission, stats: Stats) -> grpc.RpcMethodHandler:
+    """Metrics are answered, not stored (`metrics_refused`)."""
+
+    def export(request: bytes, context: grpc.ServicerContext) -> bytes:
+        metadata = dict(context.invocation_metadata())
+        if not admission.authorized(_text(metadata.get("authorization"))):
+            stats.add("refused_unauthenticated")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        try:
+            answer = metrics_refused.answer(request, as_json=False)
+        except otlp.BadRequest as exc:
+            stats.add("refused_bad_request")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        stats.add("metrics_exports_not_stored")
+        return answer
+
+    return grpc.unary_unary_rpc_method_handler(export)
 
 
 def _bracket(host: str) -> str:

@@ -1,5 +1,6 @@
-"""The OTLP/HTTP front end: `POST /v1/traces` and `/v1/logs`, `GET /health`, `/status` and
-`/metrics` (Prometheus text, behind the same token as `/status`).
+"""The OTLP/HTTP front end: `POST /v1/traces` and `/v1/logs`, `POST /v1/metrics` (answered,
+not stored: `metrics_refused`), `GET /health`, `/status` and `/metrics` (Prometheus text,
+behind the same token as `/status`).
 
 A hand-written HTTP/1.1 body reader over `http.server`, because the body is where a client can
 hurt the collector:
@@ -38,7 +39,7 @@ from typing import Any
 
 from google.rpc import code_pb2, status_pb2
 
-from . import otlp, prometheus
+from . import metrics_refused, otlp, prometheus
 from .admission import Admission, Body, Deadlines
 from .config import CollectorConfig
 from .ingest import Ingest
@@ -443,7 +444,8 @@ def _make_handler(
             content_type = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
             as_json = content_type == _JSON
             shape = routes.get(path)
-            if shape is None:
+            metrics = path == "/v1/metrics"
+            if shape is None and not metrics:
                 self.close_connection = True
                 _endpoint_mistake(path, _endpoint_fix(path, self.server.port))
                 self._error(
@@ -483,9 +485,26 @@ def _make_handler(
             assert self.watch is not None
             self.watch.finish()  # the body is in; answering may take a commit's time
             try:
-                self._decode_and_answer(shape, body, as_json, encoding == "gzip")
+                if shape is None:
+                    self._answer_metrics(body, as_json, encoding == "gzip")
+                else:
+                    self._decode_and_answer(shape, body, as_json, encoding == "gzip")
             finally:
                 body.close()
+
+        def _answer_metrics(self, body: Body, as_json: bool, gzipped: bool) -> None:
+            try:
+                data = body.take()
+                answer = metrics_refused.answer(
+                    otlp.gunzip(data, limit) if gzipped else data, as_json
+                )
+            except otlp.BadRequest as exc:
+                too_large = isinstance(exc, otlp.TooLarge)
+                stats.add("refused_too_large" if too_large else "refused_bad_request")
+                self._error(413 if too_large else 400, code_pb2.INVALID_ARGUMENT, str(exc), as_json)
+                return
+            stats.add("metrics_exports_not_stored")
+            self._send(200, answer, _JSON if as_json else _PROTOBUF)
 
         def _decode_and_answer(
             self, shape: otlp._Shape, body: Body, as_json: bool, gzipped: bool

@@ -270,7 +270,8 @@ def finish_erasures(
     """Phase 2 of every pending erasure (of `reason`): rewrite the affected tables' files
     without deleted rows, expire every snapshot but the latest, delete the files no snapshot
     references, compact a SQLite catalog, and mark them `purged`. Deferred (`purge_deferred`)
-    while an evaluation runs: it reads the snapshot it pinned, and the files of it."""
+    while an evaluation runs: it reads the snapshot it pinned, and the files of it; or, with
+    `catalog_busy` too, while another process kept the catalog from being compacted."""
     pending = pending_erasures(con, reason)
     done = {"erasures_finished": 0, "purge_deferred": 0}
     if not pending:
@@ -283,7 +284,8 @@ def finish_erasures(
         return done
     done["catalog_scrubbed"] = int(scrub_catalog(con, step, pending))
     if not done["catalog_scrubbed"]:
-        done["purge_deferred"] = 1  # its old values are still in the catalog
+        # Its old values are still in the catalog: another process holds it open.
+        done["purge_deferred"] = done["catalog_busy"] = 1
         return done
     ids = ", ".join(sql_string(i) for i in pending)
     details = orjson.dumps(
@@ -381,20 +383,24 @@ def scrub_catalog(
         _in_sqlite(path, "BEGIN IMMEDIATE", _TABLE_TEXT_BOUNDS.format(m=""), "COMMIT")
         return True
 
+    def compact() -> list[tuple[Any, ...]]:
+        _in_sqlite(path, "VACUUM")
+        # A reader on an older page set makes the checkpoint stop short, without an error:
+        # the old pages would then stay in the database file.
+        busy, logged, copied = _in_sqlite(path, "PRAGMA wal_checkpoint(TRUNCATE)")
+        if busy or logged != copied:
+            raise sqlite3.OperationalError("the catalog's write-ahead log is in use")
+        return []
+
     deadline = time.monotonic() + deadline_s
-    bounds_reset = vacuumed = False
+    bounds_reset = False
     while True:
         try:
             if not bounds_reset:  # SQLite refusing the reset raises, and is retried here
                 bounds_reset = _reset_bounds(con, step, erase_ids, reset_sqlite_bounds)
-            if not vacuumed:
-                _in_sqlite(path, "VACUUM")
-                vacuumed = True
-            # A reader on an older page set makes the checkpoint stop short, without an error:
-            # the old pages would then stay in the database file.
-            busy, logged, copied = _in_sqlite(path, "PRAGMA wal_checkpoint(TRUNCATE)")
-            if busy or logged != copied:
-                raise sqlite3.OperationalError("the catalog's write-ahead log is in use")
+            # In a step, as every writer commits: in the commit turn, and (in a collector's
+            # maintenance) with its writer paused, so that no commit reads the catalog between.
+            step(compact, "compact catalog")
             return True
         except sqlite3.OperationalError as exc:
             if time.monotonic() > deadline:
@@ -688,6 +694,6 @@ def oldest_kept(con: duckdb.DuckDBPyConnection) -> dict[str, dt.datetime | None]
                    (SELECT min(time) FROM {ALIAS}.logs),
                    (SELECT min(created_at) FROM {ALIAS}.scores),
                    (SELECT min(started_at) FROM {ALIAS}.eval_runs)"""
-    ).fetchone()
+    ).fetchall()  # not fetchone: a result left unread keeps a read of the catalog open
     keys = ("oldest_span", "oldest_log_record", "oldest_score", "oldest_run")
-    return dict(zip(keys, row or (None,) * 4, strict=True))
+    return dict(zip(keys, row[0] if row else (None,) * 4, strict=True))

@@ -52,6 +52,23 @@ def single_writer(location: LakeLocation, what: str = "collector") -> Iterator[N
         handle.close()
 
 
+def writer_pid(directory: Path | None, what: str = "collector") -> int | None:
+    """The process id of the `single_writer` (a collector) holding the embedded lake in
+    `directory` now, or None: none holds it (or it is not embedded)."""
+    path = directory / f"{what}.lock" if directory is not None else None
+    if path is None or not path.exists():
+        return None
+    import fcntl
+
+    with path.open("r") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            text = handle.read().strip()
+            return int(text) if text.isdigit() else 0
+        return None  # closing the file releases the shared lock just taken
+
+
 def _lock_key(location: LakeLocation, name: str) -> int:
 
     digest = hashlib.sha256(f"spanscore:{name}:{location.metadata_schema or ''}".encode())

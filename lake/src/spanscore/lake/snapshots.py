@@ -186,6 +186,12 @@ def _evaluation_running(con: duckdb.DuckDBPyConnection) -> bool:
     return bool(row and row[0])
 
 
+def running_evaluations(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The ids of the evaluations running now, as maintenance sees them (oldest first)."""
+    rows = con.execute(f"SELECT run_id FROM {_RUNNING_EVALUATIONS} ORDER BY started_at").fetchall()
+    return [str(r[0]) for r in rows]
+
+
 def data_size(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
     """The lake's size as its catalog records it, per table: `bytes` and `files` of the data
     and delete files the current snapshot reads, and `retained_bytes` of those only older

@@ -69,13 +69,13 @@ class ReportOptions:
 
 
 def resolve_run(con: duckdb.DuckDBPyConnection, spec: str | None = "latest") -> str:
-    """A run id from `latest` (the newest finished run, else the newest), a run id, or a
-    unique prefix of one."""
+    """A run id from `latest` (the newest finished run, a simulation's only when no other is:
+    `store.latest_run`; else the newest), a run id, or a unique prefix of one."""
     if spec is None or spec == "latest":
-        newest = store.runs(con, finished=True, limit=1) or store.runs(con, limit=1)
-        if not newest:
+        newest = store.latest_run(con) or next(iter(store.runs(con, limit=1)), None)
+        if newest is None:
             raise ReportError("no evaluation run in this lake yet (run `spanscore evaluate`)")
-        return newest[0].run_id
+        return newest.run_id
     ids = [r.run_id for r in store.runs(con, prefix=spec)]
     if spec in ids:
         return spec

@@ -5,7 +5,8 @@ to the span it judges:
 - a verdict about one tool call (its details name a `span_id`, a `call_id`, or list exactly one
   call in `calls`) goes to that tool call's span;
 - a verdict about one turn (`turn_index` in its details, 0-based) to the turn's last model call;
-- any other verdict to the conversation's last GenAI span (model call or tool call).
+- any other verdict to the conversation's last GenAI span (model call or tool call), or, in a
+  conversation with no such step (one answer, no tool asked for), to its first span.
 A conversation with no span left (expired, erased) gets an event without trace context, found
 by its `gen_ai.conversation.id`.
 
@@ -231,10 +232,25 @@ def _conversation_spans(
 ) -> dict[str, _Spans]:
     if not conversation_ids:
         return {}
-    return {
+    found = {
         t.conversation_id: _spans_of(t)
         for t in load_trajectories(con, conversation_ids=conversation_ids)
     }
+    # A conversation with no model or tool call step (one answer, no tool asked for): its
+    # events go to its first span, so that they still sit in its trace.
+    bare = [c for c in conversation_ids if c not in found or found[c].last is None]
+    if bare:
+        rows = con.execute(
+            "SELECT conversation_id, min_by(trace_id, (start_time, span_id)), "
+            "min_by(span_id, (start_time, span_id)) FROM spans "
+            "WHERE conversation_id IN (SELECT unnest(?::VARCHAR[])) "
+            "AND trace_id IS NOT NULL AND span_id IS NOT NULL GROUP BY conversation_id",
+            [bare],
+        ).fetchall()
+        for conversation_id, trace_id, span_id in rows:
+            spans = found.setdefault(str(conversation_id), _Spans({}, {}, {}, None))
+            spans.last = Target(str(trace_id), str(span_id))
+    return found
 
 
 def evaluation_events(

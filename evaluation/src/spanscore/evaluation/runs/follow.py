@@ -20,7 +20,8 @@ What the follower scored is skipped, and a period's run counts only what it scor
 the follower's first pass, what earlier runs scored in its window, as a nightly run does).
 
 Passes write into one run per period (`period_s`, aligned to the clock: hourly runs start on
-the hour), so reports, gates and `compare` see runs as they see nightly ones. A period's run
+the hour), so reports, gates and `compare` see runs as they see nightly ones. A period whose
+passes found nothing to score leaves no run. A period's run
 closes when the period ends, or when the follower stops (SIGTERM, Ctrl-C): its window ends
 where its last pass ended, its summary covers every conversation its passes found, and its
 gates are checked. A follower killed with kill -9 leaves its run `running`; the next one, on
@@ -62,6 +63,7 @@ from spanscore.evaluation.runs.store import (
     _insert_run,
     _set_details,
     _write_scores,
+    forget_run,
     pin_snapshot,
     scored_conversations,
     set_window_end,
@@ -221,6 +223,13 @@ class Follower:
         assert period is not None
         result = period.result
         self._last_end = result.window_end
+        if not period.sample:
+            # Nothing to score this period: no run (a quiet hour is no failed gate, and no run
+            # that `previous` or `report latest` should find). The next period starts where
+            # this one ended; a restarted follower looks again from the last recorded run.
+            forget_run(con, result.run_id)
+            self.closed += 1
+            return
         if self._committed_since is not None:
             follow = {"period_s": self.settings.period_s, "ends": period.ends.isoformat()}
             follow["committed_since"] = self._committed_since.isoformat()

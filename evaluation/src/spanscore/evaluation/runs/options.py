@@ -62,6 +62,12 @@ class Progress:
         return (self.total - self.done) / self.rate if self.rate > 0 else None
 
 
+class NothingNew(Exception):
+    """The previous run of this suite looked past now minus the settle time (it ran with a
+    shorter --settle, or a follower did): no conversation can be new yet. Nothing was
+    recorded."""
+
+
 class WindowError(ValueError):
     """The window cannot be evaluated (its start is after its end); nothing was recorded."""
 

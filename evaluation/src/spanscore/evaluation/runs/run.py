@@ -42,6 +42,7 @@ from spanscore.evaluation.runs.gates import (
 from spanscore.evaluation.runs.judge_rounds import _judge_in_batches, _judged_batches
 from spanscore.evaluation.runs.options import (
     _RUN_GC_THRESHOLD,
+    NothingNew,
     Progress,
     RunOptions,
     WindowError,
@@ -144,6 +145,12 @@ def _run(
         since, since_from = _default_since(con, suite)
         # What the previous run could not see yet, however early it ended, is found too.
         committed_since = late_commits_since(con, suite, since)
+    if since is not None and since > until and options.since is None and options.until is None:
+        raise NothingNew(
+            f"nothing new yet: the window would start at {_shown(since)} ({since_from}), "
+            f"after now minus --settle {_duration(options.settle_s)} ({_shown(until)}). A "
+            "later run scores what ends after it; --since or --last scores an earlier window"
+        )
     if since is not None and since > until:
         given = options.since is not None
         if given and options.until is not None and until == options.until:

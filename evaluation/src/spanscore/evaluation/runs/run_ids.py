@@ -1,11 +1,13 @@
 """Naming evaluation runs on the command line: a run id, a unique prefix of one, `latest` (the
-most recently started run that is not still running) or `previous` (the one before it)."""
+most recently started run that is not still running, a simulation's only when no other is) or
+`previous` (the completed run of the same suite, and of the same kind, that started before
+it: `store.latest_run`, `store.previous_run`)."""
 
 from __future__ import annotations
 
 import duckdb
 
-from spanscore.evaluation.runs.store import runs
+from spanscore.evaluation.runs.store import latest_run, previous_run, runs
 
 __all__ = ["RunNotFound", "resolve_run"]
 
@@ -18,13 +20,19 @@ def resolve_run(con: duckdb.DuckDBPyConnection, name: str, *, suite: str | None 
     """The run id `name` stands for (optionally among the runs of one suite)."""
     name = name.strip()
     if name in ("latest", "previous"):
-        newest = runs(con, suite=suite, finished=True, limit=2)
-        index = 0 if name == "latest" else 1
-        if len(newest) <= index:
-            count = "no finished run" if not newest else "only one finished run"
+        found = latest_run(con, suite=suite)
+        if found is not None and name == "previous":
+            earlier = previous_run(con, found.run_id)
+            if earlier is None:
+                raise RunNotFound(
+                    f"no previous run: the lake holds no completed run of suite "
+                    f"{found.suite_name!r} before the latest, {found.run_id}"
+                )
+            return earlier.run_id
+        if found is None:
             scope = f" of suite {suite!r}" if suite else ""
-            raise RunNotFound(f"no {name} run: the lake holds {count}{scope}")
-        return newest[index].run_id
+            raise RunNotFound(f"no {name} run: the lake holds no finished run{scope}")
+        return found.run_id
     if not name:
         raise RunNotFound("an empty run id")
     ids = [r.run_id for r in runs(con, suite=suite, prefix=name)]

@@ -228,13 +228,30 @@ def runs(
     return _rows(con.execute(sql, params), RunRow)
 
 
+def latest_run(con: duckdb.DuckDBPyConnection, *, suite: str | None = None) -> RunRow | None:
+    """The newest finished run (of `suite`): a simulation's only when the lake holds no other
+    (a simulation scores no production window: it is named by its id when wanted)."""
+    found = _rows(
+        con.execute(
+            f"SELECT {_RUN_SELECT} FROM eval_runs WHERE status <> 'running' "
+            "AND (? IS NULL OR suite_name = ?) "
+            "ORDER BY simulation_id IS NOT NULL, started_at DESC, run_id DESC LIMIT 1",
+            [suite, suite],
+        ),
+        RunRow,
+    )
+    return found[0] if found else None
+
+
 def previous_run(con: duckdb.DuckDBPyConnection, run_id: str) -> RunRow | None:
-    """The suite's completed run (`COMPLETED`) that started last before this one."""
+    """The suite's completed run (`COMPLETED`) that started last before this one, of the same
+    kind (a simulation's before a simulation's run, else a production window's)."""
     found = _rows(
         con.execute(
             f"""
             SELECT {_select(EVAL_RUNS, "p")} FROM eval_runs p, eval_runs r
             WHERE r.run_id = ? AND p.suite_name = r.suite_name AND p.run_id <> r.run_id
+              AND (p.simulation_id IS NULL) = (r.simulation_id IS NULL)
               AND p.started_at < r.started_at AND list_contains(?, p.status)
             ORDER BY p.started_at DESC, p.run_id DESC LIMIT 1
             """,
