@@ -1,9 +1,9 @@
 """Benchmark: `spanscore simulate`, the simulator itself, against an agent that answers at once.
 
 A local OpenAI-compatible server in its own process (``spanscore.examples.llm_server
---users TURNS``) plays users who say ``--turns`` messages and then reach their goal; the agent
-is an async function in this process that answers at once. Each run uses a new embedded lake
-(no cached user turn). Printed:
+--users TURNS``) plays users who say ``--turns`` messages (their goal, then a fact they know
+each) and then reach their goal; the agent is an async function in this process that answers at
+once. Each run uses a new embedded lake (no cached user turn). Printed:
 
 - simulated turns per second, and the simulator's CPU per turn (target < 2 ms): the CPU this
   process spends on the turns of a run of ``--trials`` trials a scenario beyond one of half as
@@ -72,12 +72,18 @@ def start_users(turns: int, capacity: int | None, latency_ms: int) -> tuple[Any,
             time.sleep(0.05)
 
 
-def suite_file(directory: Path) -> Path:
+def facts(turns: int) -> list[str]:
+    """What a user knows: the users say their goal, then a fact a message (`ScenarioUsers`)."""
+    return [f"fact {j}" for j in range(1, turns)]
+
+
+def suite_file(directory: Path, turns: int) -> Path:
     path = directory / "suite.yaml"
     path.write_text(
         "name: simulate-bench\nscenarios:\n"
         + "".join(
-            f"  - {{id: s{i}, user: {{goal: 'goal {i}', profile: 'a user of the benchmark'}}}}\n"
+            f"  - {{id: s{i}, user: {{goal: 'goal {i}', profile: 'a user of the benchmark', "
+            f"knowledge: {facts(turns)}}}}}\n"
             for i in range(SCENARIOS)
         )
     )
@@ -104,11 +110,11 @@ class Run:
         return int(self.result.user.get("calls", 0))
 
 
-def run(directory: Path, url: str, trials: int, concurrency: int) -> Run:
+def run(directory: Path, url: str, trials: int, concurrency: int, turns: int) -> Run:
     """One simulation on a new lake."""
     lake = directory / f"lake-{time.monotonic_ns()}"
     connect(lake, create=True).close()
-    suite = load_suite(suite_file(directory))
+    suite = load_suite(suite_file(directory, turns))
     options = SimulationOptions(
         trials=trials,
         max_turns=1000,
@@ -144,7 +150,7 @@ def floor_cpu_per_call(url: str, calls: int, concurrency: int, turns: int) -> fl
     from spanscore.evaluation.llm.http import judge_http_client
     from spanscore.evaluation.suites.users import SimulatedUser
 
-    user = SimulatedUser(goal="goal 0", profile="a user of the benchmark")
+    user = SimulatedUser(goal="goal 0", profile="a user of the benchmark", knowledge=facts(turns))
     history = [(f"message {i}", f"done: message {i}") for i in range(turns // 2)]
     request = next_turn_request(user, history, scenario_id="s0", seed=0, trial=1)
     body = orjson.dumps(
@@ -194,8 +200,8 @@ def main() -> None:
         # 1. The simulator's own speed and CPU, the user model answering at once.
         server, url = start_users(args.turns, None, 0)
         try:
-            half = run(directory, url, max(1, args.trials // 2), args.concurrency)
-            whole = run(directory, url, args.trials, args.concurrency)
+            half = run(directory, url, max(1, args.trials // 2), args.concurrency, args.turns)
+            whole = run(directory, url, args.trials, args.concurrency, args.turns)
             extra_questions = whole.questions - half.questions
             floor = floor_cpu_per_call(url, extra_questions, args.concurrency, args.turns)
         finally:
@@ -220,7 +226,7 @@ def main() -> None:
         server, url = start_users(args.turns, args.capacity, args.latency_ms)
         try:
             trials = max(1, (args.capacity * 40) // SCENARIOS)
-            limited = run(directory, url, trials, args.capacity * 4)
+            limited = run(directory, url, trials, args.capacity * 4, args.turns)
         finally:
             server.terminate()
             server.wait()

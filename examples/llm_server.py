@@ -25,7 +25,8 @@ structured outputs, slow or held batches; counters say what happened. They are p
 that may be changed while serving; `ScriptedLLM` lists them.
 
 Run it by hand with ``python -m spanscore.examples.llm_server --port 8000`` (``--capacity 4
---delay-ms 200`` for a slow provider with a rate limit).
+--delay-ms 200`` for a slow provider with a rate limit; ``--users 6`` for the simulated users of
+any suite, `user_policy.ScenarioUsers`).
 """
 
 from __future__ import annotations
@@ -1870,7 +1871,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--users",
         type=int,
         metavar="TURNS",
-        help="answer as simulated users that say TURNS messages, then reach their goal",
+        help="answer as simulated users that follow their scenario: the goal, then each "
+        "fact they know, a message each (TURNS at most), then the goal is reached",
     )
     parser.add_argument("--quiet", action="store_true", help="do not log every request")
     args = parser.parse_args(argv)
@@ -1880,9 +1882,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         policy = ScriptedJudge()
     if args.users is not None:
-        from .user_policy import CountingUsers
+        from .user_policy import ScenarioUsers
 
-        policy = CountingUsers(args.users)
+        policy = ScenarioUsers(args.users)
     with ScriptedLLM(
         policy,
         host=args.host,

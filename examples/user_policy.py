@@ -8,12 +8,17 @@ the scenario by the user's goal in the system prompt, picks one of that scenario
 scenario with a polite and a pushy plan alternate between them), and says the plan's user
 messages one by one; after the last one it ends the conversation with `goal_reached`. It
 answers in the JSON shape the simulator asks for (`message`, `outcome`).
+
+`ScenarioUsers` plays the users of any suite (``python -m spanscore.examples.llm_server
+--users TURNS``): each says its goal, then what it knows, a message each.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+
+from spanscore.evaluation.simulation.user_model import read_scenario
 
 from .customer_service.scripted import Conversation, conversations
 from .llm_server import LLMRequest, Reply
@@ -48,15 +53,25 @@ class ScriptedUsers:
         return json.dumps({"message": plan.turns[said].user, "outcome": "continue"})
 
 
-class CountingUsers:
-    """Users that say `turns` numbered messages and then reach their goal, whatever the
-    scenario: a user model that costs nothing to think, for the simulation benchmark."""
+class ScenarioUsers:
+    """Users that follow their scenario, whatever it is, for a simulation without an API key
+    (``python -m spanscore.examples.llm_server --users TURNS``) and the simulation benchmark.
+
+    A user says its goal first (unless the scenario's `opening` said something before), then
+    each fact of its `knowledge`, one a message, in order, and then ends the conversation
+    with `goal_reached`: at most `turns` messages in all. It reads its scenario from the
+    system prompt `spanscore simulate` writes, so an agent that does what the goal asks, with
+    the facts it is given, passes. It does not read the agent's replies: a fact comes in its
+    turn, whatever the agent asked."""
 
     def __init__(self, turns: int) -> None:
         self.turns = turns
 
     def __call__(self, request: LLMRequest) -> Reply:
+        system = request.messages[0].text if request.messages else ""
+        goal, facts = read_scenario(system)
+        plan = [goal, *facts][: self.turns] if goal else []
         said = sum(1 for m in request.messages if m.role == "assistant")
-        if said >= self.turns:
+        if said >= len(plan):
             return json.dumps({"message": "", "outcome": "goal_reached"})
-        return json.dumps({"message": f"message {said + 1}", "outcome": "continue"})
+        return json.dumps({"message": plan[said], "outcome": "continue"})

@@ -398,6 +398,33 @@ def test_agent_faults_end_their_own_trial_and_the_others_go_on(
     assert "ended: agent_error after 1 user message" in shown.output
     assert "ERROR  RuntimeError: the agent crashed on purpose" in shown.output
     assert "turn 0  user: hello" in shown.output
+    # As JSON: the trajectory document (no span, no turn, and a warning that says so), with
+    # the simulation's record as one more key.
+    as_json = CliRunner().invoke(
+        main, ["show", raised["conversation_id"], "--lake", str(tmp_path / "lake"), "--json"]
+    )
+    trajectory = json.loads(as_json.stdout)
+    assert (trajectory["conversation_id"], trajectory["turns"]) == (raised["conversation_id"], [])
+    assert trajectory["warnings"] == [
+        "the agent recorded no spans: `simulation.turns` has the turns"
+    ]
+    assert trajectory["simulation"]["stop_reason"] == "agent_error"
+    assert [t["user_message"] for t in trajectory["simulation"]["turns"]] == ["hello"]
+    # None of these agents records a span. Those that failed on their first message say why;
+    # only the one that answered asks whether the agent is instrumented.
+    simulation = document(result)["simulation"]
+    failed, silent = simulation["warnings"]
+    assert failed.startswith(
+        "3 of the 4 simulated conversations have no spans in the lake because the agent failed "
+        "on their first message before any span of theirs was recorded: agent_error in 2 (e.g. "
+    )
+    assert "timeout in 1 (e.g. " in failed
+    assert "the agent did not answer within 1 s" in failed
+    assert "instrumented" not in failed
+    assert silent.startswith(
+        "1 of the 4 simulated conversations have no spans in the lake although the agent "
+        f"answered (e.g. {simulation['simulation_id']}/fine/t1): is the agent instrumented"
+    )
     recorded = query(
         tmp_path / "lake",
         "SELECT scenario_id, stop_reason, error IS NOT NULL FROM simulated_conversations "

@@ -110,19 +110,35 @@ def show_command(lake: str, as_json: bool, conversation_id: str) -> None:
     if trajectory is None and simulated is None:
         raise click.ClickException(f"no conversation {conversation_id!r} in {lake}")
     if as_json:
-        document = json.loads(trajectory.model_dump_json()) if trajectory is not None else None
-        if simulated is not None:
-            trial, turns = simulated
-            document = {
-                "trajectory": document,
-                "simulation": {**vars(trial), "turns": [vars(t) for t in turns]},
-            }
-        click.echo(json.dumps(document, indent=2, default=str))
+        click.echo(json.dumps(show_document(conversation_id, trajectory, simulated), indent=2))
         return
     if trajectory is not None:
         click.echo("\n".join(render_trajectory(trajectory)))
     if simulated is not None:
         click.echo("\n".join(render_simulation(*simulated, spans=trajectory is not None)))
+
+
+def show_document(
+    conversation_id: str, trajectory: Any, simulated: tuple[Any, list[Any]] | None
+) -> dict[str, Any]:
+    """`show --json`: the trajectory document, whatever the conversation; a simulated one has
+    one more key, `simulation` (the trial and its turns as the simulator recorded them). With
+    no span recorded, the trajectory is an empty one that says so, so `.turns` is always
+    there."""
+    if trajectory is None:
+        from spanscore.evaluation import Trajectory
+
+        trajectory = Trajectory(
+            conversation_id=conversation_id,
+            warnings=["the agent recorded no spans: `simulation.turns` has the turns"],
+        )
+    document: dict[str, Any] = json.loads(trajectory.model_dump_json())
+    if simulated is not None:
+        trial, turns = simulated
+        document["simulation"] = json.loads(
+            json.dumps({**vars(trial), "turns": [vars(t) for t in turns]}, default=str)
+        )
+    return document
 
 
 def render_simulation(trial: Any, turns: list[Any], *, spans: bool) -> list[str]:

@@ -10,7 +10,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -46,7 +46,8 @@ from .options import (
     envvar="SPANSCORE_SIMULATE_ENDPOINT",
     metavar="URL",
     help="OTLP/HTTP endpoint of the collector that stores the agent's spans in the lake "
-    "(default: a private collector on --lake, started and stopped by this command).",
+    "(default: the collector running on --lake, where it records that it listens; else a "
+    "private one on --lake, started and stopped by this command).",
 )
 @option(
     "--trials",
@@ -327,10 +328,8 @@ def simulate_command(
         if endpoint is not None:  # else the agent's spans would be lost, silently
             asyncio.run(reachable(endpoint, "the collector"))
         check_user_model(user_model_config(suite, options.user_model), options.environ)
-        with _span_route(lake, endpoint, python_agent=python_agent):
-            # A Python agent is imported once the process is instrumented (its module may
-            # create clients at import).
-            target = target or make_target(agent, settings)
+        with _span_route(lake, endpoint, echo) as route:
+            target = target or _python_agent(agent, settings, route)
             result = simulate(lake, suite, target, options, resume=resume, echo=echo)
     except SuiteError as exc:
         click.echo(f"Error: the suite cannot be simulated:\n{exc}", err=True)
@@ -338,7 +337,7 @@ def simulate_command(
     except TargetError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    # The spans are in the lake now (flushed, the private collector stopped): say which
+    # The spans are in the lake now (flushed and committed): say which
     # finished conversations have none, since those can only fail when judged.
     con = open_lake_or_fail(lake, read_only=True)
     try:
@@ -346,12 +345,7 @@ def simulate_command(
         spanless = sorted(set(ran) - records.conversations_with_spans(con, ran))
     finally:
         con.close()
-    if spanless:
-        result.warnings.append(
-            f"{len(spanless)} of the {len(ran)} simulated conversations have no spans in the "
-            f"lake (e.g. {spanless[0]}): is the agent instrumented, and do its spans reach "
-            "the collector? Unscored trials count as failed"
-        )
+    result.warnings.extend(_spanless_warnings(result.outcomes, spanless, len(ran)))
     summary = _summary(result)
     code = result.exit_code
     if fmt == "text":
@@ -371,34 +365,115 @@ def simulate_command(
 
 
 @contextlib.contextmanager
-def _span_route(lake: str, endpoint: str | None, *, python_agent: bool) -> Iterator[None]:
-    """Where the agent's spans go while the simulation runs: `endpoint`, or a private collector
-    on the lake; a Python agent is instrumented to send them there. On the way out the spans
-    are flushed, and the private collector commits them before it stops."""
+def _span_route(lake: str, endpoint: str | None, echo: Callable[[str], object]) -> Iterator[str]:
+    """Where the agent's spans go while the simulation runs (yielded): `endpoint`; else the
+    collector already running on the lake; else a private collector on the lake, started here.
+    On the way out, a Python agent's spans are flushed, and the private collector commits them
+    before it stops."""
     import spanscore.instrumentation
 
     with contextlib.ExitStack() as stack:
         if endpoint is None:
-            from spanscore.collector import Collector, load_config
-
-            config = load_config(
-                overrides={
-                    "lake": lake,
-                    "grpc_port": 0,
-                    "http_port": 0,
-                    "maintenance_interval_s": 0,
-                }
-            )
-            collector = stack.enter_context(Collector(config))
-            endpoint = f"http://127.0.0.1:{collector.http_port}"
-        ours = python_agent and not spanscore.instrumentation.is_instrumented()
-        if ours:
-            spanscore.instrumentation.instrument(endpoint=endpoint, protocol="http/protobuf")
+            endpoint = _lake_collector(lake, stack, echo)
+        instrumented = spanscore.instrumentation.is_instrumented()
+        # The spans of an agent instrumented here (by its own `instrument()` or ours) go there.
+        stack.enter_context(spanscore.instrumentation.redirect(endpoint))
         try:
-            yield
+            yield endpoint
         finally:
-            if ours:
+            if not instrumented:
                 spanscore.instrumentation.uninstrument()  # flushes the spans
+
+
+def _python_agent(agent: str, settings: Any, endpoint: str) -> Any:
+    """Import a Python agent, its spans going to `endpoint` (`_span_route`). Its module is
+    imported before the process is instrumented, so that its own `instrument()` call, if it
+    makes one, sets the spans up as in production (the service name, the resource); an agent
+    that makes none is instrumented after (the `openai` shim patches the client classes, so
+    clients its module created are traced too)."""
+    import spanscore.instrumentation
+    from spanscore.evaluation.simulation.targets import make_target
+
+    target = make_target(agent, settings)
+    if not spanscore.instrumentation.is_instrumented():
+        spanscore.instrumentation.instrument(endpoint=endpoint, protocol="http/protobuf")
+    return target
+
+
+def _lake_collector(lake: str, stack: contextlib.ExitStack, echo: Callable[[str], object]) -> str:
+    """The OTLP/HTTP URL of the lake's collector: a private one started here (stopped with
+    `stack`), or the one already running on the lake, where it says it listens. One that does
+    not say, or asks for a token, is a `TargetError` that says to pass `--endpoint`."""
+    from spanscore.collector import Collector, load_config
+    from spanscore.evaluation.simulation.targets import TargetError, reachable
+    from spanscore.lake import LakeHeld
+
+    config = load_config(
+        overrides={"lake": lake, "grpc_port": 0, "http_port": 0, "maintenance_interval_s": 0}
+    )
+    try:
+        collector = stack.enter_context(Collector(config))
+    except LakeHeld as exc:
+        holder = exc.holder
+        url = holder.get("http")
+        running = f"a collector (pid {holder['pid']})" if "pid" in holder else "a collector"
+        if url is None:
+            raise TargetError(
+                f"{running} is already running on the lake {lake}, and it does not record "
+                "where it listens: pass --endpoint with its OTLP/HTTP URL (e.g. "
+                "http://127.0.0.1:4318; `spanscore status --endpoint URL` checks it)"
+            ) from None
+        if holder.get("auth") == "yes" or url.startswith("https:"):
+            raise TargetError(
+                f"{running} is already running on the lake {lake}, at {url}, and asks for a "
+                f"token or TLS: pass --endpoint {url}, with the token in "
+                "OTEL_EXPORTER_OTLP_HEADERS (authorization=Bearer%20TOKEN) and its CA in "
+                "OTEL_EXPORTER_OTLP_CERTIFICATE"
+            ) from None
+        asyncio.run(reachable(url, f"the lake's running collector (it records {url})"))
+        echo(f"{running} is already running on the lake: the agent's spans go to it, at {url}")
+        return url
+    return f"http://127.0.0.1:{collector.http_port}"
+
+
+# Stop reasons of a trial whose last turn the agent did not answer.
+_AGENT_FAILED = ("agent_error", "timeout")
+
+
+def _spanless_warnings(outcomes: list[Any], spanless: list[str], ran: int) -> list[str]:
+    """What to say of the conversations with no span in the lake. One in which the agent
+    failed (raised, timed out) on its first message recorded nothing because of that failure;
+    one in which the agent answered at all should have spans: then its instrumentation, or the
+    way to the collector, is at fault."""
+    by_id = {o.conversation_id: o for o in outcomes}
+    failed: dict[str, list[Any]] = {}
+    silent = []
+    for cid in spanless:
+        outcome = by_id[cid]
+        answered = outcome.turns - (outcome.stop_reason in _AGENT_FAILED)
+        if answered == 0:
+            failed.setdefault(outcome.stop_reason, []).append(outcome)
+        else:
+            silent.append(cid)
+    warnings = []
+    if failed:
+        causes = "; ".join(
+            f"{reason} in {len(them)} (e.g. {them[0].conversation_id}: {them[0].error})"
+            for reason, them in sorted(failed.items())
+        )
+        count = sum(len(them) for them in failed.values())
+        warnings.append(
+            f"{count} of the {ran} simulated conversations have no spans in the lake because "
+            f"the agent failed on their first message before any span of theirs was recorded: "
+            f"{causes}. Their trials count as failed"
+        )
+    if silent:
+        warnings.append(
+            f"{len(silent)} of the {ran} simulated conversations have no spans in the lake "
+            f"although the agent answered (e.g. {silent[0]}): is the agent instrumented, and "
+            "do its spans reach the collector? Unscored trials count as failed"
+        )
+    return warnings
 
 
 def _summary(result: Any) -> dict[str, Any]:

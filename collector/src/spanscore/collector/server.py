@@ -92,7 +92,7 @@ class Collector:
         cfg = self.config
         self.location = lake.LakeLocation.parse(cfg.lake, cfg.data_path)
         self._single = contextlib.ExitStack()
-        self._single.enter_context(lake.single_writer(self.location))
+        record_holder = self._single.enter_context(lake.single_writer(self.location))
         try:
             self._con = lake.connect(self.location, create=True, memory_limit=cfg.memory_limit)
             # DuckDB keeps what it reads from data files (compaction reads a run's worth each
@@ -149,6 +149,8 @@ class Collector:
             )
             self.http_port = self._http.port
             self._spawn(self._http.serve_forever, "spanscore-http")
+            # Where it listens, for a process that finds the lake held (`simulate` sends there).
+            record_holder(http=self.http_url(), auth="yes" if self._token else "no")
             if self._grpc_port is not None:
                 self._grpc_port.start(self.http_port)
         except Exception:
@@ -169,6 +171,15 @@ class Collector:
             },
         )
         return self
+
+    def http_url(self) -> str:
+        """The URL this host reaches the OTLP/HTTP port at (a wildcard address is loopback)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(
+            self.config.host, self.config.host
+        )
+        host = f"[{host}]" if ":" in host else host
+        scheme = "https" if self.config.tls_cert is not None else "http"
+        return f"{scheme}://{host}:{self.http_port}"
 
     def __enter__(self) -> Collector:
         # `with start_collector(...)`: already started; a second start would leak the first.

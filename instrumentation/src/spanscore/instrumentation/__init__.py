@@ -43,7 +43,7 @@ Configuration (arguments win over the standard OpenTelemetry variables):
 
 from ._content import ContentPolicy, content_policy
 from ._conversation import ConversationSpanProcessor, conversation, current_values
-from ._setup import instrument, is_instrumented, uninstrument
+from ._setup import instrument, is_instrumented, redirect, uninstrument
 from ._tool import ToolExecution, tool
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "current_values",
     "instrument",
     "is_instrumented",
+    "redirect",
     "tool",
     "uninstrument",
 ]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import importlib.util
 import logging
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -33,6 +34,8 @@ SHIMS = (
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
+# Set by `redirect()`: where `instrument()` exports, whatever it is told.
+_route: dict[str, str] = {}
 _exit_handler_registered = False
 
 # While the exporter retries one batch against a collector that refuses (its queue is full,
@@ -171,6 +174,28 @@ def _exporter(protocol: str, endpoint: str | None, headers: dict[str, str] | Non
     return OTLPSpanExporter(endpoint=endpoint, headers=headers, timeout=_export_timeout())
 
 
+@contextlib.contextmanager
+def redirect(endpoint: str, *, protocol: str = "http/protobuf") -> Iterator[None]:
+    """While inside, `instrument()` exports to `endpoint` over `protocol`, whatever endpoint,
+    protocol or exporter it is given; the rest of its set-up stays the caller's: the service
+    name, the tracer provider and its resource, content capture and redaction.
+
+    `spanscore simulate` imports an agent inside it, so that the agent's own `instrument()`
+    call keeps its set-up (the simulated spans look like production's) while the spans go to
+    the simulation's collector, not production's. An `instrument()` made before the block is
+    left as it is."""
+    with _lock:
+        previous = dict(_route)
+        _route.clear()
+        _route.update(endpoint=endpoint, protocol=protocol)
+    try:
+        yield
+    finally:
+        with _lock:
+            _route.clear()
+            _route.update(previous)
+
+
 def instrument(
     *,
     service_name: str | None = None,
@@ -210,6 +235,8 @@ def instrument(
             log.warning("spanscore.instrumentation is already instrumented; ignoring")
             provider: TracerProvider = _state["provider"]
             return provider
+        if _route:  # `redirect()`: the spans go there, the rest of the set-up is the caller's
+            endpoint, protocol, exporter = _route["endpoint"], _route["protocol"], None
         current = trace.get_tracer_provider()
         owned = False
         if tracer_provider is not None:

@@ -32,7 +32,7 @@ from spanscore.lake.connection import (
     side_cursor,
 )
 from spanscore.lake.location import ALIAS, LakeError, LakeLocation, LakeVersionError, S3Settings
-from spanscore.lake.locks import commit_turn, elected, single_writer
+from spanscore.lake.locks import LakeHeld, commit_turn, elected, single_writer
 from spanscore.lake.maintenance import maintain
 from spanscore.lake.migrate import ensure_schema, include_log_records_in_views, schema_version
 from spanscore.lake.retry import is_interrupt, is_transient, retrying
@@ -53,6 +53,7 @@ __all__ = [
     "VIEWS",
     "Column",
     "LakeError",
+    "LakeHeld",
     "LakeLocation",
     "LakeVersionError",
     "S3Settings",

@@ -10,24 +10,49 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from spanscore.lake.location import LakeError, LakeLocation
 
 
+class LakeHeld(LakeError):
+    """`single_writer` refused: another process holds the lake. `holder` is what that process
+    recorded: its `pid`, and, once it listens, `http` (the URL of its OTLP/HTTP port) and
+    `auth` ("yes" when it asks for a token)."""
+
+    def __init__(self, message: str, holder: dict[str, str]) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+def _read_holder(text: str) -> dict[str, str]:
+    """The lock file's record: the pid on its first line, then one `key value` a line."""
+    lines = text.splitlines()
+    holder = {"pid": lines[0].strip()} if lines and lines[0].strip().isdigit() else {}
+    for line in lines[1:]:
+        key, _, value = line.strip().partition(" ")
+        if key and value:
+            holder[key] = value
+    return holder
+
+
 @contextlib.contextmanager
-def single_writer(location: LakeLocation, what: str = "collector") -> Iterator[None]:
-    """Hold an embedded lake for one writing service (a collector), or refuse at once.
+def single_writer(location: LakeLocation, what: str = "collector") -> Iterator[Callable[..., None]]:
+    """Hold an embedded lake for one writing service (a collector), or refuse at once
+    (`LakeHeld`, with what the holder recorded).
 
     An embedded lake's SQLite catalog is single-host, and one collector per lake is what its
     group commit is sized for: a second one is refused with a message that says what to do. The
     lock is an OS file lock, so it goes with the process however that ends. A lake with a
     PostgreSQL catalog takes any number of collectors, and this does nothing.
+
+    Yields `record(**fields)`, which writes into the lock file what another process may need
+    to know of the holder (`http=URL` where it listens: `spanscore simulate` sends there).
     """
     if location.directory is None:
-        yield
+        yield lambda **fields: None
         return
     import fcntl
 
@@ -38,16 +63,25 @@ def single_writer(location: LakeLocation, what: str = "collector") -> Iterator[N
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise LakeError(
-                f"another {what} is already running on the embedded lake {location.directory} "
-                "(its SQLite catalog serves one host and one collector): stop it, or put the "
-                "catalog on PostgreSQL (--lake postgresql://...) to run several collectors"
+            handle.seek(0)
+            holder = _read_holder(handle.read())
+            pid = f" (pid {holder['pid']})" if "pid" in holder else ""
+            raise LakeHeld(
+                f"another {what} is already running on the embedded lake {location.directory}"
+                f"{pid} (its SQLite catalog serves one host and one collector): "
+                "stop it, or put the catalog on PostgreSQL (--lake postgresql://...) to run "
+                "several collectors",
+                holder,
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        yield
+
+        def record(**fields: str) -> None:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n" + "".join(f"{k} {v}\n" for k, v in fields.items()))
+            handle.flush()
+
+        record()
+        yield record
     finally:
         handle.close()
 

@@ -153,7 +153,7 @@ class JudgeClient:
             params = (
                 [self.config.temperature, self.config.seed, self.config.max_tokens] if chat else []
             )
-            head = [PROMPT_FORMAT, self.config.family(), model, params]
+            head = [PROMPT_FORMAT, self.config.cache_scope(self.endpoint()), model, params]
             self._key_heads[request.kind] = head
         return _digest([*head, request.digest])
 

@@ -138,6 +138,11 @@ class JudgeConfig(BaseModel):
         host = re.sub(r"^[a-z]+://", "", url).split("/", 1)[0].split(":", 1)[0]
         return "compatible:" + host
 
+    def cache_scope(self, endpoint: str) -> str:
+        """What of the endpoint (the URL requests go to) a cache key names: the judge's
+        family, so that a judge's answers outlive a move of its server within the host."""
+        return self.family()
+
 
 def _dated_price(model: str) -> Price | None:
     """`gpt-4.1-mini-2025-04-14` is priced as `gpt-4.1-mini`."""

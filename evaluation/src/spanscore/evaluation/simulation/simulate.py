@@ -36,6 +36,7 @@ from spanscore.evaluation.simulation.targets import (
     Conversation,
     Target,
     TargetError,
+    reachable,
 )
 from spanscore.evaluation.simulation.user_model import (
     PURPOSE_PREFIX,
@@ -199,8 +200,10 @@ def user_model_config(suite: LoadedSuite, overrides: Mapping[str, Any]) -> Simul
 
 def check_user_model(config: SimulatorConfig, environ: Mapping[str, str] | None) -> None:
     """Refuse, before anything is recorded, a user model that would fail every call (no key
-    and no endpoint) or a cost budget that cannot be counted (no price): `TargetError`, in
-    the user model's own settings (the judge's checks speak of the judge's)."""
+    and no endpoint, or an endpoint that cannot be reached) or a cost budget that cannot be
+    counted (no price): `TargetError`, in the user model's own settings (the judge's checks
+    speak of the judge's). An endpoint that is down is refused even when the lake's cache
+    holds every turn: a replay would pass off the turns of a user model that is not there."""
     client = JudgeClient(config, environ=environ)
     if client.api_key() is None and client.base_url() is None and not config.is_azure():
         raise TargetError(
@@ -215,6 +218,7 @@ def check_user_model(config: SimulatorConfig, environ: Mapping[str, str] | None)
             "under the suite's simulator.prices (USD per million tokens: input, cached_input, "
             "output)"
         )
+    asyncio.run(reachable(client.endpoint(), "the user model"))
 
 
 @dataclass

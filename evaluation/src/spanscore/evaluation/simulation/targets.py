@@ -24,7 +24,6 @@ import concurrent.futures
 import contextlib
 import contextvars
 import importlib
-import importlib.util
 import inspect
 import json
 import sys
@@ -116,25 +115,43 @@ class Target(Protocol):
 # --- Python agents ---------------------------------------------------------------------------
 
 
+def _module_name(path: Path) -> tuple[str, Path]:
+    """The name a file is imported under, as its own code would import it: its stem, within
+    the packages (folders with an `__init__.py`) it sits in, and the folder that name is
+    found from. `agents/support.py` in a package `agents` is `agents.support`, so that its
+    classes (its exceptions' `error.type`) are named as in production, not after a name the
+    loader made up."""
+    path = path.resolve()
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts), folder
+
+
 def _load_module(spec: str) -> ModuleType:
     if spec.endswith(".py") or "/" in spec or "\\" in spec:
         path = Path(spec)
         if not path.is_file():
             raise TargetError(f"agent file {spec} not found")
-        name = f"spanscore_agent_{abs(hash(str(path.resolve())))}"
-        loader = importlib.util.spec_from_file_location(name, path)
-        if loader is None or loader.loader is None:
-            raise TargetError(f"cannot load {spec} as Python")
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[name] = module
-        sys.path.insert(0, str(path.resolve().parent))
-        try:
-            loader.loader.exec_module(module)
-        except Exception as exc:
-            raise TargetError(f"importing {spec} failed: {type(exc).__name__}: {exc}") from exc
+        name, root = _module_name(path)
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        module = _import(spec, name)
+        loaded = getattr(module, "__file__", None)
+        if loaded is None or Path(loaded).resolve() != path.resolve():
+            raise TargetError(
+                f"agent file {spec} would be imported as {name!r}, which is another module "
+                f"({loaded or 'built in'}): rename the file, or name the agent as module:NAME"
+            )
         return module
+    return _import(spec, spec)
+
+
+def _import(spec: str, name: str) -> ModuleType:
     try:
-        return importlib.import_module(spec)
+        return importlib.import_module(name)
     except ImportError as exc:
         raise TargetError(f"cannot import agent module {spec!r}: {exc}") from exc
     except Exception as exc:

@@ -46,6 +46,17 @@ ANSWER_SCHEMA: dict[str, Any] = {
 
 START = "(The conversation starts. Write your first message to the agent.)"
 
+# The headings of the system prompt's sections (changing one changes every cache key).
+AGENT_CONTEXT = "What you know about the agent:"
+PROFILE = "Who you are:"
+PERSONA = "How you speak and behave:"
+GOAL = "Your goal:"
+INSTRUCTIONS = "How you go about it:"
+KNOWLEDGE = "What you know (give each fact only when the conversation needs it, never all at once):"
+UNKNOWN = "What you do NOT know (if the agent asks for it, say you do not know; never make it up):"
+_END = "End the conversation when"
+_HEADINGS = (AGENT_CONTEXT, PROFILE, PERSONA, GOAL, INSTRUCTIONS, KNOWLEDGE, UNKNOWN, _END)
+
 
 def system_prompt(user: SimulatedUser) -> str:
     """What the user model is told about the user it plays."""
@@ -55,27 +66,21 @@ def system_prompt(user: SimulatedUser) -> str:
         "and never say that you are simulated.",
     ]
     if user.agent_context:
-        lines.append(f"\nWhat you know about the agent:\n{user.agent_context}")
+        lines.append(f"\n{AGENT_CONTEXT}\n{user.agent_context}")
     if user.profile:
-        lines.append(f"\nWho you are:\n{user.profile}")
+        lines.append(f"\n{PROFILE}\n{user.profile}")
     if user.persona:
-        lines.append(f"\nHow you speak and behave:\n{user.persona}")
-    lines.append(f"\nYour goal:\n{user.goal}")
+        lines.append(f"\n{PERSONA}\n{user.persona}")
+    lines.append(f"\n{GOAL}\n{user.goal}")
     if user.instructions:
-        lines.append(f"\nHow you go about it:\n{user.instructions}")
+        lines.append(f"\n{INSTRUCTIONS}\n{user.instructions}")
     if user.knowledge:
-        lines.append(
-            "\nWhat you know (give each fact only when the conversation needs it, never all "
-            "at once):\n" + "\n".join(f"- {fact}" for fact in user.knowledge)
-        )
+        lines.append(f"\n{KNOWLEDGE}\n" + "\n".join(f"- {fact}" for fact in user.knowledge))
     if user.unknown:
-        lines.append(
-            "\nWhat you do NOT know (if the agent asks for it, say you do not know; never "
-            "make it up):\n" + "\n".join(f"- {item}" for item in user.unknown)
-        )
+        lines.append(f"\n{UNKNOWN}\n" + "\n".join(f"- {item}" for item in user.unknown))
     stop = user.stop_when or "your goal is reached, or it clearly cannot be reached"
     lines.append(
-        f"\nEnd the conversation when {stop}.\n\n"
+        f"\n{_END} {stop}.\n\n"
         "Rules:\n"
         "- One message at a time, brief (under 50 words), in plain sentences, no lists.\n"
         "- Never invent facts you were not given; do not reveal everything at once.\n"
@@ -84,6 +89,29 @@ def system_prompt(user: SimulatedUser) -> str:
         "conversation) and `outcome` (`continue`, or `goal_reached` / `gave_up` to end it)."
     )
     return "\n".join(lines)
+
+
+def _section(prompt: str, heading: str) -> str | None:
+    start = prompt.find(f"\n\n{heading}\n")
+    if start < 0:
+        return None
+    body = start + len(heading) + 3
+    ends = [i for h in _HEADINGS if (i := prompt.find(f"\n\n{h}", body)) >= 0]
+    return prompt[body : min(ends, default=len(prompt))]
+
+
+def read_scenario(prompt: str) -> tuple[str, list[str]]:
+    """The goal and the facts the user knows, read back from a `system_prompt`: for a
+    scripted user model that follows its scenario (`spanscore.examples.user_policy`). A
+    prompt that is none gives no goal and no fact."""
+    goal = (_section(prompt, GOAL) or "").strip()
+    facts: list[str] = []
+    for line in (_section(prompt, KNOWLEDGE) or "").splitlines():
+        if line.startswith("- "):
+            facts.append(line[2:])
+        elif facts:  # a fact of several lines
+            facts[-1] += "\n" + line
+    return goal, facts
 
 
 def next_turn_request(

@@ -69,6 +69,12 @@ class SimulatorConfig(JudgeConfig):
     )
     max_tokens: int = Field(300, ge=1, description="longest user message, in tokens")
 
+    def cache_scope(self, endpoint: str) -> str:
+        """The whole endpoint, port and path included: a user model on another port or
+        server (restarted elsewhere, another one on the host) is another user model, and the
+        turns the first one wrote are not replayed for it."""
+        return endpoint.rstrip("/")
+
     @model_validator(mode="after")
     def _no_batch(self) -> SimulatorConfig:
         if self.batch:
