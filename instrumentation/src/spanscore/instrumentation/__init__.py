@@ -42,12 +42,18 @@ Configuration (arguments win over the standard OpenTelemetry variables):
 """
 
 from ._content import ContentPolicy, content_policy
-from ._conversation import ConversationSpanProcessor, conversation, current_values
+from ._conversation import (
+    ConversationInstrumentor,
+    ConversationSpanProcessor,
+    conversation,
+    current_values,
+)
 from ._setup import instrument, is_instrumented, uninstrument
 from ._tool import ToolExecution, tool
 
 __all__ = [
     "ContentPolicy",
+    "ConversationInstrumentor",
     "ConversationSpanProcessor",
     "ToolExecution",
     "content_policy",
