@@ -11,14 +11,17 @@ contract: dependencies, entry points, repeatable instrument() / uninstrument()."
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
 from spanscore.evaluation import load_trajectory, open_lake
 from spanscore.examples.customer_service.scripted import Conversation, Turn
@@ -210,3 +213,193 @@ def test_langchain_app(serve: tuple[ServeProcess, Path], llm: ScriptedLLM) -> No
     explicit, zero = both_ways("langchain_app.py", serve, llm, "langchain")
     assert_the_planned_conversation(zero)
     assert zero == explicit
+
+
+# --- the standard variables: what turns things off, the other protocol ------------------------
+
+
+def wait_for_spans(lake: Path, sql_where: str, params: list[Any], count: int) -> None:
+    sql = f"SELECT count(*) FROM spans WHERE {sql_where}"
+    wait_for(lambda: query(lake, sql, params) == [(count,)], timeout=60)
+
+
+@pytest.mark.slow
+def test_disabled_instrumentations_are_skipped(
+    serve: tuple[ServeProcess, Path], llm: ScriptedLLM
+) -> None:
+    """OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names our entry points: without `spanscore_mcp`
+    the model calls are recorded, the MCP tool calls not."""
+    collector, lake = serve
+    env = environment(collector, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="spanscore_mcp")
+    run_app("zero-code", "mcp_app.py", llm, "mcp-disabled", env)
+    wait_for_spans(lake, "conversation_id = ? AND operation = 'chat'", ["mcp-disabled"], 4)
+    rows = query(
+        lake,
+        "SELECT count(*) FILTER (WHERE operation = 'execute_tool'), "
+        "count(*) FILTER (WHERE scope_name = 'spanscore.instrumentation.mcp') "
+        "FROM spans WHERE conversation_id = ?",
+        ["mcp-disabled"],
+    )
+    assert rows == [(0, 0)]  # (the MCP SDK's own "MCP send ..." spans are there, no tool calls)
+
+
+@pytest.mark.slow
+def test_without_the_conversation_variable_no_conversation_is_stamped(
+    serve: tuple[ServeProcess, Path], llm: ScriptedLLM
+) -> None:
+    """SPANSCORE_CONVERSATION_CONTEXT is what puts the baggage's conversation id on the spans
+    in this mode: without it, each model call is a conversation of its own (its trace's)."""
+    collector, lake = serve
+    env = environment(collector, OTEL_SERVICE_NAME="unstamped-agent")
+    del env["SPANSCORE_CONVERSATION_CONTEXT"]
+    run_app("zero-code", "openai_app.py", llm, "unstamped", env)
+    wait_for_spans(lake, "service_name = ?", ["unstamped-agent"], 4)
+    assert span_count(lake, "unstamped") == 0
+
+
+@pytest.mark.slow
+def test_otlp_grpc(serve: tuple[ServeProcess, Path], llm: ScriptedLLM) -> None:
+    collector, lake = serve
+    env = environment(
+        collector,
+        OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.grpc_port}",
+    )
+    run_app("zero-code", "openai_app.py", llm, "openai-grpc", env, "responses")
+    wait_for_spans(lake, "conversation_id = ?", ["openai-grpc"], 4)
+    rows = query(
+        lake,
+        "SELECT DISTINCT resource->>'$.\"deployment.environment\"', service_name FROM spans "
+        "WHERE conversation_id = ?",
+        ["openai-grpc"],
+    )
+    assert rows == [("zero-code-test", SERVICE)]
+
+
+# --- the instrumentors' contract, in this process ----------------------------------------------
+
+SHIMS = {
+    "spanscore_openai_agents": ("openai_agents", "OpenAIAgentsInstrumentor", "openai-agents"),
+    "spanscore_openai": ("openai_client", "OpenAIInstrumentor", "openai"),
+    "spanscore_langchain": ("langchain", "LangChainInstrumentor", "langchain-core"),
+    "spanscore_mcp": ("mcp", "MCPInstrumentor", "mcp"),
+}
+
+
+def test_each_shim_is_an_entry_point_with_its_dependencies() -> None:
+    from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+
+    found = {
+        e.name: e
+        for e in entry_points(group="opentelemetry_instrumentor")
+        if "spanscore" in e.value
+    }
+    assert sorted(found) == sorted([*SHIMS, "spanscore_conversation"])
+    for name, (module, cls, distribution) in SHIMS.items():
+        instrumentor = found[name].load()
+        assert instrumentor.__module__ == f"spanscore.instrumentation.{module}"
+        assert instrumentor.__name__ == cls
+        assert issubclass(instrumentor, BaseInstrumentor)
+        (requirement,) = instrumentor().instrumentation_dependencies()
+        assert requirement.startswith(f"{distribution} >= ")
+    conversation = found["spanscore_conversation"].load()
+    assert issubclass(conversation, BaseInstrumentor)
+    assert list(conversation().instrumentation_dependencies()) == []
+
+
+@pytest.mark.parametrize("name", sorted(SHIMS))
+def test_instrument_and_uninstrument_repeat(
+    name: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `opentelemetry-instrument` calls it (no arguments: the global provider, the content
+    policy from the environment), twice, then undone twice, then again."""
+    from spanscore.instrumentation import _content
+
+    monkeypatch.setenv("SPANSCORE_CAPTURE_TOOL_ARGUMENTS", "false")
+    (entry,) = [e for e in entry_points(group="opentelemetry_instrumentor") if e.name == name]
+    instrumentor = entry.load()()
+    try:
+        assert instrumentor.instrument() is True
+        assert instrumentor.is_instrumented
+        assert _content.content_policy().tool_arguments is False
+        with caplog.at_level(logging.WARNING):
+            assert instrumentor.instrument() is True
+        assert "already instrumented" in caplog.text
+        instrumentor.uninstrument()
+        assert not instrumentor.is_instrumented
+        instrumentor.uninstrument()  # does nothing
+        assert instrumentor.instrument(tracer_provider=TracerProvider()) is True
+    finally:
+        instrumentor.uninstrument()
+        _content.set_content_policy(_content.ContentPolicy())
+    assert not instrumentor.is_instrumented
+
+
+def test_uninstrument_leaves_a_later_wrapper_in_place() -> None:
+    """Another instrumentation wrapped `create` after ours: uninstrumenting ours keeps theirs,
+    and ours, left under it, records nothing more."""
+    import functools
+
+    from openai.resources.chat.completions import Completions
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from spanscore.instrumentation.openai_client import OpenAIInstrumentor
+
+    original = Completions.__dict__["create"]
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    assert OpenAIInstrumentor().instrument(tracer_provider=provider)
+    ours = Completions.__dict__["create"]
+    seen: list[str] = []
+
+    @functools.wraps(ours)
+    def theirs(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append("theirs")
+        return ours(self, *args, **kwargs)
+
+    Completions.create = theirs  # type: ignore[method-assign]
+    try:
+        OpenAIInstrumentor().uninstrument()
+        assert Completions.__dict__["create"] is theirs
+        with ScriptedLLM(ScriptedPolicy([PLAN])) as server:
+            import openai
+
+            client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+            client.chat.completions.create(
+                model=shop.MODEL, messages=[{"role": "user", "content": shop.TURN_2}]
+            )
+        assert seen == ["theirs"]
+        assert exporter.get_finished_spans() == ()
+    finally:
+        Completions.create = original  # type: ignore[method-assign]
+
+
+def test_the_conversation_instrumentor_follows_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from spanscore.instrumentation import ConversationInstrumentor, ConversationSpanProcessor
+
+    def stampers(provider: TracerProvider) -> list[Any]:
+        processors = provider._active_span_processor._span_processors
+        return [p for p in processors if isinstance(p, ConversationSpanProcessor)]
+
+    start = threading.Thread.start
+    provider = TracerProvider()
+    monkeypatch.delenv("SPANSCORE_CONVERSATION_CONTEXT", raising=False)
+    assert ConversationInstrumentor().instrument(tracer_provider=provider) is False
+    assert stampers(provider) == []
+    monkeypatch.setenv("SPANSCORE_CONVERSATION_CONTEXT", "true")
+    try:
+        assert ConversationInstrumentor().instrument(tracer_provider=provider) is True
+        assert ConversationInstrumentor().instrument(tracer_provider=provider) is True  # warned
+        assert len(stampers(provider)) == 1
+        assert threading.Thread.start is not start  # the context follows work into threads
+    finally:
+        ConversationInstrumentor().uninstrument()
+    assert stampers(provider) == []
+    assert threading.Thread.start is start
+    ConversationInstrumentor().uninstrument()  # does nothing
