@@ -5,6 +5,9 @@ OpenTelemetry baggage, so they follow the context: into nested calls, asyncio ta
 the context), and other services (W3C `baggage` header, with the default propagators). The
 `ConversationSpanProcessor` that `instrument()` installs copies them onto every span started
 in that context, whoever starts it: our shims or any other instrumentation on the provider.
+`ConversationInstrumentor` installs it (and carries the context into threads): `instrument()`
+always, `opentelemetry-instrument` (entry point `spanscore_conversation`) when
+SPANSCORE_CONVERSATION_CONTEXT is true.
 """
 
 from __future__ import annotations
