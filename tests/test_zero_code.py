@@ -403,3 +403,18 @@ def test_the_conversation_instrumentor_follows_its_variable(
     assert stampers(provider) == []
     assert threading.Thread.start is start
     ConversationInstrumentor().uninstrument()  # does nothing
+
+
+def test_the_package_stays_light() -> None:
+    """Production agents import it (and `opentelemetry-instrument` loads its entry points):
+    OpenTelemetry only, no other spanscore package, no DuckDB, no gRPC."""
+    program = (
+        "import sys, spanscore.instrumentation, spanscore.instrumentation.openai_client; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'duckdb', 'grpc', 'pyarrow'})); "
+        "print(sorted(m for m in sys.modules if m.startswith('spanscore.')"
+        " and not m.startswith('spanscore.instrumentation')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.splitlines() == ["[]", "[]"]
