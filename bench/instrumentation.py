@@ -25,16 +25,35 @@ not what an agent pays: the spans each phase exported are counted, those dropped
 the run fails when any were.
 
     .venv/bin/python bench/instrumentation.py
+
+With ``--zero-code``, in place of the above: the shims' overhead per tool call when
+`opentelemetry-instrument` loads them (no code change) and when `instrument()` does (the
+explicit way), in the same run, each against the same tool calls with no instrumentation.
+Each way is a child process (`bench/_shim_workload.py`: an Agents SDK function span, a
+LangChain tool run, an MCP `call_tool`, each a tool call a shim records) configured by the
+same OTEL_* variables and exporting OTLP/HTTP to a sink in this process that only counts the
+spans. Both ways get the same batch queue, large enough to hold every span of the run and sent
+only when the timing is over (OTEL_BSP_*): what is timed is the agent's side of each tool call,
+as above, not the encoding and sending, which a real agent's export thread does while the agent
+waits for its model. Spans missing at the sink are printed and fail the run. ``--repeat N``
+runs each way N times, interleaved, and keeps each workload's fastest.
+
+    .venv/bin/python bench/instrumentation.py --zero-code --calls 5000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -42,6 +61,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import spanscore.instrumentation as instrumentation
 from spanscore.instrumentation import _tool
+from spanscore.instrumentation._setup import QUEUE_SIZE
 
 TARGET_OVER_FLOOR_US = 20.0
 
@@ -129,10 +149,135 @@ class Drops:
         return f"  {dropped:,} spans DROPPED: not valid" if dropped else ""
 
 
+class OTLPSink:
+    """OTLP/HTTP on loopback that answers every export at once and counts its spans by
+    instrumentation scope."""
+
+    def __init__(self) -> None:
+        self.spans: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                counted: Counter[str] = Counter()
+                for resource in request.resource_spans:
+                    for scope in resource.scope_spans:
+                        counted[scope.scope.name] += len(scope.spans)
+                with sink._lock:
+                    sink.spans.update(counted)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def take(self) -> Counter[str]:
+        with self._lock:
+            counted, self.spans = self.spans, Counter()
+        return counted
+
+
+WORKLOAD = Path(__file__).with_name("_shim_workload.py")
+# (workload, the scope of the shim's spans, tool calls made per --calls: timed and warm-up)
+WORKLOADS: tuple[tuple[str, str, Callable[[int], int]], ...] = (
+    # and the `invoke_workflow` span of the SDK trace around them
+    ("agents", "spanscore.instrumentation.openai_agents", lambda n: n + min(1000, n) + 1),
+    ("langchain", "spanscore.instrumentation.langchain", lambda n: n + min(1000, n)),
+    ("mcp", "spanscore.instrumentation.mcp", lambda n: n // 20 + min(200, n // 20)),
+)
+
+
+def zero_code(calls: int, repeat: int) -> int:
+    from _preconditions import cannot_run, need_packages
+
+    need_packages("agents", "langchain_core", "mcp")
+    instrument_command = Path(sys.executable).with_name("opentelemetry-instrument")
+    if not instrument_command.exists():
+        cannot_run("opentelemetry-instrument is not installed (pip install opentelemetry-distro)")
+    sink = OTLPSink()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SPANSCORE_"))}
+    env.update(
+        OTEL_SERVICE_NAME="bench-agent",
+        OTEL_TRACES_EXPORTER="otlp",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.port}",
+    )
+    held = str(max(QUEUE_SIZE, 4 * calls))  # the run's spans: 2 (and some) per call at most
+    env.update(
+        OTEL_BSP_MAX_QUEUE_SIZE=held,
+        OTEL_BSP_MAX_EXPORT_BATCH_SIZE=held,
+        OTEL_BSP_SCHEDULE_DELAY=str(3_600_000),
+        OTEL_BSP_EXPORT_TIMEOUT=str(120_000),
+        OTEL_EXPORTER_OTLP_TIMEOUT="120",
+    )
+    commands = {
+        "off": [sys.executable, str(WORKLOAD), "off"],
+        "explicit": [sys.executable, str(WORKLOAD), "explicit"],
+        "zero-code": [str(instrument_command), sys.executable, str(WORKLOAD), "zero-code"],
+    }
+    best: dict[str, dict[str, float]] = {}
+    missing: dict[str, int] = {}
+    for _ in range(repeat):
+        for way, command in commands.items():
+            done = subprocess.run(
+                [*command, str(calls)], env=env, capture_output=True, text=True, check=False
+            )
+            if done.returncode != 0:
+                print(done.stderr[-3000:], file=sys.stderr)
+                print(f"instrumentation benchmark: the {way} run failed", file=sys.stderr)
+                return 1
+            figures = json.loads(done.stdout.strip().splitlines()[-1])
+            for name, value in figures.items():
+                best.setdefault(way, {})[name] = min(value, best.get(way, {}).get(name, value))
+            got = sink.take()
+            if way != "off":
+                for name, scope, made in WORKLOADS:
+                    short = made(calls) - got[scope]
+                    if short:
+                        missing[f"{way} {name}"] = missing.get(f"{way} {name}", 0) + short
+    print(f"per tool call, {calls:,} calls (MCP: {calls // 20:,}), fastest of {repeat} run(s)")
+    print(f"{'':12}{'off µs':>10}{'explicit µs':>13}{'ratio':>8}{'zero-code µs':>14}{'ratio':>8}")
+    for name, _, _ in WORKLOADS:
+        off = best["off"][name]
+        explicit, zero = best["explicit"][name], best["zero-code"][name]
+        print(
+            f"{name:12}{off:>10.1f}{explicit:>13.1f}{explicit / off:>8.2f}"
+            f"{zero:>14.1f}{zero / off:>8.2f}"
+        )
+    print(
+        f"spans missing at the sink: {sum(missing.values()):,}" + (f" {missing}" if missing else "")
+    )
+    if missing:
+        print("instrumentation benchmark: spans were dropped, so the figures are not valid")
+        return 1
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=50_000)
+    parser.add_argument(
+        "--zero-code",
+        action="store_true",
+        help="the shims loaded by opentelemetry-instrument vs by instrument(), vs none",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="with --zero-code: runs per way")
     args = parser.parse_args()
+    if args.zero_code:
+        return zero_code(args.calls, max(1, args.repeat))
     timed_calls = warm_up_calls(args.calls) + args.calls
 
     def off(i: int) -> Any:

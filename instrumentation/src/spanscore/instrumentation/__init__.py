@@ -20,6 +20,13 @@ an `execute_tool` span linked to the model's call id::
     @spanscore.instrumentation.tool
     def get_order(order_id: str) -> dict: ...
 
+No code change: each shim is an OpenTelemetry instrumentor (`BaseInstrumentor`) registered under
+the `opentelemetry_instrumentor` entry points `spanscore_openai_agents`, `spanscore_openai`,
+`spanscore_langchain` and `spanscore_mcp`, so `opentelemetry-instrument python app.py` loads
+them (the SDK configured by OTEL_* variables through opentelemetry-distro); the entry point
+`spanscore_conversation` (`ConversationInstrumentor`) puts the conversation processor on that
+SDK's provider when SPANSCORE_CONVERSATION_CONTEXT is true. `instrument()` uses the same classes.
+
 Conversation identity: every span started inside the block (by any instrumentation on the
 provider) carries ``gen_ai.conversation.id`` and the given attributes; it follows asyncio tasks
 and, through W3C baggage, calls to other services::
@@ -42,12 +49,18 @@ Configuration (arguments win over the standard OpenTelemetry variables):
 """
 
 from ._content import ContentPolicy, content_policy
-from ._conversation import ConversationSpanProcessor, conversation, current_values
+from ._conversation import (
+    ConversationInstrumentor,
+    ConversationSpanProcessor,
+    conversation,
+    current_values,
+)
 from ._setup import instrument, is_instrumented, redirect, uninstrument
 from ._tool import ToolExecution, tool
 
 __all__ = [
     "ContentPolicy",
+    "ConversationInstrumentor",
     "ConversationSpanProcessor",
     "ToolExecution",
     "content_policy",

@@ -126,7 +126,8 @@ _policy = ContentPolicy()
 
 
 def content_policy() -> ContentPolicy:
-    """The policy our shims apply (set by `instrument()`)."""
+    """The policy our shims apply: set by `instrument()`; from the environment when a shim is
+    instrumented on its own (by the application, or by `opentelemetry-instrument`)."""
     return _policy
 
 

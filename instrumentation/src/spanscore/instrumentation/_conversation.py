@@ -5,6 +5,9 @@ OpenTelemetry baggage, so they follow the context: into nested calls, asyncio ta
 the context), and other services (W3C `baggage` header, with the default propagators). The
 `ConversationSpanProcessor` that `instrument()` installs copies them onto every span started
 in that context, whoever starts it: our shims or any other instrumentation on the provider.
+`ConversationInstrumentor` installs it (and carries the context into threads): `instrument()`
+always, `opentelemetry-instrument` (entry point `spanscore_conversation`) when
+SPANSCORE_CONVERSATION_CONTEXT is true.
 """
 
 from __future__ import annotations
@@ -14,15 +17,19 @@ import contextvars
 import functools
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import TracebackType
 from typing import Any, TypeVar
 
-from opentelemetry import baggage, context
+from opentelemetry import baggage, context, trace
 from opentelemetry.context import Context
+
+# The module says `# type: ignore` of itself: to mypy it has no attributes.
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from . import _tool
+from . import _threads, _tool
+from ._content import _flag
 
 log = logging.getLogger("spanscore.instrumentation")
 
@@ -157,3 +164,71 @@ class ConversationSpanProcessor(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return True
+
+
+# --- on the provider: the processor, and the context carried into threads ----------------------
+
+CONVERSATION_CONTEXT = "SPANSCORE_CONVERSATION_CONTEXT"
+
+
+def remove_span_processors(provider: Any, processors: tuple[SpanProcessor, ...]) -> None:
+    """Take `processors` off an SDK provider (which has no public way to remove one)."""
+    multi = getattr(provider, "_active_span_processor", None)
+    procs = getattr(multi, "_span_processors", None)
+    if multi is not None and isinstance(procs, tuple):
+        # Its processor list is an immutable tuple, swapped under its own lock.
+        with multi._lock:
+            multi._span_processors = tuple(p for p in procs if p not in processors)
+
+
+class ConversationInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Puts a `ConversationSpanProcessor` on the tracer provider and carries the context into
+    threads (see `_threads`), so that `conversation(...)`, the `spanscore.*` baggage an upstream
+    service sent, and LangChain's thread id reach every span. Entry point: `spanscore_conversation`.
+
+    `instrument()` does it when `enabled` is true, or (not given, as under
+    `opentelemetry-instrument`) when `SPANSCORE_CONVERSATION_CONTEXT` is true; otherwise it
+    changes nothing and returns False. The provider is `tracer_provider`, else the global one,
+    which must be an SDK `TracerProvider`. `spanscore.instrumentation.instrument()` does it
+    always, on its provider, before it adds its exporter. `uninstrument()` takes both away.
+    """
+
+    _installed: tuple[Any, ConversationSpanProcessor] | None = None  # (provider, processor)
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ()  # OpenTelemetry's SDK only
+
+    def instrument(self, **kwargs: Any) -> bool:
+        if self.is_instrumented_by_opentelemetry:
+            super().instrument(**kwargs)  # warns, changes nothing
+            return True
+        super().instrument(**kwargs)
+        if ConversationInstrumentor._installed is None:
+            self._is_instrumented_by_opentelemetry = False
+        return ConversationInstrumentor._installed is not None
+
+    def _instrument(self, **kwargs: Any) -> None:
+        enabled = kwargs.get("enabled")
+        if enabled is None:
+            enabled = _flag(CONVERSATION_CONTEXT, default=False)
+        if not enabled:
+            return
+        provider: Any = kwargs.get("tracer_provider") or trace.get_tracer_provider()
+        if not callable(getattr(provider, "add_span_processor", None)):
+            log.warning(
+                "%s is on, but the tracer provider is not OpenTelemetry's SDK provider (%s): "
+                "conversation ids are not stamped on spans",
+                CONVERSATION_CONTEXT,
+                type(provider).__name__,
+            )
+            return
+        processor = ConversationSpanProcessor()
+        provider.add_span_processor(processor)
+        _threads.patch()
+        ConversationInstrumentor._installed = (provider, processor)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        installed, ConversationInstrumentor._installed = ConversationInstrumentor._installed, None
+        if installed is not None:
+            remove_span_processors(installed[0], (installed[1],))
+            _threads.restore()

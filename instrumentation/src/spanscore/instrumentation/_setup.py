@@ -18,9 +18,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from . import _threads, _tool
+from . import _tool
 from ._content import ContentPolicy, Redactor, set_content_policy
-from ._conversation import ConversationSpanProcessor
+from ._conversation import ConversationInstrumentor, remove_span_processors
 
 log = logging.getLogger("spanscore.instrumentation")
 
@@ -256,9 +256,9 @@ def instrument(
                 redact=redact,
             )
         )
-        _threads.patch()  # conversation() and the active span follow work into threads
-        stamper = ConversationSpanProcessor()
-        provider.add_span_processor(stamper)  # first: stamps before any exporter sees the span
+        # The conversation processor (first: it stamps before any exporter sees the span) and
+        # the context carried into threads.
+        ConversationInstrumentor().instrument(tracer_provider=provider, enabled=True)
         inner = exporter or _exporter(_protocol(protocol), endpoint, headers)
         closable = _ClosableExporter(inner, str(getattr(inner, "_endpoint", "") or "the collector"))
         processor = BatchSpanProcessor(closable, **_batch_settings())
@@ -267,7 +267,6 @@ def instrument(
             provider=provider,
             processor=processor,
             exporter=closable,
-            stamper=stamper,
             owned=owned,
             exit_timeout_s=_exit_timeout(exit_timeout_s),
         )
@@ -282,7 +281,11 @@ def instrument(
                 continue
             try:
                 shim = importlib.import_module(f"{__package__}.{module}")
-                getattr(shim, instrumentor)().instrument(tracer_provider=provider)
+                # The shim checks the version itself (and says why it skips); the content
+                # policy is the one set above.
+                getattr(shim, instrumentor)().instrument(
+                    tracer_provider=provider, skip_dep_check=True, process_setup=False
+                )
             except Exception:
                 log.warning("could not instrument %s", package, exc_info=True)
         return provider
@@ -346,7 +349,9 @@ def uninstrument(timeout_millis: int | None = None) -> None:
             shim = sys.modules.get(f"{__package__}.{module}")
             if shim is not None:  # loaded (by instrument() or the application): undo it
                 try:
-                    getattr(shim, instrumentor)().uninstrument()
+                    shim_instrumentor = getattr(shim, instrumentor)()
+                    if shim_instrumentor.is_instrumented_by_opentelemetry:
+                        shim_instrumentor.uninstrument()
                 except Exception:
                     log.warning("could not uninstrument %s", package, exc_info=True)
         _tool.use_tracer_provider(None)
@@ -355,15 +360,9 @@ def uninstrument(timeout_millis: int | None = None) -> None:
             timeout_millis / 1000 if timeout_millis is not None else _state["exit_timeout_s"]
         )
         _close(processor, _state["exporter"], timeout_s)
-        provider: TracerProvider = _state["provider"]
-        multi = getattr(provider, "_active_span_processor", None)
-        procs = getattr(multi, "_span_processors", None)
-        ours = (processor, _state.get("stamper"))
-        if multi is not None and isinstance(procs, tuple):
-            # The SDK has no public remove; its processor list is an immutable tuple swapped
-            # under its own lock.
-            with multi._lock:
-                multi._span_processors = tuple(p for p in procs if p not in ours)
+        remove_span_processors(_state["provider"], (processor,))
+        conversations = ConversationInstrumentor()
+        if conversations.is_instrumented_by_opentelemetry:
+            conversations.uninstrument()
         _state.clear()
         set_content_policy(ContentPolicy())
-        _threads.restore()

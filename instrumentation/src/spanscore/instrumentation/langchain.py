@@ -61,6 +61,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 from . import _model, _versions
 from ._content import content_policy
 from ._conversation import reset_ambient_conversation, set_ambient_conversation
+from ._instrumentor import SpanscoreInstrumentor
 from ._tool import as_json_text, error_type, framework_run_ended, framework_run_started
 
 log = logging.getLogger("spanscore.instrumentation")
@@ -436,17 +437,17 @@ def supported_version() -> str | None:
     return _versions.supported_version(DISTRIBUTION, SUPPORTED, _instruments[0])
 
 
-class LangChainInstrumentor:
-    """Installs the handler globally; one per process (instances share the state)."""
+class LangChainInstrumentor(SpanscoreInstrumentor):
+    """Installs the handler globally; one per process. Entry point: `spanscore_langchain`."""
 
+    instruments = _instruments
     _lock = threading.Lock()
     _handler: SpanscoreCallbackHandler | None = None
     _hook: tuple[Any, ...] | None = None
 
-    def instrument(self, tracer_provider: TracerProvider | None = None, **_: Any) -> bool:
+    def _patch(self, tracer_provider: TracerProvider | None) -> bool:
         with self._lock:
             if LangChainInstrumentor._handler is not None:
-                log.warning("langchain is already instrumented; ignoring")
                 return True
             version = supported_version()
             if version is None:
@@ -470,7 +471,7 @@ class LangChainInstrumentor:
             LangChainInstrumentor._handler = handler
             return True
 
-    def uninstrument(self) -> None:
+    def _unpatch(self) -> None:
         with self._lock:
             handler, hook = LangChainInstrumentor._handler, LangChainInstrumentor._hook
             if handler is None:

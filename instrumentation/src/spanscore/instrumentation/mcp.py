@@ -38,6 +38,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 
 from . import _versions
 from ._content import content_policy
+from ._instrumentor import SpanscoreInstrumentor, Switch, restore
 from ._tool import as_json_text, claim_call_id, error_type
 
 log = logging.getLogger("spanscore.instrumentation")
@@ -127,9 +128,11 @@ def _finish(span: Span, result: Any) -> None:
         log.warning("mcp shim: could not record a tool result", exc_info=True)
 
 
-def _wrap(original: Callable[..., Any], tracer: Tracer) -> Callable[..., Any]:
+def _wrap(original: Callable[..., Any], tracer: Tracer, switch: Switch) -> Callable[..., Any]:
     @functools.wraps(original)
     async def call_tool(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not switch.on:
+            return await original(self, *args, **kwargs)
         try:
             name, arguments = _call_arguments(args, kwargs)
             span, token = _start(tracer, self, name, arguments)
@@ -164,16 +167,17 @@ def supported_version() -> str | None:
     return _versions.supported_version(DISTRIBUTION, SUPPORTED, _instruments[0])
 
 
-class MCPInstrumentor:
-    """Patches `ClientSession.call_tool`; one per process (instances share the state)."""
+class MCPInstrumentor(SpanscoreInstrumentor):
+    """Patches `ClientSession.call_tool`; one per process. Entry point: `spanscore_mcp`."""
 
+    instruments = _instruments
     _lock = threading.Lock()
-    _original: Any = None
+    _patched: tuple[Any, Any] | None = None  # (original, our wrapper)
+    _switch = Switch()
 
-    def instrument(self, tracer_provider: TracerProvider | None = None, **_: Any) -> bool:
+    def _patch(self, tracer_provider: TracerProvider | None) -> bool:
         with self._lock:
-            if MCPInstrumentor._original is not None:
-                log.warning("mcp is already instrumented; ignoring")
+            if MCPInstrumentor._patched is not None:
                 return True
             version = supported_version()
             if version is None:
@@ -187,23 +191,26 @@ class MCPInstrumentor:
                 schema_url="https://opentelemetry.io/schemas/1.37.0",
             )
             original = ClientSession.__dict__["call_tool"]
-            ClientSession.call_tool = _wrap(original, tracer)  # type: ignore[method-assign]
-            MCPInstrumentor._original = original
+            switch = MCPInstrumentor._switch = Switch()
+            wrapper = _wrap(original, tracer, switch)
+            ClientSession.call_tool = wrapper  # type: ignore[method-assign]
+            MCPInstrumentor._patched = (original, wrapper)
             return True
 
-    def uninstrument(self) -> None:
+    def _unpatch(self) -> None:
         with self._lock:
-            original = MCPInstrumentor._original
-            if original is None:
+            if MCPInstrumentor._patched is None:
                 return
             from mcp.client.session import ClientSession
 
-            ClientSession.call_tool = original  # type: ignore[method-assign]
-            MCPInstrumentor._original = None
+            original, wrapper = MCPInstrumentor._patched
+            if not restore(ClientSession, "call_tool", wrapper, original, MCPInstrumentor._switch):
+                log.info("mcp shim: call_tool was wrapped again after us; ours is switched off")
+            MCPInstrumentor._patched = None
 
     @property
     def is_instrumented(self) -> bool:
-        return MCPInstrumentor._original is not None
+        return MCPInstrumentor._patched is not None
 
 
 __all__ = ["MCPInstrumentor", "is_error", "result_text", "server_info"]

@@ -64,6 +64,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProv
 
 from . import _versions
 from ._content import content_policy
+from ._instrumentor import SpanscoreInstrumentor
 
 if TYPE_CHECKING:
     from agents.tracing import Span, Trace
@@ -587,21 +588,21 @@ def supported_version() -> str | None:
     return _versions.supported_version(DISTRIBUTION, SUPPORTED, _instruments[0])
 
 
-class OpenAIAgentsInstrumentor:
-    """Registers the processor with the SDK; one per process (instances share the state).
+class OpenAIAgentsInstrumentor(SpanscoreInstrumentor):
+    """Registers the processor with the SDK; one per process. Entry point:
+    `spanscore_openai_agents`.
 
     `instrument()` a second time only warns; `uninstrument()` removes the processor from the
     SDK's list and disables it (inert even where the SDK cannot drop it), ending open spans.
     """
 
+    instruments = _instruments
     _lock = threading.Lock()
     _processor: OpenTelemetryTracingProcessor | None = None
 
-    def instrument(self, tracer_provider: TracerProvider | None = None, **_: Any) -> bool:
-        """True when the processor is registered (now or already)."""
+    def _patch(self, tracer_provider: TracerProvider | None) -> bool:
         with self._lock:
             if OpenAIAgentsInstrumentor._processor is not None:
-                log.warning("openai-agents is already instrumented; ignoring")
                 return True
             version = supported_version()
             if version is None:
@@ -622,7 +623,7 @@ class OpenAIAgentsInstrumentor:
             OpenAIAgentsInstrumentor._processor = processor
             return True
 
-    def uninstrument(self) -> None:
+    def _unpatch(self) -> None:
         with self._lock:
             processor = OpenAIAgentsInstrumentor._processor
             if processor is None:

@@ -57,6 +57,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 
 from . import _model, _tool, _versions
 from ._content import content_policy
+from ._instrumentor import SpanscoreInstrumentor, Switch, restore
 from .openai_agents import _get, _usage_attributes, chat_messages, responses_output
 from .openai_agents import responses_input_messages as _responses_input
 
@@ -519,10 +520,12 @@ def _raw_cache_key(result: Any) -> Any:
     return result._cast_to  # the key `parse()` caches its result under
 
 
-def _wrap_sync(original: Callable[..., Any], api: str, tracer: Tracer) -> Callable[..., Any]:
+def _wrap_sync(
+    original: Callable[..., Any], api: str, tracer: Tracer, switch: Switch
+) -> Callable[..., Any]:
     @functools.wraps(original)
     def create(self: Any, *args: Any, **kwargs: Any) -> Any:
-        call = _begin(tracer, api, self, kwargs)
+        call = _begin(tracer, api, self, kwargs) if switch.on else None
         if call is None:
             return original(self, *args, **kwargs)
         token = _recording.set(True)
@@ -540,10 +543,12 @@ def _wrap_sync(original: Callable[..., Any], api: str, tracer: Tracer) -> Callab
     return create
 
 
-def _wrap_async(original: Callable[..., Any], api: str, tracer: Tracer) -> Callable[..., Any]:
+def _wrap_async(
+    original: Callable[..., Any], api: str, tracer: Tracer, switch: Switch
+) -> Callable[..., Any]:
     @functools.wraps(original)
     async def create(self: Any, *args: Any, **kwargs: Any) -> Any:
-        call = _begin(tracer, api, self, kwargs)
+        call = _begin(tracer, api, self, kwargs) if switch.on else None
         if call is None:
             return await original(self, *args, **kwargs)
         token = _recording.set(True)
@@ -569,21 +574,23 @@ def supported_version() -> str | None:
     return _versions.supported_version(DISTRIBUTION, SUPPORTED, _instruments[0])
 
 
-class OpenAIInstrumentor:
-    """Patches the client's `create` and `parse` methods; one per process (instances share
-    the state).
+class OpenAIInstrumentor(SpanscoreInstrumentor):
+    """Patches the client's `create` and `parse` methods; one per process (instances are one
+    and the same, as for every `BaseInstrumentor`).
 
-    `instrument()` a second time only warns; `uninstrument()` puts the originals back.
+    `instrument()` a second time only warns; `uninstrument()` puts the originals back (see
+    `SpanscoreInstrumentor`). Entry point: `spanscore_openai`.
     """
 
+    instruments = _instruments
     _lock = threading.Lock()
-    _originals: dict[tuple[type, str], Any] = {}  # noqa: RUF012 - shared on purpose
+    # (class, method) -> (original, our wrapper)
+    _originals: dict[tuple[type, str], tuple[Any, Any]] = {}  # noqa: RUF012 - shared on purpose
+    _switch = Switch()
 
-    def instrument(self, tracer_provider: TracerProvider | None = None, **_: Any) -> bool:
-        """True when the client is patched (now or already)."""
+    def _patch(self, tracer_provider: TracerProvider | None) -> bool:
         with self._lock:
             if OpenAIInstrumentor._originals:
-                log.warning("openai is already instrumented; ignoring")
                 return True
             version = supported_version()
             if version is None:
@@ -596,6 +603,7 @@ class OpenAIInstrumentor:
             )
             import importlib
 
+            switch = OpenAIInstrumentor._switch = Switch()
             for module_name, class_name, api in TARGETS:
                 for method in METHODS:
                     try:
@@ -605,14 +613,21 @@ class OpenAIInstrumentor:
                         log.info("openai shim: %s.%s.%s not found", module_name, class_name, method)
                         continue
                     wrap = _wrap_async if class_name.startswith("Async") else _wrap_sync
-                    setattr(cls, method, wrap(original, api, tracer))
-                    OpenAIInstrumentor._originals[(cls, method)] = original
+                    wrapper = wrap(original, api, tracer, switch)
+                    setattr(cls, method, wrapper)
+                    OpenAIInstrumentor._originals[(cls, method)] = (original, wrapper)
             return bool(OpenAIInstrumentor._originals)
 
-    def uninstrument(self) -> None:
+    def _unpatch(self) -> None:
         with self._lock:
-            for (cls, attribute), original in OpenAIInstrumentor._originals.items():
-                setattr(cls, attribute, original)
+            for (cls, method), (original, wrapper) in OpenAIInstrumentor._originals.items():
+                if not restore(cls, method, wrapper, original, OpenAIInstrumentor._switch):
+                    log.info(
+                        "openai shim: %s.%s was wrapped again after us; ours is left in place, "
+                        "switched off",
+                        cls.__name__,
+                        method,
+                    )
             OpenAIInstrumentor._originals.clear()
 
     @property
