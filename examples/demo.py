@@ -69,8 +69,8 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print, command: str = "
 
     import spanscore.instrumentation
     from spanscore import lake as lakes
-    from spanscore.cli.evaluate import print_summary
     from spanscore.cli.query import write_rows
+    from spanscore.cli.summaries import print_summary
     from spanscore.collector import Collector, load_config
     from spanscore.evaluation import load_suite
     from spanscore.evaluation.report import write_report
@@ -166,6 +166,11 @@ def run_demo(lake: Path, echo: Callable[[str], object] = print, command: str = "
     echo("\nNext, try:")
     for line, why in next_commands(shown, command):
         echo(f"  $ {line}\n      {why}")
+    echo(
+        "\nThen review what failed in your browser: runs, conversations, review queues, labels "
+        f"and the judge against them (docs/review.md):\n  $ {command} ui --lake {shown}\n"
+        "      then open the URL it prints (http://127.0.0.1:8765/); Ctrl-C stops it"
+    )
 
 
 def _simulate(

@@ -256,6 +256,9 @@ def test_every_command_the_demo_and_its_errors_suggest_runs_as_printed_in_a_new_
     hints = [re.findall(r"`([^`]*spanscore [^`]*)`", e.stderr) for e in (unknown, status)]
     assert all(hints), (unknown.stderr, status.stderr)
     for command in printed:
+        if " ui --lake " in command:  # a server: it answers as printed, until stopped
+            _serves_as_printed(command, tmp_path)
+            continue
         done = _new_shell(command, tmp_path)
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
         if " show " in command:  # as the docs show it: the agent named, turns from 1
@@ -269,6 +272,40 @@ def test_every_command_the_demo_and_its_errors_suggest_runs_as_printed_in_a_new_
     written = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()]
     assert written, written
     assert all(w.startswith("spanscore-demo/") for w in written), written
+
+
+def _serves_as_printed(command: str, cwd: Path) -> None:
+    """A server command run as printed, in a new shell (its port from its variable, any free
+    one, so that the test needs no fixed port): it prints its URL, the URL answers, and it stops
+    on Ctrl-C."""
+    import urllib.request
+
+    env = {k: v for k, v in _environment().items() if k != "PATH"}
+    env["PATH"] = os.pathsep.join(["/usr/local/bin", "/usr/bin", "/bin"])
+    env["SPANSCORE_UI_PORT"] = "0"
+    process = subprocess.Popen(
+        ["bash", "-c", f"exec {command}"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        found = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert found, f"{command}: {line!r}"
+        with urllib.request.urlopen(found.group(0), timeout=60) as answer:
+            assert answer.status == 200
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
 
 
 def _answer_like_http2(listener: socket.socket) -> None:

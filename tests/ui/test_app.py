@@ -483,3 +483,16 @@ def test_promote_writes_only_into_the_suites_the_app_was_given(
     from spanscore.evaluation import load_suite
 
     assert written.json()["scenario_id"] in [s.id for s in load_suite(allowed).suite.scenarios]
+
+
+def test_a_long_conversation_opens_with_its_first_steps(client: Any) -> None:
+    full = client.get("/api/conversations/cs-cancel-2").json()
+    assert full["steps_shown"] == full["step_count"] > 2
+    cut = client.get("/api/conversations/cs-cancel-2", params={"max_steps": 2}).json()
+    assert (cut["steps_shown"], cut["step_count"]) == (2, full["step_count"])
+    assert [s["kind"] for t in cut["detail"]["turns"] for s in t["steps"]] == [
+        s["kind"] for t in full["detail"]["turns"] for s in t["steps"]
+    ][:2]
+    page = client.get("/conversations/cs-cancel-2", params={"max_steps": 2}).text
+    assert 'id="steps-cut"' in page
+    assert 'id="steps-cut"' not in client.get("/conversations/cs-cancel-2").text

@@ -32,8 +32,9 @@ from typing import Any
 
 import click
 
+from .compare import compare_command
 from .erase import erase_command
-from .evaluate import compare_command, evaluate_command
+from .evaluate import evaluate_command
 from .export import export_command
 from .invocation import runnable
 from .judge_check import judge_check_command

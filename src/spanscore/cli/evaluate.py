@@ -22,6 +22,10 @@ from .options import (
     option,
     suite_options,
 )
+from .summaries import (
+    print_summary,
+    when,
+)
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -40,7 +44,7 @@ def parse_duration(text: str) -> float:
         ) from None
 
 
-def parse_when(text: str, now: dt.datetime) -> dt.datetime:
+def parsewhen(text: str, now: dt.datetime) -> dt.datetime:
     """An ISO 8601 date or time (UTC unless it says otherwise), or a duration ago (`24h`)."""
     if _RELATIVE.match(text):
         return now - dt.timedelta(seconds=parse_duration(text))
@@ -76,159 +80,6 @@ class _Bar:
         if progress.done >= progress.total:
             sys.stderr.write("\n")
         sys.stderr.flush()
-
-
-def _when(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _fmt(value: float | None, pattern: str = "{:.3f}") -> str:
-    return "-" if value is None else pattern.format(value)
-
-
-def print_summary(result: Any, echo: Any = click.echo) -> None:
-    """The run's summary table and gate results (also printed by the demo)."""
-    from .query import write_rows
-
-    start = _when(result.window_start) if result.window_start else "the beginning"
-    window = f"[{start}, {_when(result.window_end)})"
-    if getattr(result, "simulation_id", None):
-        window = f"simulation {result.simulation_id}"
-    echo(f"run {result.run_id}: {result.status}  window {window}  snapshot {result.snapshot}")
-    from spanscore.evaluation.runs.result import plural
-
-    echo(
-        f"{plural(result.candidates, 'conversation')} in the window, {result.sampled} sampled, "
-        f"{result.skipped} already scored, {result.scored} scored "
-        f"({result.score_count} scores, {result.error_count} errors) in {result.elapsed_s:.1f} s"
-    )
-    if result.window_from:
-        echo(f"window start: {result.window_from}")
-    if result.empty_because:
-        echo(runnable(f"no conversation in the window: {result.empty_because}"))
-    if result.summary:
-        rows = (
-            {
-                "scenario": r.scenario_id or "(all)",
-                "metric": r.metric,
-                "conversations": r.conversations,
-                "pass_rate": _fmt(r.pass_rate, "{:.1%}"),
-                "mean": _fmt(r.mean),
-                "errors": r.errors,
-                "worst": ", ".join(r.worst),
-            }
-            for r in result.summary
-        )
-        names = ["scenario", "metric", "conversations", "pass_rate", "mean", "errors", "worst"]
-        out = _Echo(echo)
-        write_rows(iter(rows), names, "table", out)
-        out.flush()
-    if getattr(result, "trials", None):
-        print_trials(result.trials, echo)
-    judge = getattr(result, "judge", None)
-    if judge:
-        echo(judge_line(judge))
-    for warning in result.warnings:
-        echo(f"warning{' (strict: fails the run)' if result.strict else ''}: {warning}")
-    if result.export is not None:
-        echo(export_line(result.export))
-    metrics_export = getattr(result, "metrics_export", None)
-    line = metrics_export_line(metrics_export) if metrics_export is not None else ""
-    if line:
-        echo(line)
-    for gate in result.gates:
-        echo(f"gate {'passed' if gate.passed else 'FAILED'}: {gate.describe()}")
-    for failure in result.failures:
-        echo(f"run FAILED: {failure}")
-
-
-def print_trials(trials: Any, echo: Any = click.echo) -> None:
-    """Per scenario: its simulation's trials that counted, those passed, and pass^k."""
-    from spanscore.evaluation.runs.result import mean_pass_hat_k
-
-    from .query import write_rows
-
-    most = max(t.trials for t in trials)
-    ks = list(range(1, most + 1))
-    rows = (
-        {
-            "scenario": t.scenario_id,
-            "trials": t.trials,
-            "passed": t.passed,
-            **{f"pass^{k}": _fmt(t.pass_hat_k.get(k), "{:.2f}") for k in ks},
-        }
-        for t in trials
-    )
-    out = _Echo(echo)
-    write_rows(
-        iter(rows), ["scenario", "trials", "passed", *(f"pass^{k}" for k in ks)], "table", out
-    )
-    out.flush()
-    means = ", ".join(f"pass^{k} {_fmt(mean_pass_hat_k(trials, k), '{:.3f}')}" for k in ks)
-    echo(f"over {len(trials)} scenarios: {means}")
-
-
-def judge_line(judge: dict[str, Any]) -> str:
-    """What the judge did: calls, cache hits, what the budget left out, tokens and cost."""
-    cost = judge.get("cost_usd")
-    shown = "cost unknown (no price for the model)" if cost is None else f"${cost:.4f}"
-    attempts = judge.get("attempts")
-    tried = "" if attempts is None else f" of {attempts} attempts"
-    line = (
-        f"judge: {judge.get('calls', 0)} calls answered{tried}, "
-        f"{judge.get('cache_hits', 0)} cached answers, "
-        f"{judge.get('prompt_tokens', 0)} prompt tokens ({judge.get('cached_tokens', 0)} cached), "
-        f"{judge.get('completion_tokens', 0)} completion tokens, {shown}"
-    )
-    if judge.get("failed"):
-        at = f" at {judge['endpoint']}" if judge.get("endpoint") else ""
-        line += f"; {judge['failed']} questions failed{at} (last error: {judge.get('last_error')})"
-    if judge.get("skipped"):
-        line += f"; {judge['skipped']} questions SKIPPED: the judge budget was spent"
-    if judge.get("throttled"):
-        line += (
-            f"; {judge['throttled']} rate-limited answers (429), concurrency settled at "
-            f"{judge.get('limit')}"
-        )
-    if judge.get("batches"):
-        line += f"; batches {', '.join(judge['batches'])}"
-    return line
-
-
-def metrics_export_line(outcome: dict[str, Any]) -> str:
-    """What sending the run's figures as OTLP metrics did (a warning when it failed; "" when
-    the endpoint keeps no metrics and this process said so already)."""
-    from spanscore.evaluation.runs.otlp_metrics import MetricsOutcome
-
-    line = MetricsOutcome(**outcome).describe()
-    return f"warning (the run's result stands): {line}" if outcome.get("error") else line
-
-
-def export_line(export: dict[str, Any]) -> str:
-    """What `--export-otlp` did, in one line (a warning when events were not sent)."""
-    from spanscore.evaluation.runs.export_otlp import ExportOutcome
-
-    line = ExportOutcome(**export).describe()
-    return f"warning (the run's result stands): {line}" if export.get("failed") else line
-
-
-class _Echo:
-    """A file-like object over `echo` (which adds the newlines itself)."""
-
-    def __init__(self, echo: Any) -> None:
-        self.echo = echo
-        self.buffer = ""
-
-    def write(self, text: str) -> None:
-        self.buffer += text
-        *lines, self.buffer = self.buffer.split("\n")
-        for line in lines:
-            self.echo(line)
-
-    def flush(self) -> None:
-        if self.buffer:
-            self.echo(self.buffer)
-            self.buffer = ""
 
 
 @click.command("evaluate")
@@ -538,8 +389,8 @@ def evaluate_command(
     if judge_batch:
         judge["batch"] = True
     options = RunOptions(
-        since=parse_when(start, now) if start else None,
-        until=parse_when(until, now) if until else None,
+        since=parsewhen(start, now) if start else None,
+        until=parsewhen(until, now) if until else None,
         sample=sample,
         max_conversations=max_conversations,
         seed=seed,
@@ -657,8 +508,8 @@ def _follow(
     def on_pass(done: PassResult) -> None:
         if done.scored and fmt == "text":
             click.echo(
-                f"{_when(dt.datetime.now(dt.UTC))}: run {done.run_id} scored {done.scored} "
-                f"conversations ({done.scores} scores) that ended before {_when(done.until)}"
+                f"{when(dt.datetime.now(dt.UTC))}: run {done.run_id} scored {done.scored} "
+                f"conversations ({done.scores} scores) that ended before {when(done.until)}"
             )
 
     def on_period(result: Any) -> None:
@@ -763,133 +614,3 @@ def export_result(
         failed = ExportOutcome(endpoint=endpoint, error=f"{type(exc).__name__}: {exc}")
         failed.failed = failed.events = scores
         return failed.as_dict()
-
-
-@click.command("compare")
-@lake_option()
-@click.argument("run_a")
-@click.argument("run_b")
-@option(
-    "--limit",
-    envvar="SPANSCORE_COMPARE_LIMIT",
-    type=click.IntRange(min=0),
-    default=20,
-    show_default=True,
-    help="Conversations to list.",
-)
-@option(
-    "--all-metrics",
-    envvar="SPANSCORE_ALL_METRICS",
-    is_flag=True,
-    help="List unchanged metrics too.",
-)
-@option(
-    "--fail-on-regression",
-    envvar="SPANSCORE_FAIL_ON_REGRESSION",
-    is_flag=True,
-    help="Exit 1 when a conversation went from pass to fail, or a metric's mean dropped "
-    "significantly.",
-)
-@format_option(
-    "compare", ["text", "json"], "json: one document with every metric and changed conversation."
-)
-def compare_command(
-    lake: str,
-    run_a: str,
-    run_b: str,
-    limit: int,
-    all_metrics: bool,
-    fail_on_regression: bool,
-    fmt: str,
-) -> None:
-    """Show the metrics and conversations whose scores changed from RUN_A to RUN_B.
-
-    A run is its id, a unique prefix of it, `latest` or `previous`. A metric's change comes
-    with a 95 % bootstrap interval over the conversations both runs scored (from 10 of them);
-    `*` marks a change whose interval excludes 0. Exit status: 0, 1 a regression with
-    --fail-on-regression, 2 usage error or unknown run, 3 the lake cannot be opened.
-
-    \b
-    $ spanscore compare --lake ./lake previous latest --fail-on-regression
-    $ spanscore compare --lake ./lake 3f2a9c0d 9e8d7c6b --format json
-    """
-    from dataclasses import asdict
-
-    from spanscore.evaluation.runs.compare import compare_runs
-    from spanscore.evaluation.runs.run_ids import resolve_run
-
-    from .options import open_lake_or_fail
-    from .query import write_rows
-
-    con = open_lake_or_fail(lake, read_only=True)
-    try:
-        run_a, run_b = resolve_run(con, run_a), resolve_run(con, run_b)
-        comparison = compare_runs(con, run_a, run_b)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
-    finally:
-        con.close()
-    failed = fail_on_regression and comparison.regressed
-    if fmt == "json":
-        document = {
-            "run_a": run_a,
-            "run_b": run_b,
-            "regressed": comparison.regressed,
-            "notes": comparison.notes,
-            "metrics": [
-                {**asdict(m), "significant": m.significant, "changed": m.changed}
-                for m in comparison.metrics
-            ],
-            "conversations": [{**asdict(c), "kind": c.kind} for c in comparison.conversations],
-        }
-        click.echo(json.dumps(document, indent=2, default=str))
-        sys.exit(1 if failed else 0)
-    shown = [m for m in comparison.metrics if all_metrics or m.changed]
-    changed = sum(1 for m in comparison.metrics if m.changed)
-    click.echo(f"{changed} of {len(comparison.metrics)} metrics changed from {run_a} to {run_b}")
-    for note in comparison.notes:
-        click.echo(f"note: {note}")
-    if shown:
-        rows = (
-            {
-                "scenario": m.scenario_id or "(all)",
-                "metric": m.metric,
-                "paired": m.paired,
-                "mean_a": _fmt(m.mean_a),
-                "mean_b": _fmt(m.mean_b),
-                "change": _fmt(m.delta, "{:+.3f}") + (" *" if m.significant else ""),
-                "95% interval": "-"
-                if m.low is None or m.high is None
-                else f"[{m.low:+.3f}, {m.high:+.3f}]",
-                "pass_a": _fmt(m.pass_rate_a, "{:.1%}"),
-                "pass_b": _fmt(m.pass_rate_b, "{:.1%}"),
-            }
-            for m in shown
-        )
-        names = [
-            "scenario",
-            "metric",
-            "paired",
-            "mean_a",
-            "mean_b",
-            "change",
-            "95% interval",
-            "pass_a",
-            "pass_b",
-        ]
-        out = _Echo(click.echo)
-        write_rows(iter(rows), names, "table", out)
-        out.flush()
-    changes = comparison.conversations
-    if changes:
-        click.echo(
-            f"\n{len(changes)} conversation scores changed (showing {min(limit, len(changes))}):"
-        )
-        for c in changes[:limit]:
-            click.echo(
-                f"  {c.kind:<9} {c.conversation_id}  {c.scenario_id or '(all)'}/{c.metric}  "
-                f"{_fmt(c.value_a)} -> {_fmt(c.value_b)}"
-            )
-    if failed:
-        click.echo(f"regression from {run_a} to {run_b} (--fail-on-regression)", err=True)
-        sys.exit(1)

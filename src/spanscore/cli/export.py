@@ -39,7 +39,7 @@ def export_command(lake: str, run: str, endpoint: str | None, fmt: str) -> None:
     )
     from spanscore.evaluation.runs.run_ids import RunNotFound, resolve_run
 
-    from .evaluate import export_line
+    from .summaries import export_line
 
     try:
         url, protocol = resolve_endpoint(endpoint)

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from .evaluate import judge_line
 from .invocation import runnable
 from .options import format_option, judge_options, lake_option, option, suite_options
+from .summaries import judge_line
 
 
 @click.command("judge-check")

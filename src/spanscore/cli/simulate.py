@@ -558,7 +558,7 @@ def _evaluate(
     from spanscore.evaluation.runs.options import RunOptions
     from spanscore.evaluation.runs.run import evaluate
 
-    from .evaluate import print_summary
+    from .summaries import print_summary
 
     options = RunOptions(
         simulation=simulation_id, settle_s=0, gates=gates, judge=judge, now=dt.datetime.now(dt.UTC)

@@ -157,7 +157,9 @@ class Api:
     async def conversation(self, request: Request) -> Any:
         cid = request.path_params["conversation_id"]
         run = request.query_params.get("run") or None
-        found = await self._read(review.conversation_view, cid, run=run)
+        steps = request.query_params.get("max_steps")
+        max_steps = None if steps in (None, "", "all") else _int(request, "max_steps", 0, 1, 10**9)
+        found = await self._read(review.conversation_view, cid, run=run, max_steps=max_steps)
         if found is None:
             raise NotFound(f"no conversation {cid!r} in this lake")
         return found

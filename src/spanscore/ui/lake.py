@@ -4,6 +4,11 @@ A reading request works in one transaction, so every query of a page sees the sa
 of the lake while the collector goes on committing; it writes nothing and holds nothing back.
 A writing request (a label, a queue) commits its own small transaction, taking the embedded
 lake's commit turn like every writer.
+
+The app is a tool for a few reviewers beside a collector that must keep up with production: its
+reads run one at a time, on one DuckDB thread, so that however many pages are open it takes at
+most one core from the collector (bench/ui.py measures the collector's rate with and without
+people browsing).
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ class AppLake:
         self.lake = lake
         # Read-write: the app writes labels and queues (and a lake from before they existed
         # gets their tables).
-        self._con = connect(lake)
+        self._con = connect(lake, threads=1)
         self._lock = threading.Lock()
+        self._reading = threading.Semaphore(1)
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         with self._lock:  # cursors are made one at a time; each is then its own connection
@@ -33,7 +39,11 @@ class AppLake:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A cursor reading one snapshot of the lake."""
+        """A cursor reading one snapshot of the lake (one reader at a time)."""
+        with self._reading:
+            yield from self._snapshot()
+
+    def _snapshot(self) -> Iterator[duckdb.DuckDBPyConnection]:
         cur = self._cursor()
         try:
             cur.execute("BEGIN TRANSACTION")

@@ -20,6 +20,9 @@ from spanscore.evaluation.report.data import ReportError
 from .api import Api, NotFound, json_default, query_model
 from .security import reviewer_of
 
+# Steps of a conversation its page embeds (the JSON twin has them all).
+PAGE_STEPS = 2_000
+
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("spanscore.ui", "templates"),
     autoescape=True,
@@ -135,6 +138,13 @@ class Pages:
         return self._render(request, "conversations.html", page=data, f=f)
 
     async def conversation(self, request: Request) -> Response:
+        # A conversation of tens of thousands of steps opens with its first ones
+        # (`?max_steps=all` draws every one; the renderer pages them either way).
+        if "max_steps" not in request.query_params:
+            request.scope["query_string"] += (
+                b"&" if request.scope["query_string"] else b""
+            ) + f"max_steps={PAGE_STEPS}".encode()
+            request = Request(request.scope, request.receive)
         data = await self.api.conversation(request)
         client = {
             "conversation_id": data["conversation_id"],

@@ -22,6 +22,7 @@ from spanscore.evaluation.review.labels import labels_of
 from spanscore.evaluation.runs.store import ScoreRecord
 from spanscore.evaluation.simulation import records
 from spanscore.evaluation.trajectory.load import load_trajectory
+from spanscore.evaluation.trajectory.model import Trajectory
 from spanscore.lake import ALIAS
 
 MAX_PAGE = 200
@@ -146,7 +147,11 @@ def _where(f: ConversationFilter) -> tuple[list[str], list[Any], list[str], list
 
 
 def list_conversations(con: duckdb.DuckDBPyConnection, f: ConversationFilter) -> ConversationPage:
-    """A page of the conversations `f` selects, newest first, with the count of all of them."""
+    """A page of the conversations `f` selects, newest first, with the count of all of them.
+
+    In two steps: which conversations (their ids and starts only, the cheapest aggregate of
+    the spans, from which the count and the page's keys come), then what the page shows of
+    its own rows alone."""
     span_where, span_params, conv_where, conv_params = _where(f)
     page_where = list(conv_where)
     page_params = list(conv_params)
@@ -154,58 +159,37 @@ def list_conversations(con: duckdb.DuckDBPyConnection, f: ConversationFilter) ->
         start, conversation_id = _uncursor(f.after)
         page_where.append("(start_time, conversation_id) < (?, ?)")
         page_params += [start, conversation_id]
-    summary = f"""
-        WITH c AS (
-            SELECT conversation_id,
-                   min(start_time) AS start_time, max(end_time) AS end_time,
-                   arg_min(agent_name, start_time_unix_nano)
+    # Who and where only when a filter asks for them: they cost the most of the aggregate.
+    who = ""
+    if f.service is not None or f.agent is not None:
+        who = """, arg_min(agent_name, start_time_unix_nano)
                        FILTER (WHERE agent_name IS NOT NULL) AS agent_name,
                    arg_min(service_name, start_time_unix_nano)
-                       FILTER (WHERE service_name IS NOT NULL) AS service_name,
-                   count(*) AS span_count,
-                   count(*) FILTER (WHERE operation = 'execute_tool') AS tool_spans,
-                   count(*) FILTER (WHERE status_code = 'ERROR' OR error_type IS NOT NULL)
-                       AS error_count,
-                   arg_min(user_message, start_time_unix_nano)
-                       FILTER (WHERE user_message IS NOT NULL) AS first_user_message
+                       FILTER (WHERE service_name IS NOT NULL) AS service_name"""
+    chosen = f"""
+        WITH c AS (
+            SELECT conversation_id, min(start_time) AS start_time{who}
             FROM {ALIAS}.spans WHERE {" AND ".join(span_where)}
             GROUP BY conversation_id
-        )"""
-    conv_sql = " AND ".join(conv_where) or "true"
-    page_sql = " AND ".join(page_where) or "true"
-    rows_cursor = con.execute(
-        f"""{summary},
-        matching AS (SELECT * FROM c WHERE {conv_sql}),
+        ),
+        matching AS (SELECT * FROM c WHERE {" AND ".join(conv_where) or "true"})"""
+    found = con.execute(
+        f"""{chosen},
         page AS (
-            SELECT * FROM matching WHERE {page_sql}
+            SELECT conversation_id, start_time FROM matching
+            WHERE {" AND ".join(page_where) or "true"}
             ORDER BY start_time DESC, conversation_id DESC LIMIT ?
         )
-        SELECT page.*, (SELECT count(*) FROM matching) AS matches,
-               (SELECT list(DISTINCT metric ORDER BY metric) FROM {ALIAS}.scores s
-                WHERE s.conversation_id = page.conversation_id
-                  AND (s.passed = false OR s.error IS NOT NULL)) AS failing,
-               (SELECT count(*) FROM {ALIAS}.labels l
-                WHERE l.conversation_id = page.conversation_id) AS label_count,
-               page.conversation_id IN (
-                   SELECT conversation_id FROM {ALIAS}.simulated_conversations) AS simulated
-        FROM page ORDER BY start_time DESC, conversation_id DESC
-        """,
+        SELECT list(conversation_id ORDER BY start_time DESC, conversation_id DESC),
+               (SELECT count(*) FROM matching)
+        FROM page""",
         [*span_params, *conv_params, *page_params, f.limit + 1],
-    )
-    names = [d[0] for d in rows_cursor.description or ()]
-    found = [dict(zip(names, r, strict=True)) for r in rows_cursor.fetchall()]
-    count = int(found[0]["matches"]) if found else 0
-    if not found and f.after:
-        # The page past the last: count the matches on their own.
-        counted = con.execute(
-            f"{summary} SELECT count(*) FROM c WHERE {conv_sql}", [*span_params, *conv_params]
-        ).fetchone()
-        count = int(counted[0]) if counted else 0
-    more = len(found) > f.limit
-    rows = found[: f.limit]
-    for row in rows:
-        row.pop("matches", None)
-        row["failing"] = list(row["failing"] or [])
+    ).fetchone()
+    ids: list[str] = list(found[0] or []) if found else []
+    count = int(found[1]) if found and found[1] is not None else 0
+    more = len(ids) > f.limit
+    ids = ids[: f.limit]
+    rows = _page_rows(con, ids)
     last = rows[-1] if rows else None
     return ConversationPage(
         rows=rows,
@@ -213,6 +197,55 @@ def list_conversations(con: duckdb.DuckDBPyConnection, f: ConversationFilter) ->
         next=_cursor(last["start_time"], last["conversation_id"]) if more and last else None,
         filter=f.query(),
     )
+
+
+def _page_rows(con: duckdb.DuckDBPyConnection, ids: list[str]) -> list[dict[str, Any]]:
+    """What the list shows of each of `ids`, in their order."""
+    if not ids:
+        return []
+    cursor = con.execute(
+        f"""
+        WITH page AS (
+            SELECT conversation_id,
+                   min(start_time) AS start_time, max(end_time) AS end_time,
+                   arg_min(agent_name, start_time_unix_nano)
+                       FILTER (WHERE agent_name IS NOT NULL) AS agent_name,
+                   arg_min(service_name, start_time_unix_nano)
+                       FILTER (WHERE service_name IS NOT NULL) AS service_name,
+                   count(*) AS span_count,
+                   count(*) FILTER (WHERE status_code = 'ERROR' OR error_type IS NOT NULL)
+                       AS error_count,
+                   arg_min(user_message, start_time_unix_nano)
+                       FILTER (WHERE user_message IS NOT NULL) AS first_user_message
+            FROM {ALIAS}.spans WHERE list_contains(?, conversation_id)
+            GROUP BY conversation_id
+        ),
+        failing AS (
+            SELECT conversation_id, list(DISTINCT metric ORDER BY metric) AS failing
+            FROM {ALIAS}.scores WHERE list_contains(?, conversation_id)
+              AND (passed = false OR error IS NOT NULL)
+            GROUP BY ALL
+        ),
+        labelled AS (
+            SELECT conversation_id, count(*) AS label_count FROM {ALIAS}.labels
+            WHERE list_contains(?, conversation_id) GROUP BY ALL
+        ),
+        simulated AS (
+            SELECT DISTINCT conversation_id FROM {ALIAS}.simulated_conversations
+            WHERE list_contains(?, conversation_id)
+        )
+        SELECT page.*, coalesce(failing.failing, []) AS failing,
+               coalesce(labelled.label_count, 0) AS label_count,
+               simulated.conversation_id IS NOT NULL AS simulated
+        FROM page
+        LEFT JOIN failing USING (conversation_id)
+        LEFT JOIN labelled USING (conversation_id)
+        LEFT JOIN simulated USING (conversation_id)""",
+        [ids, ids, ids, ids],
+    )
+    names = [d[0] for d in cursor.description or ()]
+    by_id = {r[0]: dict(zip(names, r, strict=True)) for r in cursor.fetchall()}
+    return [by_id[i] for i in ids if i in by_id]
 
 
 def _scores(con: duckdb.DuckDBPyConnection, conversation_id: str) -> list[dict[str, Any]]:
@@ -230,26 +263,37 @@ def _scores(con: duckdb.DuckDBPyConnection, conversation_id: str) -> list[dict[s
     return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
 
 
-def _judge_exchanges(con: duckdb.DuckDBPyConnection, conversation_id: str) -> list[dict[str, Any]]:
-    """What the judge was asked and answered about this conversation (its cached answers:
-    the prompt is kept in the answer's record when the judge stored it)."""
-    cursor = con.execute(
-        f"""SELECT purpose, model, answer, run_id, created_at FROM {ALIAS}.judge_cache
-            WHERE conversation_id = ? AND kind = 'chat' ORDER BY created_at, purpose""",
-        [conversation_id],
-    )
-    names = [d[0] for d in cursor.description or ()]
-    return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+def _first_steps(t: Trajectory, max_steps: int) -> tuple[Trajectory, int]:
+    """The trajectory cut after its first `max_steps` steps, and how many steps it has."""
+    total = sum(len(turn.steps) for turn in t.turns)
+    if total <= max_steps:
+        return t, total
+    turns, left = [], max_steps
+    for turn in t.turns:
+        if left <= 0:
+            break
+        turns.append(turn.model_copy(update={"steps": turn.steps[:left]}))
+        left -= len(turn.steps)
+    return t.model_copy(update={"turns": turns}), total
 
 
 def conversation_view(
-    con: duckdb.DuckDBPyConnection, conversation_id: str, *, run: str | None = None
+    con: duckdb.DuckDBPyConnection,
+    conversation_id: str,
+    *,
+    run: str | None = None,
+    max_steps: int | None = None,
 ) -> dict[str, Any] | None:
     """One conversation: its trajectory as the report draws it (`detail`, with the scores of
-    `run`, else of the newest run that scored it, marked on its calls), its scores in every
-    run, the judge's exchanges, its labels (those that count, and the history), and how a
-    simulation drove it. None: no such conversation."""
+    `run`, else of the newest run that scored it, marked on its calls; its first `max_steps`
+    steps when given: `step_count` says how many it has), its scores in every run, its labels
+    (those that count, and the history), and how a simulation drove it. None: no such
+    conversation."""
     trajectory = load_trajectory(con, conversation_id)
+    step_count = sum(len(turn.steps) for turn in trajectory.turns) if trajectory else 0
+    shown = trajectory
+    if trajectory is not None and max_steps is not None:
+        shown, step_count = _first_steps(trajectory, max_steps)
     simulated = records.simulated_conversation(con, conversation_id)
     scores = _scores(con, conversation_id)
     if trajectory is None and simulated is None and not scores:
@@ -272,9 +316,8 @@ def conversation_view(
         for s in scores
         if s["run_id"] == shown_run
     ]
-    detail = (
-        conversation_detail(trajectory, marked, VALUE_LIMIT) if trajectory is not None else None
-    )
+    detail = conversation_detail(shown, marked, VALUE_LIMIT) if shown is not None else None
+    history = labels_of(con, conversation_id, history=True)
     simulation = None
     if simulated is not None:
         trial, turns = simulated
@@ -285,11 +328,12 @@ def conversation_view(
         "shown_run": shown_run,
         "runs": runs,
         "scores": scores,
-        "judge": _judge_exchanges(con, conversation_id),
-        "labels": labels_of(con, conversation_id),
-        "label_history": labels_of(con, conversation_id, history=True),
+        "labels": [label for label in history if label["counts"]],
+        "label_history": history,
         "simulation": simulation,
         "span_count": trajectory.span_count if trajectory is not None else 0,
+        "step_count": step_count,
+        "steps_shown": sum(len(turn["steps"]) for turn in detail["turns"]) if detail else 0,
     }
 
 

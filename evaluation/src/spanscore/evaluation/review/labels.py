@@ -22,13 +22,11 @@ from spanscore.lake.schema.tables import LABELS
 
 # The labels that count: each reviewer's newest for a conversation, metric and run. SQL, so
 # the app, the agreement and a user's own query read the same rows.
-CURRENT_LABELS = f"""(
-    SELECT * FROM {ALIAS}.labels
-    QUALIFY row_number() OVER (
+COUNTS = """row_number() OVER (
         PARTITION BY conversation_id, coalesce(metric, ''), coalesce(run_id, ''), reviewer
         ORDER BY created_at DESC, label_id DESC
-    ) = 1
-)"""
+    ) = 1"""
+CURRENT_LABELS = f"(SELECT * FROM {ALIAS}.labels QUALIFY {COUNTS})"
 
 MAX_COMMENT = 10_000
 
@@ -134,11 +132,13 @@ def add_label(con: duckdb.DuckDBPyConnection, label: NewLabel, reviewer: str) ->
 def labels_of(
     con: duckdb.DuckDBPyConnection, conversation_id: str, *, history: bool = False
 ) -> list[dict[str, Any]]:
-    """A conversation's labels, newest first: those that count, or every one (`history`)."""
-    source = f"{ALIAS}.labels" if history else CURRENT_LABELS
+    """A conversation's labels, newest first: those that count, or every one (`history`),
+    each with `counts`: whether it is its reviewer's newest."""
     cursor = con.execute(
-        f"SELECT * FROM {source} WHERE conversation_id = ? ORDER BY created_at DESC, label_id",
+        f"SELECT *, {COUNTS} AS counts FROM {ALIAS}.labels WHERE conversation_id = ? "
+        "ORDER BY created_at DESC, label_id",
         [conversation_id],
     )
     names = [d[0] for d in cursor.description or ()]
-    return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+    rows = [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+    return rows if history else [r for r in rows if r["counts"]]
