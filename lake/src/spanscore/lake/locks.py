@@ -98,8 +98,9 @@ def writer_pid(directory: Path | None, what: str = "collector") -> int | None:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
-            text = handle.read().strip()
-            return int(text) if text.isdigit() else 0
+            # The pid is the record's first line (`record` may add lines after it).
+            pid = _read_holder(handle.read()).get("pid")
+            return int(pid) if pid is not None else 0
         return None  # closing the file releases the shared lock just taken
 
 
