@@ -49,7 +49,6 @@ TOOLS = {
     "judge_agreement",
     "sql",
 }
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -252,6 +251,7 @@ async def _resources(client: Any, evaluated: EvaluatedLake) -> None:
     assert "name: customer-service" in suite
 
 
+@pytest.mark.slow
 def test_every_tool_over_stdio(lake: Path, evaluated_lake: EvaluatedLake) -> None:
     from mcp import Client, StdioServerParameters
 
@@ -312,10 +312,11 @@ def _post_without_token(url: str, headers: dict[str, str]) -> int:
         return int(exc.code)
 
 
+@pytest.mark.slow
 def test_http_needs_the_token(lake: Path, evaluated_lake: EvaluatedLake) -> None:
+    import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
 
     with _http_server(lake, "--token", "reviewer:s3cret") as url:
         assert _post_without_token(url, {}) == 401
@@ -323,7 +324,7 @@ def test_http_needs_the_token(lake: Path, evaluated_lake: EvaluatedLake) -> None
         assert _post_without_token(url + "?token=s3cret", {}) == 401
 
         async def session() -> None:
-            http = create_mcp_http_client(headers={"Authorization": "Bearer s3cret"})
+            http = httpx2.AsyncClient(headers={"Authorization": "Bearer s3cret"}, timeout=60)
             async with http, Client(streamable_http_client(url, http_client=http)) as client:
                 _check_answers(await _every_tool(client, evaluated_lake), evaluated_lake)
                 await _writes_refused(client)
@@ -332,13 +333,13 @@ def test_http_needs_the_token(lake: Path, evaluated_lake: EvaluatedLake) -> None
         asyncio.run(session())
 
 
-def test_non_loopback_without_token_is_refused(lake: Path) -> None:
-    result = CliRunner().invoke(
-        main, ["mcp", "--lake", str(lake), "--port", "0", "--host", "0.0.0.0"]
-    )
+def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
+    # Refused before the lake is opened or anything binds.
+    lake = str(tmp_path / "lake")
+    result = CliRunner().invoke(main, ["mcp", "--lake", lake, "--port", "0", "--host", "0.0.0.0"])
     assert result.exit_code == 2
     assert "not loopback" in result.output
-    result = CliRunner().invoke(main, ["mcp", "--lake", str(lake), "--token", "t"])
+    result = CliRunner().invoke(main, ["mcp", "--lake", lake, "--token", "t"])
     assert result.exit_code == 2
     assert "give --port" in result.output
 
