@@ -23,6 +23,8 @@ import pytest
 from click.testing import CliRunner
 
 from spanscore.cli import main
+from spanscore.evaluation.review import NewLabel, add_label
+from spanscore.lake import connect
 
 from ..support.collector import start_collector
 from ..support.conversation_spans import T0, _chat, _tool
@@ -81,6 +83,19 @@ def lake(evaluated_lake: EvaluatedLake, tmp_path_factory: pytest.TempPathFactory
         )
     finally:
         collector.stop()
+    # A reviewer holds that the run was wrong to fail this conversation's tool calls.
+    con = connect(copy)
+    try:
+        label = NewLabel(
+            conversation_id="cs-budget-search-2",
+            metric="tool_calls",
+            run_id=evaluated_lake.run,
+            judge_agreed=False,
+            comment="the search was right",
+        )
+        add_label(con, label, "ana")
+    finally:
+        con.close()
     return copy
 
 
@@ -135,7 +150,7 @@ async def _every_tool(client: Any, evaluated: EvaluatedLake) -> dict[str, dict[s
         "conversation": {"conversation_id": "cs-planted-1", "max_chars": 60},
         "conversation_full": {"conversation_id": "cs-planted-1"},
         "conversation_spans": {"conversation_id": "cs-planted-1", "limit": 3},
-        "labels": {"conversation_id": "cs-planted-1", "history": True},
+        "labels": {"conversation_id": "cs-budget-search-2", "history": True},
         "judge_agreement": {},
         "sql": {"query": "SELECT conversation_id FROM spans ORDER BY 1", "max_rows": 2},
     }
@@ -178,8 +193,15 @@ def _check_answers(docs: dict[str, dict[str, Any]], evaluated: EvaluatedLake) ->
     assert full["detail"]["turns"][0]["user_message"].startswith("I'm alan@example.com")
     spans = docs["conversation_spans"]
     assert spans["limits"]["spans_returned"] == 3 < spans["limits"]["spans_total"]
-    assert docs["labels"]["data"] == []
-    assert docs["judge_agreement"]["data"] == []
+    [label] = docs["labels"]["data"]
+    assert (label["reviewer"], label["passed"], label["comment"]) == (
+        "ana",
+        True,
+        "the search was right",
+    )
+    [agreement] = docs["judge_agreement"]["data"]
+    assert agreement["metric"] == "tool_calls"
+    assert [d["conversation_id"] for d in agreement["disagreements"]] == ["cs-budget-search-2"]
     sql = docs["sql"]
     assert sql["data"]["columns"] == ["conversation_id"]
     assert len(sql["data"]["rows"]) == 2

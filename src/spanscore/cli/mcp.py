@@ -52,7 +52,10 @@ def mcp_command(lake: str, port: int | None, host: str, tokens: tuple[str, ...])
     from spanscore.ui.security import Token, is_loopback
 
     if port is None:
-        if tokens or host != "127.0.0.1":
+        # Typed on the command line they ask for HTTP; from the environment (shared with an
+        # HTTP server's settings) they are left unused.
+        source = click.get_current_context().get_parameter_source
+        if any(source(n) is click.core.ParameterSource.COMMANDLINE for n in ("host", "tokens")):
             raise click.UsageError("--host and --token serve HTTP: give --port too")
     elif not is_loopback(host) and not tokens:
         click.echo(
