@@ -263,6 +263,15 @@ async def _injection_is_data(client: Any) -> None:
         assert detail["turns"][0]["user_message"] == INJECTION
 
 
+async def _steps_cut(client: Any) -> None:
+    args = {"conversation_id": "cs-planted-1", "max_steps": 2}
+    document = _document(await client.call_tool("conversation", args))
+    assert len(document["data"]["turns"][0]["steps"]) == 2
+    [cut] = [c for c in document["limits"]["clipped"] if c["at"] == "data.turns[0].steps"]
+    assert cut["shown"] == 2
+    assert cut["items"] > 2
+
+
 async def _resources(client: Any, evaluated: EvaluatedLake) -> None:
     listed = {str(r.uri) for r in (await client.list_resources()).resources}
     assert {"spanscore://tables", f"spanscore://suites/{evaluated.run}"} <= listed
@@ -283,6 +292,7 @@ def test_every_tool_over_stdio(lake: Path, evaluated_lake: EvaluatedLake) -> Non
             _check_answers(await _every_tool(client, evaluated_lake), evaluated_lake)
             await _writes_refused(client)
             await _injection_is_data(client)
+            await _steps_cut(client)
             await _resources(client, evaluated_lake)
 
     asyncio.run(session())

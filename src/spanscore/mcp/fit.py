@@ -70,12 +70,18 @@ class Clipper:
         if isinstance(value, dict):
             return {k: self.fit(v, f"{at}.{k}") for k, v in value.items()}
         if isinstance(value, list | tuple):
-            items = list(value)
-            if len(items) > self.max_items:
-                self._note({"at": at, "items": len(items), "shown": self.max_items})
-                items = items[: self.max_items]
-            return [self.fit(v, f"{at}[{i}]") for i, v in enumerate(items)]
+            return [self.fit(v, f"{at}[{i}]") for i, v in enumerate(self.items(value, at))]
         return value
+
+    def items(
+        self, value: list[Any] | tuple[Any, ...], at: str, max_items: int | None = None
+    ) -> list[Any]:
+        """The first `max_items` items of a list (default: the clipper's), the cut noted."""
+        limit = self.max_items if max_items is None else max_items
+        if len(value) <= limit:
+            return list(value)
+        self._note({"at": at, "items": len(value), "shown": limit})
+        return list(value[:limit])
 
     def limits(self, **stated: Any) -> dict[str, Any]:
         limits: dict[str, Any] = {

@@ -262,6 +262,7 @@ def _register(server: MCPServer[Any], lake: AppLake) -> None:
         max_chars: Annotated[int, Field(ge=50, le=5_000, description="Per value")] = 300,
         turn_offset: Annotated[int, Field(ge=0)] = 0,
         max_turns: Annotated[int, Field(ge=1, le=100)] = 20,
+        max_steps: Annotated[int, Field(ge=1, le=500, description="Per turn")] = 50,
     ) -> CallToolResult:
         """One conversation summarised: per turn the user's message, tool calls (name, short
         arguments and result, error), model errors, the final answer; its scores in every run
@@ -273,7 +274,7 @@ def _register(server: MCPServer[Any], lake: AppLake) -> None:
         if view is None:
             raise ToolError(f"no conversation {conversation_id!r} in this lake")
         clip = Clipper(max_chars=max_chars, max_items=100)
-        data = summarise(view, clip, turn_offset, max_turns)
+        data = summarise(view, clip, turn_offset, max_turns, max_steps)
         return answer(
             data,
             clip,

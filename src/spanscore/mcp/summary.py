@@ -15,7 +15,7 @@ CALL_SHARE = 0.5
 
 
 def summarise(
-    view: dict[str, Any], clip: Clipper, turn_offset: int, max_turns: int
+    view: dict[str, Any], clip: Clipper, turn_offset: int, max_turns: int, max_steps: int
 ) -> dict[str, Any]:
     """The summary of `review.conversation_view`'s document (read with no value cut)."""
     detail = view.get("detail") or {}
@@ -55,7 +55,7 @@ def summarise(
             {
                 "turn": turn["index"],
                 "user_message": clip.json_text(turn["user_message"], f"{at}.user_message"),
-                "steps": steps,
+                "steps": clip.items(steps, f"{at}.steps", max_steps),
                 "model_calls": model_calls,
                 "final_answer": clip.json_text(turn["final_response"], f"{at}.final_answer"),
             }
