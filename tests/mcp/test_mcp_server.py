@@ -280,6 +280,10 @@ async def _resources(client: Any, evaluated: EvaluatedLake) -> None:
     assert "| `explanation` |" in tables
     suite = (await client.read_resource(f"spanscore://suites/{evaluated.run}")).contents[0].text
     assert "name: customer-service" in suite
+    from mcp.shared.exceptions import MCPError
+
+    with pytest.raises(MCPError, match="no run 'nope'"):
+        await client.read_resource("spanscore://suites/nope")
 
 
 @pytest.mark.slow

@@ -19,10 +19,9 @@ import duckdb
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, Resource, ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from spanscore.evaluation import review
-from spanscore.evaluation.report.data import ReportError
 from spanscore.evaluation.review.conversations import MAX_PAGE, VALUE_LIMIT
 from spanscore.lake import ALIAS
 from spanscore.lake.guard import one_read_statement, refusal
@@ -93,26 +92,23 @@ async def _read(lake: AppLake, fn: Callable[..., T], *args: Any, **kwargs: Any) 
 
     try:
         return await anyio.to_thread.run_sync(call)
-    except (ReportError, review.LabelError, ValidationError) as exc:
+    except ValueError as exc:
+        # The read layer's word for a request it cannot serve (ReportError: an unknown run; a
+        # filter that does not validate; a page key it did not give), and the SQL guard's.
         raise ToolError(str(exc)) from None
-    except ValueError as exc:  # the read layer's word for a request it cannot serve
-        raise ToolError(str(exc)) from None
 
 
-def _suite_rows(cur: duckdb.DuckDBPyConnection, limit: int | None) -> list[tuple[Any, ...]]:
-    sql = (
-        f"SELECT run_id, suite_name, started_at, details->>'suite_path' FROM {ALIAS}.eval_runs "
-        "ORDER BY started_at DESC NULLS LAST, run_id"
-    )
-    return cur.execute(sql + (f" LIMIT {int(limit)}" if limit else "")).fetchall()
+_SUITES = (
+    f"SELECT run_id, suite_name, started_at, details->>'suite_path' FROM {ALIAS}.eval_runs "
+    "WHERE ? IS NULL OR run_id = ? ORDER BY started_at DESC NULLS LAST, run_id LIMIT ?"
+)
 
 
-def _suite_row(cur: duckdb.DuckDBPyConnection, run_id: str) -> tuple[Any, ...] | None:
-    return cur.execute(
-        f"SELECT run_id, suite_name, started_at, details->>'suite_path' FROM {ALIAS}.eval_runs "
-        "WHERE run_id = ?",
-        [run_id],
-    ).fetchone()
+def _suite_rows(
+    cur: duckdb.DuckDBPyConnection, limit: int, run_id: str | None = None
+) -> list[tuple[Any, ...]]:
+    """(run id, suite name, started at, suite file) of the newest runs, or of `run_id`."""
+    return cur.execute(_SUITES, [run_id, run_id, limit]).fetchall()
 
 
 def suite_text(run_id: str, suite_name: str, path: str | None) -> str:
@@ -412,16 +408,11 @@ def _register(server: MCPServer[Any], lake: AppLake) -> None:
         mime_type="text/plain",
     )
     async def suite(run_id: str) -> str:
-        row = await anyio.to_thread.run_sync(functools.partial(_read_suite_row, lake, run_id))
-        if row is None:
-            raise ResourceError(f"no run {run_id!r} in this lake")
-        run_id, suite_name, _, path = row
+        try:
+            [(run_id, suite_name, _, path)] = await _read(lake, _suite_rows, 1, run_id)
+        except ValueError:
+            raise ResourceError(f"no run {run_id!r} in this lake") from None
         return await anyio.to_thread.run_sync(suite_text, run_id, suite_name, path)
-
-
-def _read_suite_row(lake: AppLake, run_id: str) -> tuple[Any, ...] | None:
-    with lake.read() as cur:
-        return _suite_row(cur, run_id)
 
 
 def create_server(lake: AppLake) -> LakeServer:
