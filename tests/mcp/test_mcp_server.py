@@ -31,6 +31,7 @@ from ..support.conversation_spans import T0, _chat, _tool
 from ..support.lake import copy_lake
 from ..support.otlp_http import _post
 from ..support.report_lake import EvaluatedLake
+from ..support.s3 import S3Server
 
 INJECTED = "mcp-injected-1"
 INJECTION = (
@@ -57,30 +58,9 @@ TOOLS = {
 def lake(evaluated_lake: EvaluatedLake, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the evaluated lake with the injected conversation sent to a real collector."""
     copy = copy_lake(evaluated_lake.lake, tmp_path_factory.mktemp("mcp") / "lake")
-    call = {"id": "c-1", "name": "lookup_order", "arguments": {"order": "ORD-1"}}
     collector = start_collector(copy)
     try:
-        _post(
-            collector,
-            [
-                _chat(INJECTED, user=INJECTION, calls=[call], at=T0),
-                _tool(
-                    INJECTED,
-                    "lookup_order",
-                    call_id="c-1",
-                    arguments={"order": "ORD-1"},
-                    result=TOOL_INJECTION,
-                    at=T0 + 200,
-                ),
-                _chat(
-                    INJECTED,
-                    user=INJECTION,
-                    results=[("c-1", TOOL_INJECTION)],
-                    answer="Done.",
-                    at=T0 + 400,
-                ),
-            ],
-        )
+        _post(collector, _injected_spans())
     finally:
         collector.stop()
     # A reviewer holds that the run was wrong to fail this conversation's tool calls.
@@ -99,7 +79,26 @@ def lake(evaluated_lake: EvaluatedLake, tmp_path_factory: pytest.TempPathFactory
     return copy
 
 
-def _command(lake: Path, *extra: str) -> list[str]:
+def _injected_spans() -> list[Any]:
+    """A conversation whose user message and tool result try a prompt injection."""
+    call = {"id": "c-1", "name": "lookup_order", "arguments": {"order": "ORD-1"}}
+    return [
+        _chat(INJECTED, user=INJECTION, calls=[call], at=T0),
+        _tool(
+            INJECTED,
+            "lookup_order",
+            call_id="c-1",
+            arguments={"order": "ORD-1"},
+            result=TOOL_INJECTION,
+            at=T0 + 200,
+        ),
+        _chat(
+            INJECTED, user=INJECTION, results=[("c-1", TOOL_INJECTION)], answer="Done.", at=T0 + 400
+        ),
+    ]
+
+
+def _command(lake: Path | str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "spanscore.cli", "mcp", "--lake", str(lake), *extra]
 
 
@@ -209,7 +208,7 @@ def _check_answers(docs: dict[str, dict[str, Any]], evaluated: EvaluatedLake) ->
     assert sql["limits"]["more_rows"].startswith("yes")
 
 
-async def _writes_refused(client: Any) -> None:
+async def _writes_refused(client: Any, sealed: bool = True) -> None:
     before = _document(await client.call_tool("sql", {"query": "SELECT count(*) FROM spans"}))
     for query in (
         "DELETE FROM spans",
@@ -224,10 +223,11 @@ async def _writes_refused(client: Any) -> None:
         assert "read-only" in result.content[0].text or "one SQL statement" in (
             result.content[0].text
         ), query
-    # Reading a file outside the lake is refused too.
-    result = await client.call_tool("sql", {"query": "SELECT * FROM read_text('/etc/hostname')"})
-    assert result.is_error
-    assert "disabled" in result.content[0].text
+    if sealed:  # an embedded lake: reading a file outside it is refused too
+        query = "SELECT * FROM read_text('/etc/hostname')"
+        result = await client.call_tool("sql", {"query": query})
+        assert result.is_error
+        assert "disabled" in result.content[0].text
     after = _document(await client.call_tool("sql", {"query": "SELECT count(*) FROM spans"}))
     assert before["data"] == after["data"]
 
@@ -389,3 +389,30 @@ def test_a_suite_file_gone_is_said(tmp_path: Path) -> None:
     assert suite_text("r1", "shop", str(tmp_path / "suite.yaml")).endswith("name: shop\n")
     assert "not a suite file" in suite_text("r1", "shop", "/etc/passwd")
     assert "recorded no suite file" in suite_text("r1", "shop", None)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_shared_lake_over_stdio(shared_lake: str, s3_server: S3Server) -> None:
+    """On the PostgreSQL + S3 lake (unsealed: its catalog and data are on the network), the
+    same answers and the same refusals."""
+    from mcp import Client, StdioServerParameters
+
+    collector = start_collector(shared_lake)
+    try:
+        _post(collector, _injected_spans())
+    finally:
+        collector.stop()
+    reader = shared_lake.split("?")[0]  # the data path comes from the catalog
+
+    async def session() -> None:
+        params = StdioServerParameters(
+            command=sys.executable, args=_command(reader)[1:], env=s3_server.env
+        )
+        async with Client(params) as client:
+            rows = await client.call_tool("sql", {"query": "SELECT count(*) AS n FROM tool_calls"})
+            assert _document(rows)["data"]["rows"] == [[1]]
+            await _writes_refused(client, sealed=False)
+            await _injection_is_data(client)
+
+    asyncio.run(session())
