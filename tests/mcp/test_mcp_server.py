@@ -30,7 +30,7 @@ from ..support.collector import start_collector
 from ..support.conversation_spans import T0, _chat, _tool
 from ..support.lake import copy_lake
 from ..support.otlp_http import _post
-from ..support.report_lake import EvaluatedLake
+from ..support.report_lake import PLANTED_MESSAGE, EvaluatedLake
 from ..support.s3 import S3Server
 
 INJECTED = "mcp-injected-1"
@@ -180,11 +180,11 @@ def _check_answers(docs: dict[str, dict[str, Any]], evaluated: EvaluatedLake) ->
         "search_products",
     ]
     assert turn["final_answer"] == "Two laptop stands are in stock."
-    # The user's message (97 characters) is cut at 60, and the cut is stated.
-    assert turn["user_message"].endswith("[clipped: 37 more characters]")
-    assert {"at": "data.turns[0].user_message", "characters": 97, "shown": 60} in summary["limits"][
-        "clipped"
-    ]
+    # The user's message is cut at 60 characters, and the cut is stated.
+    more = len(PLANTED_MESSAGE) - 60
+    assert turn["user_message"] == f"{PLANTED_MESSAGE[:60]}… [clipped: {more} more characters]"
+    cut = {"at": "data.turns[0].user_message", "characters": len(PLANTED_MESSAGE), "shown": 60}
+    assert cut in summary["limits"]["clipped"]
     assert summary["data"]["scores"]
     assert summary["limits"]["turns_total"] == 1
 
