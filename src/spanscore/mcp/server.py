@@ -292,7 +292,7 @@ def _register(server: MCPServer[Any], lake: AppLake) -> None:
     ) -> CallToolResult:
         """One conversation in full, a few turns at a time: every step (tool calls with
         arguments and results, model calls with their responses, hand-offs), scores with
-        details, the judge's exchanges, labels with their history."""
+        details, labels with their history."""
         view = await _read(lake, review.conversation_view, conversation_id, run=run)
         if view is None:
             raise ToolError(f"no conversation {conversation_id!r} in this lake")

@@ -108,6 +108,5 @@ def summarise(
         "scores": clip.fit(scores, "data.scores"),
         "labels": clip.fit(labels, "data.labels"),
         "label_history": len(view["label_history"]),
-        "judge_exchanges": len(view["judge"]),
         "simulated": simulation is not None,
     }
