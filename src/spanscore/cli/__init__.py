@@ -38,6 +38,7 @@ from .evaluate import evaluate_command
 from .export import export_command
 from .invocation import runnable
 from .judge_check import judge_check_command
+from .mcp import mcp_command
 from .options import EXIT_CODES_HELP, EXIT_INTERRUPTED, InputError, LakeUnavailable
 from .promote import promote_command
 from .query import sql_command, status_command
@@ -123,6 +124,7 @@ main.add_command(promote_command)
 main.add_command(import_command)
 main.add_command(schema_group)
 main.add_command(ui_command)
+main.add_command(mcp_command)
 
 # The demo imports the example agent (and its dependencies) only when it runs.
 from .demo import demo_command  # noqa: E402

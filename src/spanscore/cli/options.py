@@ -203,3 +203,24 @@ def judge_options(fn: F) -> F:
     for decorator in reversed(decorators):
         command = decorator(command)
     return cast(F, command)
+
+
+def listening_socket(host: str, port: int) -> tuple[Any, str]:
+    """A socket listening on `host`:`port` (0: any free port) for a server to take over, and
+    the base URL it answers at; exit 2 with the reason when it cannot bind."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        # Listening already: a client that reads the printed URL may connect at once (the
+        # server accepts what waits in the backlog when it starts).
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        click.echo(f"Error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    shown = f"[{host}]" if ":" in host else host
+    return sock, f"http://{shown}:{sock.getsockname()[1]}"

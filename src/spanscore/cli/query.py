@@ -180,9 +180,9 @@ def _print_query(con: duckdb.DuckDBPyConnection, query: str, fmt: str, write: bo
 
 
 def _sql_error(exc: Exception, write: bool) -> str:
-    if not write and "read-only mode" in str(exc):
-        return f"{exc}\nThe lake is opened read-only: add --write to change it."
-    return str(exc)
+    from spanscore.lake.guard import refusal
+
+    return str(exc) if write else refusal(exc, "add --write to change it")
 
 
 @click.command("status")

@@ -13,10 +13,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import duckdb
-
 from spanscore.collector.config import CollectorConfig, env_name
-from spanscore.lake import schema
+from spanscore.lake.schema.reference import tables_markdown
 
 
 def settings() -> str:
@@ -35,30 +33,8 @@ def settings() -> str:
     return "\n".join(rows)
 
 
-def _view_columns() -> dict[str, list[tuple[str, str]]]:
-    con = duckdb.connect()
-    for name, columns in schema.TABLES.items():
-        con.execute(schema.create_table_sql(name, columns))
-    out = {}
-    for name, body in schema.VIEWS.items():
-        con.execute(f"CREATE VIEW {schema.quote_identifier(name)} AS {body}")
-        out[name] = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {name}").fetchall()]
-    return out
-
-
 def tables() -> str:
-    parts = []
-    for name, columns in schema.TABLES.items():
-        parts.append(f"#### `{name}`\n")
-        parts.append("| column | type | meaning |\n|---|---|---|")
-        parts.extend(f"| `{c.name}` | {c.sql_type} | {c.doc} |" for c in columns)
-        parts.append("")
-    for view, described in _view_columns().items():
-        parts.append(f"#### view `{view}`\n")
-        parts.append("| column | type |\n|---|---|")
-        parts.extend(f"| `{c}` | {t} |" for c, t in described)
-        parts.append("")
-    return "\n".join(parts).rstrip()
+    return tables_markdown()
 
 
 def commands() -> str:

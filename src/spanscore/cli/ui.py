@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .options import EXIT_USAGE, lake_option, open_lake_or_fail, option
+from .options import EXIT_USAGE, lake_option, listening_socket, open_lake_or_fail, option
 
 
 @click.command("ui")
@@ -61,8 +61,6 @@ def ui_command(
     $ spanscore ui --lake ./spanscore-demo
     spanscore ui: http://127.0.0.1:8765/
     """
-    import socket
-
     import uvicorn
 
     from spanscore.ui import create_app
@@ -83,18 +81,8 @@ def ui_command(
         reviewer=reviewer or default_reviewer(),
         promote_into=list(promote_into),
     )
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        click.echo(f"Error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        raise SystemExit(EXIT_USAGE) from None
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{bound}/"
+    sock, base = listening_socket(host, port)
+    url = base + "/"
     click.echo(
         f"spanscore ui: {url}"
         + (f"?token={tokens[0].partition(':')[2] or tokens[0]}" if tokens else ""),

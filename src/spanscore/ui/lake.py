@@ -1,4 +1,5 @@
-"""The app's lake: one long-lived connection, a cursor per request.
+"""The app's lake: one long-lived connection, a cursor per request (the review app's, and the
+MCP server's, read-only).
 
 A reading request works in one transaction, so every query of a page sees the same snapshot
 of the lake while the collector goes on committing; it writes nothing and holds nothing back.
@@ -20,14 +21,23 @@ from collections.abc import Iterator
 import duckdb
 
 from spanscore.lake import ALIAS, connect, side_cursor
+from spanscore.lake.guard import seal
 
 
 class AppLake:
-    def __init__(self, lake: str) -> None:
+    def __init__(self, lake: str, *, read_only: bool = False) -> None:
         self.lake = lake
-        # Read-write: the app writes labels and queues (and a lake from before they existed
-        # gets their tables).
-        self._con = connect(lake, threads=1)
+        # Read-write for the app: it writes labels and queues (and a lake from before they
+        # existed gets their tables). Read-only for the MCP server, which only reads and runs
+        # a model's SQL: attached read-only and sealed (`spanscore.lake.guard`).
+        self._con = connect(lake, threads=1, read_only=read_only)
+        self.sealed = False
+        if read_only:
+            try:
+                self.sealed = seal(self._con)
+            except BaseException:
+                self._con.close()
+                raise
         self._lock = threading.Lock()
         self._reading = threading.Semaphore(1)
 

@@ -61,6 +61,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def matching_token(tokens: list[Token], given: str | None) -> Token | None:
+    """The token whose secret `given` is (compared in constant time), or None."""
+    if not given:
+        return None
+    for token in tokens:
+        if hmac.compare_digest(token.secret.encode(), given.encode()):
+            return token
+    return None
+
+
+def bearer(request: Request) -> str | None:
+    """The secret of the request's `Authorization: Bearer ...` header, if it has one."""
+    auth = request.headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else None
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(24)
 
@@ -80,12 +96,7 @@ class Guard:
         self.tokens = tokens
 
     def _token(self, given: str | None) -> Token | None:
-        if not given:
-            return None
-        for token in self.tokens:
-            if hmac.compare_digest(token.secret.encode(), given.encode()):
-                return token
-        return None
+        return matching_token(self.tokens, given)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -118,9 +129,7 @@ class Guard:
                 )
                 await response(scope, receive, send_with_headers)
                 return
-            auth = request.headers.get("authorization", "")
-            bearer = auth[7:].strip() if auth.lower().startswith("bearer ") else None
-            token = self._token(bearer) or self._token(request.cookies.get(COOKIE))
+            token = self._token(bearer(request)) or self._token(request.cookies.get(COOKIE))
             if token is None:
                 response = JSONResponse(
                     {

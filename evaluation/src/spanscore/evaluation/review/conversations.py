@@ -43,6 +43,7 @@ class ConversationFilter(BaseModel):
     scenario: str | None = None  # its scenario.id attribute, or a scenario that scored it
     run: str | None = None  # scored by this run
     failed: str | None = None  # a metric that failed (in `run`, when given)
+    failing: bool | None = None  # True: some metric failed (in `run`, when given)
     simulated: bool | None = None  # True: simulated only; False: production only
     labelled: bool | None = None  # True: with a label; False: none yet
     text: str | None = Field(default=None, max_length=500)  # in user messages, tool calls
@@ -113,13 +114,13 @@ def _where(f: ConversationFilter) -> tuple[list[str], list[Any], list[str], list
                 [f.scenario, f.scenario],
             )
         )
-    if f.run is not None or f.failed is not None:
+    if f.run is not None or f.failed is not None or f.failing:
         ids.append(
             (
                 f"""SELECT conversation_id FROM {ALIAS}.scores
-                    WHERE (? IS NULL OR run_id = ?) AND (? IS NULL OR (metric = ? AND
-                        (passed = false OR error IS NOT NULL)))""",
-                [f.run, f.run, f.failed, f.failed],
+                    WHERE (? IS NULL OR run_id = ?) AND (? IS NULL OR metric = ?)
+                      AND (NOT ? OR passed = false OR error IS NOT NULL)""",
+                [f.run, f.run, f.failed, f.failed, f.failed is not None or bool(f.failing)],
             )
         )
     if f.text:
@@ -283,10 +284,12 @@ def conversation_view(
     *,
     run: str | None = None,
     max_steps: int | None = None,
+    value_limit: int = VALUE_LIMIT,
 ) -> dict[str, Any] | None:
     """One conversation: its trajectory as the report draws it (`detail`, with the scores of
     `run`, else of the newest run that scored it, marked on its calls; its first `max_steps`
-    steps when given: `step_count` says how many it has), its scores in every run, its labels
+    steps when given: `step_count` says how many it has; its values cut at `value_limit`
+    characters), its scores in every run, its labels
     (those that count, and the history), and how a simulation drove it. None: no such
     conversation."""
     trajectory = load_trajectory(con, conversation_id)
@@ -316,7 +319,7 @@ def conversation_view(
         for s in scores
         if s["run_id"] == shown_run
     ]
-    detail = conversation_detail(shown, marked, VALUE_LIMIT) if shown is not None else None
+    detail = conversation_detail(shown, marked, value_limit) if shown is not None else None
     history = labels_of(con, conversation_id, history=True)
     simulation = None
     if simulated is not None:

@@ -1,0 +1,1 @@
+"""The MCP server (`spanscore mcp`), driven by the official SDK's client."""
