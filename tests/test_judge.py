@@ -30,7 +30,7 @@ from spanscore.examples.judge_policy import ScriptedJudge
 from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
 from spanscore.examples.synthetic import build_lake
 
-from .support.lake import query
+from .support.lake import copy_lake, query
 from .support.polling import wait_for
 
 UTC = dt.UTC
@@ -392,11 +392,7 @@ def judged_lake_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def lake(judged_lake_template: Path, tmp_path: Path) -> Path:
-    import shutil
-
-    copy = tmp_path / "lake"
-    shutil.copytree(judged_lake_template, copy)
-    return copy
+    return copy_lake(judged_lake_template, tmp_path / "lake")
 
 
 @pytest.fixture
@@ -499,10 +495,7 @@ def test_failed_judge_calls_are_recorded_errors_and_the_run_finishes(lake: Path)
 
 
 def test_batch_mode_end_to_end(lake: Path, judge_llm: ScriptedLLM, tmp_path: Path):
-    direct_lake = tmp_path / "direct"
-    import shutil
-
-    shutil.copytree(lake, direct_lake)
+    direct_lake = copy_lake(lake, tmp_path / "direct")
     direct = run(direct_lake, JUDGED_SUITE, judge_llm)
     direct_calls = judge_llm.chat_requests
     batched = run(lake, JUDGED_SUITE, judge_llm, judge={"batch": True})

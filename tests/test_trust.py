@@ -20,7 +20,7 @@ from spanscore.cli import main
 from spanscore.examples.synthetic import build_lake
 
 from .support.collector import start_collector
-from .support.lake import query
+from .support.lake import copy_lake, query
 
 UTC = dt.UTC
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -76,11 +76,7 @@ def shared_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def lake(shared_lake: Path, tmp_path: Path) -> Path:
-    import shutil
-
-    copy = tmp_path / "lake"
-    shutil.copytree(shared_lake, copy)
-    return copy
+    return copy_lake(shared_lake, tmp_path / "lake")
 
 
 def evaluate_args(lake: Path, suite: Path, *extra: str) -> list[str]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from ..support.lake import copy_lake
 from ..support.report_lake import EvaluatedLake
 
 
@@ -15,8 +15,7 @@ from ..support.report_lake import EvaluatedLake
 def review_lake(evaluated_lake: EvaluatedLake, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A copy of the evaluated lake (two runs of the example suite, a planted hostile
     conversation) that this module's tests may label."""
-    target = tmp_path_factory.mktemp("review") / "lake"
-    shutil.copytree(evaluated_lake.lake, target)
+    target = copy_lake(evaluated_lake.lake, tmp_path_factory.mktemp("review") / "lake")
     return EvaluatedLake(target, evaluated_lake.baseline_run, evaluated_lake.run)
 
 
