@@ -25,6 +25,7 @@ import argparse
 import datetime as dt
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,6 +37,11 @@ from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.runs.run import evaluate
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
+
+# The browser's flags are the tests' (tests/support): a script run as `python bench/report.py`
+# has bench/ on sys.path, not the repository.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.browser import CHROMIUM_ARGS
 
 SUITE: dict[str, Any] = {
     "name": "bench-report",
@@ -56,15 +62,6 @@ SUITE: dict[str, Any] = {
         {"type": "forbidden", "calls": [{"name": "cancel_order"}]},
     ],
 }
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 EMPTY_PAGE = (
     "<!DOCTYPE html><html><body><p>empty</p><script>"
     "document.documentElement.dataset.readyMs = performance.now().toFixed(1);"

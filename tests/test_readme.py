@@ -184,9 +184,14 @@ def _bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedPr
 
 def _new_shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`command` in a new shell that has not activated .venv (the PATH of a fresh login)."""
+    return _bash(command, cwd, _fresh_login_environment())
+
+
+def _fresh_login_environment() -> dict[str, str]:
+    """The test's environment with the PATH of a fresh login (no .venv activated)."""
     env = {k: v for k, v in _environment().items() if k != "PATH"}
     env["PATH"] = os.pathsep.join(["/usr/local/bin", "/usr/bin", "/bin"])
-    return _bash(command, cwd, env)
+    return env
 
 
 @pytest.mark.slow
@@ -280,9 +285,7 @@ def _serves_as_printed(command: str, cwd: Path) -> None:
     on Ctrl-C."""
     import urllib.request
 
-    env = {k: v for k, v in _environment().items() if k != "PATH"}
-    env["PATH"] = os.pathsep.join(["/usr/local/bin", "/usr/bin", "/bin"])
-    env["SPANSCORE_UI_PORT"] = "0"
+    env = {**_fresh_login_environment(), "SPANSCORE_UI_PORT": "0"}
     process = subprocess.Popen(
         ["bash", "-c", f"exec {command}"],
         cwd=cwd,
