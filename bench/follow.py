@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest import CollectorProcess, HttpExporter, _Tokens, _trace, percentile
+from ingest import CollectorProcess, HttpExporter, Tokens, agent_turn_spans, percentile
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
@@ -61,7 +61,7 @@ TARGET_LAG_MARGIN_S = 30.0
 def fresh_request(rng: random.Random, spans: int, ends_ns: int) -> tuple[bytes, int]:
     """A request of whole conversations (one trace each) ending at `ends_ns`, when it is to be
     sent: (body, span count)."""
-    tokens = _Tokens(rng)
+    tokens = Tokens(rng)
     request = trace_service_pb2.ExportTraceServiceRequest()
     scope = request.resource_spans.add().scope_spans.add()
     request.resource_spans[0].resource.attributes.add(
@@ -71,7 +71,9 @@ def fresh_request(rng: random.Random, spans: int, ends_ns: int) -> tuple[bytes, 
     now = ends_ns
     built: list[trace_pb2.Span] = []
     while len(built) < spans:
-        built.extend(_trace(tokens, rng, min(spans - len(built), rng.randint(6, 20)), now))
+        built.extend(
+            agent_turn_spans(tokens, rng, min(spans - len(built), rng.randint(6, 20)), now)
+        )
     shift = max(s.end_time_unix_nano for s in built) - now
     for span in built:
         span.start_time_unix_nano -= shift

@@ -138,7 +138,7 @@ _WORD_TEXT = (
 WORDS = tuple(_WORD_TEXT.split())
 
 
-class _Tokens:
+class Tokens:
     """Placeholder values put into a template; each is later found in the serialized bytes."""
 
     TRACE, SPAN, HEX = "trace", "span", "hex"
@@ -180,7 +180,7 @@ def _any_value(value: Any) -> common_pb2.AnyValue:
     return v
 
 
-def _attributes(attrs: dict[str, Any]) -> list[common_pb2.KeyValue]:
+def key_values(attrs: dict[str, Any]) -> list[common_pb2.KeyValue]:
     return [common_pb2.KeyValue(key=k, value=_any_value(v)) for k, v in attrs.items()]
 
 
@@ -193,7 +193,7 @@ def _padded_json(doc: dict[str, Any], size: int, rng: random.Random) -> str:
     return json.dumps({**doc, "note": " ".join(words)}, separators=(",", ":"))
 
 
-def _tool_arguments(tool: str, tokens: _Tokens, rng: random.Random) -> str:
+def _tool_arguments(tool: str, tokens: Tokens, rng: random.Random) -> str:
     doc = {
         "tool": tool,
         "order_id": f"ORD-{rng.randint(100000, 999999)}",
@@ -204,7 +204,7 @@ def _tool_arguments(tool: str, tokens: _Tokens, rng: random.Random) -> str:
     return _padded_json(doc, 200, rng)
 
 
-def _tool_result(tokens: _Tokens, rng: random.Random) -> str:
+def _tool_result(tokens: Tokens, rng: random.Random) -> str:
     doc = {
         "status": rng.choice(("shipped", "pending", "delivered", "cancelled")),
         "request_ref": tokens.hex(16),
@@ -218,8 +218,8 @@ def _tool_result(tokens: _Tokens, rng: random.Random) -> str:
     return _padded_json(doc, 500, rng)
 
 
-def _trace(
-    tokens: _Tokens, rng: random.Random, n_spans: int, start_ns: int
+def agent_turn_spans(
+    tokens: Tokens, rng: random.Random, n_spans: int, start_ns: int
 ) -> list[trace_pb2.Span]:
     """One agent turn: an invoke_agent root, then chat / execute_tool children."""
     trace_id = tokens.trace_id()
@@ -260,7 +260,7 @@ def _trace(
                 kind=trace_pb2.Span.SPAN_KIND_CLIENT,
                 start_time_unix_nano=t,
                 end_time_unix_nano=t + duration,
-                attributes=_attributes(attrs),
+                attributes=key_values(attrs),
             )
             want_chat = rng.random() < 0.4  # often two tool calls after one model answer
         else:
@@ -295,7 +295,7 @@ def _trace(
                 kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
                 start_time_unix_nano=t,
                 end_time_unix_nano=t + duration,
-                attributes=_attributes(attrs),
+                attributes=key_values(attrs),
             )
             if failed:
                 span.status.code = trace_pb2.Status.STATUS_CODE_ERROR
@@ -304,7 +304,7 @@ def _trace(
                     trace_pb2.Span.Event(
                         name="exception",
                         time_unix_nano=t + duration,
-                        attributes=_attributes(
+                        attributes=key_values(
                             {
                                 "exception.type": "TimeoutError",
                                 "exception.message": f"{tool} did not answer within 500 ms",
@@ -352,7 +352,7 @@ def _trace(
         kind=trace_pb2.Span.SPAN_KIND_SERVER,
         start_time_unix_nano=start_ns,
         end_time_unix_nano=t + 1_000_000,
-        attributes=_attributes(root_attrs),
+        attributes=key_values(root_attrs),
     )
     return [root, *children]
 
@@ -369,16 +369,16 @@ class Template:
     @classmethod
     def build(cls, seed: int, batch_size: int) -> Template:
         rng = random.Random(seed)
-        tokens = _Tokens(rng)
+        tokens = Tokens(rng)
         start_ns = time.time_ns() - 3600 * 10**9
         spans: list[trace_pb2.Span] = []
         while len(spans) < batch_size:
             n = min(batch_size - len(spans), rng.randint(6, 20))
-            spans.extend(_trace(tokens, rng, n, start_ns + len(spans) * 50_000_000))
+            spans.extend(agent_turn_spans(tokens, rng, n, start_ns + len(spans) * 50_000_000))
         request = trace_service_pb2.ExportTraceServiceRequest()
         resource_spans = request.resource_spans.add()
         resource_spans.resource.attributes.extend(
-            _attributes(
+            key_values(
                 {
                     "service.name": "customer-service-agent",
                     "service.version": "2.14.1",
@@ -407,7 +407,7 @@ class Template:
             if not offsets:
                 raise RuntimeError(f"template {seed}: placeholder {value!r} not found")
             slots.append((kind, len(value), offsets))
-            if kind == _Tokens.HEX:
+            if kind == Tokens.HEX:
                 hex_bytes += len(value)
         return cls(data, len(spans), slots, hex_bytes)
 
@@ -417,9 +417,9 @@ class Template:
         hex_pool = os.urandom(self.hex_bytes // 2).hex().encode()
         pos = 0
         for kind, size, offsets in self.slots:
-            if kind == _Tokens.TRACE:
+            if kind == Tokens.TRACE:
                 value = ids.trace()
-            elif kind == _Tokens.SPAN:
+            elif kind == Tokens.SPAN:
                 value = ids.span()
             else:
                 value = hex_pool[pos : pos + size]

@@ -38,12 +38,12 @@ import duckdb
 from spanscore.evaluation import load_suite, load_trajectories
 from spanscore.evaluation.runs.chunks import (
     Shipped,
-    _worker_start,
     chunk_directory,
     received,
     shipped,
+    worker_start,
 )
-from spanscore.evaluation.runs.engines.local import _all_chunks, query_size
+from spanscore.evaluation.runs.engines.local import all_chunks, query_size
 from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.trajectory.load import (
     CHUNK_SPANS,
@@ -164,7 +164,7 @@ def rebuild_in_workers(
     pool = ProcessPoolExecutor(
         workers,
         mp_context=get_context("spawn"),
-        initializer=_worker_start,
+        initializer=worker_start,
         initargs=(suite.document(), str(suite.base_dir), suite.allow_outside_metrics),
     )
     directory = chunk_directory()
@@ -178,7 +178,7 @@ def rebuild_in_workers(
                 "ORDER BY 1"
             ).fetchall()
         ]
-        chunks = _all_chunks(con, suite, ids, options.batch_size, query_size(options, workers))
+        chunks = all_chunks(con, suite, ids, options.batch_size, query_size(options, workers))
         pending: set[Future[tuple[int, int]]] = set()
         count = tool_calls = 0
 

@@ -67,9 +67,9 @@ from ingest import (
     HttpExporter,
     IdSource,
     Template,
-    _attributes,
-    _Tokens,
-    _trace,
+    Tokens,
+    agent_turn_spans,
+    key_values,
     make_templates,
     percentile,
 )
@@ -113,11 +113,11 @@ def huge_requests(spans: int, per_request: int = 500) -> list[tuple[bytes, int]]
     """One conversation of `spans` spans, as turns of 20 (the ingest benchmark's traces, their
     conversation id replaced), in OTLP requests of `per_request` spans: (body, span count)."""
     rng = random.Random(56)
-    tokens = _Tokens(rng)
+    tokens = Tokens(rng)
     t = time.time_ns() - 6 * 3600 * 10**9
     built: list[Any] = []
     while len(built) < spans:
-        trace = _trace(tokens, rng, min(20, spans - len(built)), t)
+        trace = agent_turn_spans(tokens, rng, min(20, spans - len(built)), t)
         t = max(s.end_time_unix_nano for s in trace) + 2 * 10**9
         for span in trace:
             for attribute in span.attributes:
@@ -128,7 +128,7 @@ def huge_requests(spans: int, per_request: int = 500) -> list[tuple[bytes, int]]
     for lo in range(0, len(built), per_request):
         request = trace_service_pb2.ExportTraceServiceRequest()
         resource_spans = request.resource_spans.add()
-        resource_spans.resource.attributes.extend(_attributes({"service.name": "support-agent"}))
+        resource_spans.resource.attributes.extend(key_values({"service.name": "support-agent"}))
         scope = resource_spans.scope_spans.add()
         scope.scope.name = "opentelemetry.instrumentation.openai_agents"
         chunk = built[lo : lo + per_request]

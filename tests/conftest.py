@@ -19,7 +19,7 @@ from spanscore.collector import Collector
 
 from .support.browser import chromium
 from .support.collector import start_collector
-from .support.postgres import POSTGRES_SERVER, _postgres
+from .support.postgres import POSTGRES_SERVER, postgres_connection
 from .support.report_lake import EvaluatedLake, build_evaluated_lake
 from .support.s3 import S3Server
 from .support.tls import self_signed_certificate
@@ -74,14 +74,14 @@ def tls_files(tmp_path: Path) -> tuple[Path, Path]:
 def postgres_database() -> Iterator[str]:
     """A new, empty PostgreSQL database (its URI), dropped at the end of the test."""
     try:
-        admin = _postgres()
+        admin = postgres_connection()
     except Exception as exc:
         pytest.skip(f"no PostgreSQL server at {POSTGRES_SERVER} ({type(exc).__name__})")
     name = "spanscore_test_" + uuid.uuid4().hex[:12]
     with admin:
         admin.execute(f"CREATE DATABASE {name}")
     yield f"{POSTGRES_SERVER}/{name}"
-    with _postgres() as admin:
+    with postgres_connection() as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 

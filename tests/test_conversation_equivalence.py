@@ -26,8 +26,8 @@ from spanscore.lake.schema.rules import LOG_RECORD_CONTENT
 
 from .support import otlp_factory as f
 from .support.agreement import agree_all
-from .support.conversation_spans import T0, _as_log_record, _chat, _tool
-from .support.otlp_http import _post, _post_logs
+from .support.conversation_spans import T0, as_log_record, chat_span, tool_span
+from .support.otlp_http import post, post_logs
 
 _ids = itertools.count(1)
 
@@ -96,7 +96,7 @@ def span_sets(draw: st.DrawFn) -> Case:
                     if draw(st.integers(0, 4)):  # mostly with a call id
                         call["id"] = f"{conversation}-c{n}"
                     requested.append(call)
-            chat = _chat(
+            chat = chat_span(
                 conversation if placement == "every" else None,
                 user=user if has_user else None,
                 calls=requested,
@@ -108,7 +108,7 @@ def span_sets(draw: st.DrawFn) -> Case:
             spans.append(chat)
             if draw(st.integers(0, 3)) == 0:
                 # The messages as a log record of the span (producers that send them as events)
-                records.append(_as_log_record(chat))
+                records.append(as_log_record(chat))
             pending_results = []
             # a framework may run the calls of one response concurrently: in any order
             if len(requested) > 1 and draw(st.booleans()):
@@ -120,7 +120,7 @@ def span_sets(draw: st.DrawFn) -> Case:
                     pending_results.append((call["id"], result))
                 if ran == "no span":
                     continue
-                tool = _tool(
+                tool = tool_span(
                     conversation if placement == "every" else None,
                     call["name"],
                     at=next(clock),
@@ -135,7 +135,7 @@ def span_sets(draw: st.DrawFn) -> Case:
                 spans.append(tool)
             if draw(st.integers(0, 5)) == 0:  # a tool span no model call asked for
                 spans.append(
-                    _tool(
+                    tool_span(
                         conversation if placement == "every" else None,
                         "c",
                         at=next(clock),
@@ -196,13 +196,13 @@ def test_views_and_builder_rebuild_the_same_conversations(
         before = [r for c in cases if c.logs_first for r in c.records]
         after = [r for c in cases if not c.logs_first for r in c.records]
         if before:
-            _post_logs(collector, before)
+            post_logs(collector, before)
         for exports in itertools.zip_longest(*(c.exports for c in cases)):
             for export in exports:
                 if export:
-                    _post(collector, export)
+                    post(collector, export)
         if after:
-            _post_logs(collector, after)
+            post_logs(collector, after)
         agree_all(lake_dir, [c.conversation for c in cases])
 
     check()

@@ -19,16 +19,16 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from spanscore.cli import main
 from spanscore.collector import Collector
-from spanscore.collector.conversations import _incoming
+from spanscore.collector.conversations import incoming_conversations
 from spanscore.evaluation import open_lake
 from spanscore.evaluation.trajectory.model import ModelCall
 from spanscore.lake.schema.rules import KNOWN_CONVERSATIONS
 
 from .support import otlp_factory as f
-from .support.agreement import _agree
-from .support.conversation_spans import T0, _as_log_record, _chat, _tool
+from .support.agreement import builder_and_views_agree
+from .support.conversation_spans import T0, as_log_record, chat_span, tool_span
 from .support.lake import query
-from .support.otlp_http import _post, _post_logs
+from .support.otlp_http import post, post_logs
 
 
 def test_a_requested_call_that_never_ran_is_listed_by_both(
@@ -37,15 +37,15 @@ def test_a_requested_call_that_never_ran_is_listed_by_both(
     # The model asks for x and y; only x runs.
     x = {"id": "c-x", "name": "x", "arguments": {"a": 1}}
     y = {"id": "c-y", "name": "y", "arguments": {"b": 2}}
-    _post(
+    post(
         collector,
         [
-            _chat("req-1", user="go", calls=[x, y], at=T0),
-            _tool("req-1", "x", call_id="c-x", arguments={"a": 1}, result="ok", at=T0 + 200),
-            _chat("req-1", user="go", results=[("c-x", "ok")], answer="done", at=T0 + 400),
+            chat_span("req-1", user="go", calls=[x, y], at=T0),
+            tool_span("req-1", "x", call_id="c-x", arguments={"a": 1}, result="ok", at=T0 + 200),
+            chat_span("req-1", user="go", results=[("c-x", "ok")], answer="done", at=T0 + 400),
         ],
     )
-    t = _agree(lake_dir, "req-1")
+    t = builder_and_views_agree(lake_dir, "req-1")
     assert [(c.name, c.source) for c in t.tool_calls] == [
         ("x", "span+messages"),
         ("y", "messages"),
@@ -58,18 +58,18 @@ def test_a_model_call_without_a_user_message_does_not_start_a_turn(
     # The middle call is chained (previous_response_id): its input holds no user message.
     a = {"id": "c-1", "name": "a", "arguments": {}}
     b = {"id": "c-2", "name": "b", "arguments": {}}
-    _post(
+    post(
         collector,
         [
-            _chat("nouser-1", user="hello", calls=[a], at=T0),
-            _tool("nouser-1", "a", call_id="c-1", result=1, at=T0 + 200),
-            _chat("nouser-1", user=None, results=[("c-1", 1)], calls=[b], at=T0 + 400),
-            _tool("nouser-1", "b", call_id="c-2", result=2, at=T0 + 600),
-            _chat("nouser-1", user="hello", results=[("c-2", 2)], answer="hi", at=T0 + 800),
-            _chat("nouser-1", user="again", answer="yes", at=T0 + 1000),
+            chat_span("nouser-1", user="hello", calls=[a], at=T0),
+            tool_span("nouser-1", "a", call_id="c-1", result=1, at=T0 + 200),
+            chat_span("nouser-1", user=None, results=[("c-1", 1)], calls=[b], at=T0 + 400),
+            tool_span("nouser-1", "b", call_id="c-2", result=2, at=T0 + 600),
+            chat_span("nouser-1", user="hello", results=[("c-2", 2)], answer="hi", at=T0 + 800),
+            chat_span("nouser-1", user="again", answer="yes", at=T0 + 1000),
         ],
     )
-    t = _agree(lake_dir, "nouser-1")
+    t = builder_and_views_agree(lake_dir, "nouser-1")
     assert [turn.user_message for turn in t.turns] == ["hello", "again"]
 
 
@@ -80,16 +80,16 @@ def test_a_tool_span_without_call_id_or_arguments_takes_them_from_the_request(
         {"id": "c-1", "name": "lookup", "arguments": {"q": "first"}},
         {"id": "c-2", "name": "lookup", "arguments": {"q": "second"}},
     ]
-    _post(
+    post(
         collector,
         [
-            _chat("noid-1", user="find", calls=calls, at=T0),
-            _tool("noid-1", "lookup", result="r1", at=T0 + 200),
-            _tool("noid-1", "lookup", result="r2", at=T0 + 300),
-            _chat("noid-1", user="find", answer="found", at=T0 + 500),
+            chat_span("noid-1", user="find", calls=calls, at=T0),
+            tool_span("noid-1", "lookup", result="r1", at=T0 + 200),
+            tool_span("noid-1", "lookup", result="r2", at=T0 + 300),
+            chat_span("noid-1", user="find", answer="found", at=T0 + 500),
         ],
     )
-    t = _agree(lake_dir, "noid-1")
+    t = builder_and_views_agree(lake_dir, "noid-1")
     assert [(c.arguments, c.result, c.call_id) for c in t.tool_calls] == [
         ({"q": "first"}, "r1", "c-1"),
         ({"q": "second"}, "r2", "c-2"),
@@ -104,17 +104,17 @@ def test_a_retried_tool_span_joins_a_request_once(collector: Collector, lake_dir
         {"id": "c-1", "name": "lookup", "arguments": {"q": "first"}},
         {"id": "c-2", "name": "lookup", "arguments": {"q": "second"}},
     ]
-    _post(
+    post(
         collector,
         [
-            _chat("retry-1", user="find", calls=calls, at=T0),
-            _tool("retry-1", "lookup", call_id="c-1", result="timeout", at=T0 + 200),
-            _tool("retry-1", "lookup", call_id="c-1", result="r1", at=T0 + 300),
-            _tool("retry-1", "lookup", call_id="c-1", result="again", at=T0 + 400),
-            _chat("retry-1", user="find", answer="found", at=T0 + 600),
+            chat_span("retry-1", user="find", calls=calls, at=T0),
+            tool_span("retry-1", "lookup", call_id="c-1", result="timeout", at=T0 + 200),
+            tool_span("retry-1", "lookup", call_id="c-1", result="r1", at=T0 + 300),
+            tool_span("retry-1", "lookup", call_id="c-1", result="again", at=T0 + 400),
+            chat_span("retry-1", user="find", answer="found", at=T0 + 600),
         ],
     )
-    t = _agree(lake_dir, "retry-1")
+    t = builder_and_views_agree(lake_dir, "retry-1")
     assert [(c.arguments, c.result, c.call_id, c.source) for c in t.tool_calls] == [
         ({"q": "first"}, "timeout", "c-1", "span+messages"),
         ({"q": "second"}, "r1", "c-2", "span+messages"),
@@ -126,16 +126,16 @@ def test_a_call_id_requested_twice_is_one_call(collector: Collector, lake_dir: P
     # The same model response recorded by two spans (the second one repeats the output): the
     # call it requested ran once and is one call; the answer comes in a later model call.
     call = {"id": "c-1", "name": "lookup", "arguments": {"q": "x"}}
-    _post(
+    post(
         collector,
         [
-            _chat("twice-1", user="find", calls=[call], at=T0),
-            _chat("twice-1", user="find", calls=[call], at=T0 + 50),
-            _tool("twice-1", "lookup", call_id="c-1", result="r1", at=T0 + 200),
-            _chat("twice-1", user="find", results=[("c-1", "r1")], answer="found", at=T0 + 400),
+            chat_span("twice-1", user="find", calls=[call], at=T0),
+            chat_span("twice-1", user="find", calls=[call], at=T0 + 50),
+            tool_span("twice-1", "lookup", call_id="c-1", result="r1", at=T0 + 200),
+            chat_span("twice-1", user="find", results=[("c-1", "r1")], answer="found", at=T0 + 400),
         ],
     )
-    t = _agree(lake_dir, "twice-1")
+    t = builder_and_views_agree(lake_dir, "twice-1")
     assert [(c.name, c.call_id, c.result, c.source) for c in t.tool_calls] == [
         ("lookup", "c-1", "r1", "span+messages")
     ]
@@ -150,15 +150,15 @@ def test_a_conversation_id_on_a_root_span_without_an_operation(
     root.kind = trace_pb2.Span.SPAN_KIND_SERVER
     root.start_time_unix_nano = T0
     root.end_time_unix_nano = T0 + 2000
-    chat = _chat(None, user="hi", calls=[{"id": "c", "name": "t", "arguments": {}}], at=T0 + 10)
+    chat = chat_span(None, user="hi", calls=[{"id": "c", "name": "t", "arguments": {}}], at=T0 + 10)
     chat.trace_id = trace
     chat.parent_span_id = root.span_id
-    tool = _tool(None, "t", call_id="c", result="r", at=T0 + 200, trace_id=trace)
+    tool = tool_span(None, "t", call_id="c", result="r", at=T0 + 200, trace_id=trace)
     tool.parent_span_id = root.span_id
     # Children exported before their root.
-    _post(collector, [chat, tool])
-    _post(collector, [root])
-    t = _agree(lake_dir, "sess-1")
+    post(collector, [chat, tool])
+    post(collector, [root])
+    t = builder_and_views_agree(lake_dir, "sess-1")
     assert [c.name for c in t.tool_calls] == ["t"]
     assert t.span_count == 3
     # Stored, not recomputed: the children were rewritten when their root was committed.
@@ -170,7 +170,7 @@ def test_a_conversation_id_on_a_root_span_without_an_operation(
 def _root_with_late_children(trace: bytes, session: str) -> tuple[trace_pb2.Span, ...]:
     root = f.span("POST /chat", trace_id=trace, attributes={"session.id": session})
     root.start_time_unix_nano, root.end_time_unix_nano = T0, T0 + 2000
-    chat = _chat(None, user="hi", answer="hello", at=T0 + 10, trace_id=trace)
+    chat = chat_span(None, user="hi", answer="hello", at=T0 + 10, trace_id=trace)
     chat.parent_span_id = root.span_id
     return root, chat
 
@@ -181,11 +181,11 @@ def test_a_root_exported_after_a_restart_still_resolves_its_children(
     trace = bytes.fromhex("cd" * 16)
     root, chat = _root_with_late_children(trace, "sess-restart")
     first = make_collector()
-    _post(first, [chat])
+    post(first, [chat])
     first.stop(timeout=10)
     assert query(lake_dir, "SELECT conversation_id FROM spans") == [(trace.hex(),)]
     second = make_collector()  # remembers the newest traces of the lake
-    _post(second, [root])
+    post(second, [root])
     assert query(lake_dir, "SELECT DISTINCT conversation_id FROM spans") == [("sess-restart",)]
 
 
@@ -222,8 +222,8 @@ def test_conversations_without_an_id_are_counted_and_warned_about(
     collector: Collector, lake_dir: Path, tmp_path: Path
 ) -> None:
     # An agent that forgot conversation(): each model call is a trace of its own.
-    forgot = [_chat(None, user=f"q{i}", answer="ok", at=T0 + i * 1000) for i in range(3)]
-    _post(collector, [*forgot, _chat("kept-1", user="q", answer="ok", at=T0 + 5000)])
+    forgot = [chat_span(None, user=f"q{i}", answer="ok", at=T0 + i * 1000) for i in range(3)]
+    post(collector, [*forgot, chat_span("kept-1", user="q", answer="ok", at=T0 + 5000)])
     runner = CliRunner()
     status = runner.invoke(
         main, ["status", "--endpoint", f"http://127.0.0.1:{collector.http_port}"]
@@ -300,15 +300,15 @@ def test_a_tool_span_before_the_first_model_call_is_in_the_first_turn(
     # A tool span that starts before any model call (a pre-fetch, or clocks a little apart):
     # the builder used to open a turn of its own for it, which the views never listed.
     call = {"id": "c-1", "name": "lookup", "arguments": {"q": "x"}}
-    _post(
+    post(
         collector,
         [
-            _tool("early-1", "lookup", call_id="c-1", result="r", at=T0 - 50),
-            _chat("early-1", user="find", calls=[call], at=T0),
-            _chat("early-1", user="find", results=[("c-1", "r")], answer="found", at=T0 + 500),
+            tool_span("early-1", "lookup", call_id="c-1", result="r", at=T0 - 50),
+            chat_span("early-1", user="find", calls=[call], at=T0),
+            chat_span("early-1", user="find", results=[("c-1", "r")], answer="found", at=T0 + 500),
         ],
     )
-    t = _agree(lake_dir, "early-1")
+    t = builder_and_views_agree(lake_dir, "early-1")
     assert [turn.user_message for turn in t.turns] == ["find"]
     assert [(c.call_id, c.source) for c in t.tool_calls] == [("c-1", "span+messages")]
 
@@ -326,8 +326,8 @@ def test_a_hand_off_without_model_calls_is_a_turn_of_its_trace(
     )
     handoff.start_time_unix_nano = T0
     handoff.end_time_unix_nano = T0 + 50
-    _post(collector, [handoff])
-    t = _agree(lake_dir, "handoff-only-1")
+    post(collector, [handoff])
+    t = builder_and_views_agree(lake_dir, "handoff-only-1")
     assert [[(s.kind, s.from_agent, s.to_agent) for s in turn.steps] for turn in t.turns] == [
         [("handoff", "triage", "billing")]
     ]
@@ -343,20 +343,20 @@ def test_tools_run_concurrently_join_their_requests_by_arguments(
         {"id": "c-1", "name": "get_order", "arguments": {"order_id": "A"}},
         {"id": "c-2", "name": "get_order", "arguments": {"order_id": "B"}},
     ]
-    _post(
+    post(
         collector,
         [
-            _chat("concurrent-1", user="where?", calls=calls, at=T0),
-            _tool(
+            chat_span("concurrent-1", user="where?", calls=calls, at=T0),
+            tool_span(
                 "concurrent-1", "get_order", arguments={"order_id": "B"}, result="b", at=T0 + 200
             ),
-            _tool(
+            tool_span(
                 "concurrent-1", "get_order", arguments={"order_id": "A"}, result="a", at=T0 + 210
             ),
-            _chat("concurrent-1", user="where?", answer="done", at=T0 + 500),
+            chat_span("concurrent-1", user="where?", answer="done", at=T0 + 500),
         ],
     )
-    t = _agree(lake_dir, "concurrent-1")
+    t = builder_and_views_agree(lake_dir, "concurrent-1")
     assert [(c.call_id, c.arguments, c.result) for c in t.tool_calls] == [
         ("c-1", {"order_id": "A"}, "a"),
         ("c-2", {"order_id": "B"}, "b"),
@@ -388,18 +388,18 @@ def test_an_agent_span_with_the_messages_gives_the_turn_when_model_calls_have_no
 ) -> None:
     # Content captured on the agent's spans only: the model calls carry no messages. Each
     # agent span starts its turn and gives it the user message and the answer.
-    _post(
+    post(
         collector,
         [
             _agent("agentmsg-1", user="where is A?", answer="A shipped", at=T0, end=T0 + 900),
-            _chat("agentmsg-1", user=None, at=T0 + 10),
-            _tool("agentmsg-1", "get_order", call_id="c-1", result="shipped", at=T0 + 200),
-            _chat("agentmsg-1", user=None, at=T0 + 400),
+            chat_span("agentmsg-1", user=None, at=T0 + 10),
+            tool_span("agentmsg-1", "get_order", call_id="c-1", result="shipped", at=T0 + 200),
+            chat_span("agentmsg-1", user=None, at=T0 + 400),
             _agent("agentmsg-1", user="thanks", answer="welcome", at=T0 + 1000, end=T0 + 1500),
-            _chat("agentmsg-1", user=None, at=T0 + 1010),
+            chat_span("agentmsg-1", user=None, at=T0 + 1010),
         ],
     )
-    t = _agree(lake_dir, "agentmsg-1")
+    t = builder_and_views_agree(lake_dir, "agentmsg-1")
     assert [(turn.user_message, turn.final_response) for turn in t.turns] == [
         ("where is A?", "A shipped"),
         ("thanks", "welcome"),
@@ -414,18 +414,20 @@ def test_an_agent_span_repeating_its_model_calls_changes_no_turn(
     # Strands and ai 7 record the messages on the agent span and on each model call: the
     # turns are the same as from the model calls alone, and the model calls' answer wins.
     call = {"id": "c-1", "name": "get_order", "arguments": {"id": "A"}}
-    _post(
+    post(
         collector,
         [
             _agent("agentdup-1", user="where?", answer="agent says", at=T0, end=T0 + 900),
-            _chat("agentdup-1", user="where?", calls=[call], at=T0 + 10),
-            _tool("agentdup-1", "get_order", call_id="c-1", result="ok", at=T0 + 200),
-            _chat("agentdup-1", user="where?", results=[("c-1", "ok")], answer="ok", at=T0 + 400),
+            chat_span("agentdup-1", user="where?", calls=[call], at=T0 + 10),
+            tool_span("agentdup-1", "get_order", call_id="c-1", result="ok", at=T0 + 200),
+            chat_span(
+                "agentdup-1", user="where?", results=[("c-1", "ok")], answer="ok", at=T0 + 400
+            ),
             _agent("agentdup-1", user="where?", answer="again", at=T0 + 1000, end=T0 + 1500),
-            _chat("agentdup-1", user="where?", answer="again", at=T0 + 1010),
+            chat_span("agentdup-1", user="where?", answer="again", at=T0 + 1010),
         ],
     )
-    t = _agree(lake_dir, "agentdup-1")
+    t = builder_and_views_agree(lake_dir, "agentdup-1")
     assert [(turn.user_message, turn.final_response) for turn in t.turns] == [
         ("where?", "ok"),
         ("where?", "again"),
@@ -440,7 +442,7 @@ def _inside(call: trace_pb2.Span, at: int) -> tuple[trace_pb2.Span, Any]:
     inner.span_id = bytes(reversed(call.span_id))
     inner.parent_span_id = call.span_id
     inner.name = "generate_content gpt"
-    record = _as_log_record(inner)
+    record = as_log_record(inner)
     del inner.attributes[:]
     inner.attributes.append(f.attr("gen_ai.operation.name", "generate_content"))
     inner.start_time_unix_nano, inner.end_time_unix_nano = at, at + 50
@@ -457,19 +459,19 @@ def test_log_records_of_a_span_inside_a_model_call_are_not_a_second_one(
     trace = bytes(range(1, 17))
     call = {"id": "c-1", "name": "cancel_order", "arguments": {"id": "A"}}
     calls = [
-        _chat("nested-1", user="cancel A", calls=[call], at=T0, trace_id=trace),
-        _chat("nested-1", user="cancel A", results=[("c-1", "ok")], answer="done", at=T0 + 400),
-        _chat("nested-1", user="thanks", answer="welcome", at=T0 + 1000),
+        chat_span("nested-1", user="cancel A", calls=[call], at=T0, trace_id=trace),
+        chat_span("nested-1", user="cancel A", results=[("c-1", "ok")], answer="done", at=T0 + 400),
+        chat_span("nested-1", user="thanks", answer="welcome", at=T0 + 1000),
     ]
     calls[1].trace_id = calls[2].trace_id = trace
     for model_call in calls:
         model_call.end_time_unix_nano = model_call.start_time_unix_nano + 150
     inner = [_inside(c, c.start_time_unix_nano + 10) for c in calls]
-    tool = _tool(None, "cancel_order", call_id="c-1", result="ok", at=T0 + 200, trace_id=trace)
-    _post(collector, [*calls, *(span for span, _ in inner), tool])
-    _post_logs(collector, [record for _, record in inner])
+    tool = tool_span(None, "cancel_order", call_id="c-1", result="ok", at=T0 + 200, trace_id=trace)
+    post(collector, [*calls, *(span for span, _ in inner), tool])
+    post_logs(collector, [record for _, record in inner])
     assert query(lake_dir, "SELECT count(*) FROM logs WHERE response_text IS NOT NULL") == [(2,)]
-    t = _agree(lake_dir, "nested-1")
+    t = builder_and_views_agree(lake_dir, "nested-1")
     assert [(turn.user_message, turn.final_response) for turn in t.turns] == [
         ("cancel A", "done"),
         ("thanks", "welcome"),
@@ -488,12 +490,14 @@ def test_model_calls_started_in_the_same_millisecond_keep_their_order(
     # answer closed the turn, and the first call started another turn (seen once in CI).
     ms = 1_000_000
     call = {"id": "c-1", "name": "search", "arguments": {"q": "keyboard"}}
-    first = _chat("samems-1", user="any keyboards?", calls=[call], at=T0)
+    first = chat_span("samems-1", user="any keyboards?", calls=[call], at=T0)
     first.end_time_unix_nano = T0 + 130_000
-    second = _chat("samems-1", user="any keyboards?", results=[("c-1", "$89")], answer="$89", at=T0)
+    second = chat_span(
+        "samems-1", user="any keyboards?", results=[("c-1", "$89")], answer="$89", at=T0
+    )
     second.end_time_unix_nano = T0 + ms + 100_000
-    tool = _tool("samems-1", "search", call_id="c-1", result="$89", at=T0 + ms)
-    _post(
+    tool = tool_span("samems-1", "search", call_id="c-1", result="$89", at=T0 + ms)
+    post(
         collector,
         [
             _agent("samems-1", user="any keyboards?", answer="$89", at=T0, end=T0 + 2 * ms),
@@ -502,7 +506,7 @@ def test_model_calls_started_in_the_same_millisecond_keep_their_order(
             tool,
         ],
     )
-    t = _agree(lake_dir, "samems-1")
+    t = builder_and_views_agree(lake_dir, "samems-1")
     assert [(turn.user_message, turn.final_response) for turn in t.turns] == [
         ("any keyboards?", "$89")
     ]
@@ -535,7 +539,7 @@ def test_the_writer_knows_each_traces_conversation_as_the_sql_rule_does(
         con.close()
     lacking = {t for t, c in spans if c is None}
     expected = sorted((t, known.get(t), t in lacking) for t in {t for t, _ in spans})
-    assert sorted(_incoming(table)) == expected
+    assert sorted(incoming_conversations(table)) == expected
 
 
 @pytest.mark.parametrize(
@@ -556,13 +560,13 @@ def test_log_records_are_stored_with_their_spans_conversation(
     # was known is resolved when it is, in the same commit, as the trace's spans are.
     trace = bytes.fromhex("ce" * 16)
     root, chat = _root_with_late_children(trace, "sess-records")
-    record = _as_log_record(chat)
-    parts = {"records": lambda: _post_logs(collector, [record])}
-    parts |= {"root": lambda: _post(collector, [root]), "child": lambda: _post(collector, [chat])}
+    record = as_log_record(chat)
+    parts = {"records": lambda: post_logs(collector, [record])}
+    parts |= {"root": lambda: post(collector, [root]), "child": lambda: post(collector, [chat])}
     for part in order.split(", "):
         parts[part]()
     assert query(lake_dir, "SELECT conversation_id FROM logs") == [("sess-records",)]
-    trajectory = _agree(lake_dir, "sess-records")
+    trajectory = builder_and_views_agree(lake_dir, "sess-records")
     assert [(t.user_message, t.final_response) for t in trajectory.turns] == [("hi", "hello")]
 
 
@@ -572,14 +576,16 @@ def test_log_records_stored_before_a_restart_are_resolved_after_it(
     trace = bytes.fromhex("cf" * 16)
     root, chat = _root_with_late_children(trace, "sess-records-restart")
     first = make_collector()
-    _post_logs(first, [_as_log_record(chat)])
-    _post(first, [chat])
+    post_logs(first, [as_log_record(chat)])
+    post(first, [chat])
     first.stop(timeout=10)
     assert query(lake_dir, "SELECT conversation_id FROM logs") == [(trace.hex(),)]
     second = make_collector()  # remembers the traces of the newest records stored without one
-    _post(second, [root])
+    post(second, [root])
     assert query(lake_dir, "SELECT conversation_id FROM logs") == [("sess-records-restart",)]
-    assert [t.user_message for t in _agree(lake_dir, "sess-records-restart").turns] == ["hi"]
+    assert [
+        t.user_message for t in builder_and_views_agree(lake_dir, "sess-records-restart").turns
+    ] == ["hi"]
 
 
 def test_maintenance_gives_log_records_their_spans_conversation(lake_dir: Path) -> None:
@@ -622,18 +628,18 @@ def test_views_read_log_records_from_the_first_one_about_a_span(
     from opentelemetry.proto.logs.v1 import logs_pb2
 
     from spanscore.lake import LakeError, connect, schema
-    from spanscore.lake.migrate import _has_views, _view_marks
+    from spanscore.lake.migrate import has_views, view_marks
 
-    span = _chat("by-log-record", user=None, at=T0)
-    _post(collector, [span])
+    span = chat_span("by-log-record", user=None, at=T0)
+    post(collector, [span])
     about = {"trace_id": span.trace_id, "span_id": span.span_id}
     # An application's own log line in the span: it says nothing about the model call.
     plain = logs_pb2.LogRecord(
         time_unix_nano=T0 + 10, body=common_pb2.AnyValue(string_value="looking up"), **about
     )
-    _post_logs(collector, [plain])
+    post_logs(collector, [plain])
     con = open_lake(lake_dir)
-    assert _has_views(_view_marks(con), schema.VIEWS_WITHOUT_LOG_RECORDS)
+    assert has_views(view_marks(con), schema.VIEWS_WITHOUT_LOG_RECORDS)
     con.close()
 
     user = logs_pb2.LogRecord(
@@ -644,9 +650,9 @@ def test_views_read_log_records_from_the_first_one_about_a_span(
         ),
         **about,
     )
-    _post_logs(collector, [user])
+    post_logs(collector, [user])
     con = open_lake(lake_dir)
-    assert _has_views(_view_marks(con), schema.VIEWS)
+    assert has_views(view_marks(con), schema.VIEWS)
     got = con.execute(
         "SELECT first_user_message, turn_count FROM conversations WHERE conversation_id = ?",
         ["by-log-record"],
@@ -654,7 +660,7 @@ def test_views_read_log_records_from_the_first_one_about_a_span(
     assert got == [("from a record", 1)]
     snapshots = [r[0] for r in con.execute("SELECT snapshot_id FROM lake.snapshots()").fetchall()]
     con.close()
-    _agree(lake_dir, "by-log-record")
+    builder_and_views_agree(lake_dir, "by-log-record")
     # Every snapshot whose log records say something about a span has the views reading them.
     with_records = 0
     for snapshot in snapshots:
@@ -668,7 +674,7 @@ def test_views_read_log_records_from_the_first_one_about_a_span(
             ).fetchone()
             if found and found[0]:
                 with_records += 1
-                assert _has_views(_view_marks(at), schema.VIEWS), snapshot
+                assert has_views(view_marks(at), schema.VIEWS), snapshot
         finally:
             at.close()
     assert with_records > 0, "no snapshot had a log record about a span: nothing was checked"

@@ -19,21 +19,21 @@ from spanscore.evaluation import load_suite
 from spanscore.evaluation.runs import export_otlp
 from spanscore.evaluation.runs.export_otlp import (
     Target,
-    _spans_of,
     evaluation_events,
     export_run,
     resolve_endpoint,
     send_events,
+    spans_of,
     target_of,
 )
 from spanscore.evaluation.trajectory.load import load_trajectory
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
 
-from .support.conversation_spans import _chat
+from .support.conversation_spans import chat_span
 from .support.evaluation_runs import LATER, SUITE, run, write_suite
 from .support.lake import query
-from .support.otlp_http import _post
+from .support.otlp_http import post
 from .support.ports import free_port
 
 CONVERSATIONS = 4
@@ -219,7 +219,7 @@ def test_a_verdict_about_one_call_or_turn_goes_to_its_span(scored: tuple[Path, s
     finally:
         con.close()
     assert trajectory is not None
-    spans = _spans_of(trajectory)
+    spans = spans_of(trajectory)
     tool = Target(call[0], call[1])
     assert target_of(spans, {"call_id": call[2]}) == tool
     assert target_of(spans, {"calls": [{"index": 0, "call_id": call[2]}]}) == tool
@@ -268,11 +268,11 @@ def test_a_conversation_without_a_tool_call_has_its_events_on_its_first_span(
     trace = bytes.fromhex("ab" * 16)
     turns = []
     for i, (said, answer) in enumerate((("hi", "hello"), ("bye", "goodbye"))):
-        turn = _chat("no-tools", user=said, answer=answer, at=at + i * 10**9, trace_id=trace)
+        turn = chat_span("no-tools", user=said, answer=answer, at=at + i * 10**9, trace_id=trace)
         turn.name = "invoke_agent support"
         turn.attributes[0].value.string_value = "invoke_agent"  # gen_ai.operation.name
         turns.append(turn)
-    _post(collector, turns[::-1])
+    post(collector, turns[::-1])
     suite = {"name": "plain", "metrics": [{"type": "response", "keywords": ["hello"]}]}
     result = run(lake_dir, load_suite(write_suite(tmp_path, suite)))
     assert result.score_count > 0

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 from spanscore.evaluation.llm.http import (
     HEAD_LIMIT,
+    Connection,
     JudgeTransport,
-    _Connection,
     judge_http_client,
     proxied,
 )
@@ -110,7 +110,7 @@ def read_in_pieces(raw: bytes, cuts: list[int]) -> tuple[Any, Wire]:
 
     async def run() -> Any:
         loop = asyncio.get_running_loop()
-        connection, wire = _Connection(loop), Wire()
+        connection, wire = Connection(loop), Wire()
         connection.connection_made(wire)
         bounds = [0, *sorted({c for c in cuts if 0 < c < len(raw)}), len(raw)]
 

@@ -16,7 +16,7 @@ from spanscore.evaluation import load_trajectories
 from spanscore.evaluation.trajectory.load import stored_current
 from spanscore.lake import LakeError, LakeLocation, LakeVersionError, connect, schema
 
-from .support.postgres import _postgres_available
+from .support.postgres import postgres_available
 
 
 def test_embedded_lake_layout_and_tables(lake_dir: Path) -> None:
@@ -384,7 +384,7 @@ def test_repaired_views_read_log_records_when_the_lake_has_some_about_spans(
     """Views made again (missing, replaced, another version's) read log records exactly when
     some log record says something about a span (the collector's writer keeps that so from
     then on: tests/test_conversation_rules.py)."""
-    from spanscore.lake.migrate import _has_views, _view_marks
+    from spanscore.lake.migrate import has_views, view_marks
 
     def views_after_repair() -> dict[str, str]:
         con = connect(lake_dir, create=True)
@@ -392,11 +392,11 @@ def test_repaired_views_read_log_records_when_the_lake_has_some_about_spans(
         con.close()
         con = connect(lake_dir)
         try:
-            marks = _view_marks(con)
+            marks = view_marks(con)
         finally:
             con.close()
         for views in (schema.VIEWS, schema.VIEWS_WITHOUT_LOG_RECORDS):
-            if _has_views(marks, views):
+            if has_views(marks, views):
                 return views
         raise AssertionError(f"views of neither kind: {marks}")
 
@@ -723,7 +723,7 @@ def test_thinned_snapshots_take_the_files_they_alone_saw_out_of_the_catalog(
 
 @pytest.fixture
 def postgres_lake(tmp_path: Path) -> Iterator[str]:
-    reason = _postgres_available()
+    reason = postgres_available()
     if reason:
         pytest.skip(reason)
     schema_name = "spanscore_test_" + uuid.uuid4().hex[:10]

@@ -32,9 +32,9 @@ from spanscore.evaluation import load_suite, review
 from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
 from spanscore.lake import lifecycle, locks
 
-from .support.conversation_spans import _as_log_record, _chat, _tool
+from .support.conversation_spans import as_log_record, chat_span, tool_span
 from .support.evaluation_runs import run, write_suite
-from .support.otlp_http import _post, _post_logs
+from .support.otlp_http import post, post_logs
 from .support.polling import wait_for
 from .support.s3 import S3Server
 
@@ -71,13 +71,13 @@ def _conversation(collector: Collector, conversation: str, text: str, at: dt.dat
         "name": "lookup",
         "arguments": {"address": text},
     }
-    asking = _chat(conversation, user=f"ship it to {text}", calls=[call], at=start)
-    record = _as_log_record(asking)
-    _post(
+    asking = chat_span(conversation, user=f"ship it to {text}", calls=[call], at=start)
+    record = as_log_record(asking)
+    post(
         collector,
         [
             asking,
-            _tool(
+            tool_span(
                 conversation,
                 "lookup",
                 call_id=call["id"],
@@ -85,7 +85,7 @@ def _conversation(collector: Collector, conversation: str, text: str, at: dt.dat
                 result={"found": text},
                 at=start + 10,
             ),
-            _chat(
+            chat_span(
                 conversation,
                 user=f"ship it to {text}",
                 results=[(call["id"], {"found": text})],
@@ -94,7 +94,7 @@ def _conversation(collector: Collector, conversation: str, text: str, at: dt.dat
             ),
         ],
     )
-    _post_logs(collector, [record])
+    post_logs(collector, [record])
 
 
 def _uncompressed_lake(lake_dir: Path | str) -> None:

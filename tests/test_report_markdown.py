@@ -35,10 +35,10 @@ from spanscore.examples.synthetic import build_lake
 from spanscore.lake import connect
 
 from .support.collector import start_collector
-from .support.conversation_spans import T0, _chat, _tool
+from .support.conversation_spans import T0, chat_span, tool_span
 from .support.lake import query
 from .support.otlp_factory import attr
-from .support.otlp_http import _post
+from .support.otlp_http import post
 from .support.report_lake import EvaluatedLake
 
 UI = "http://127.0.0.1:8765/review"
@@ -325,15 +325,17 @@ def hostile_lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     collector = start_collector(lake)
     try:
         spans = [
-            _chat(HOSTILE_ID, user=HOSTILE_MESSAGE, calls=[{"id": "c1", "name": "lookup"}], at=T0),
-            _tool(HOSTILE_ID, "lookup", call_id="c1", result="ok", at=T0 + 200),
-            _chat(
+            chat_span(
+                HOSTILE_ID, user=HOSTILE_MESSAGE, calls=[{"id": "c1", "name": "lookup"}], at=T0
+            ),
+            tool_span(HOSTILE_ID, "lookup", call_id="c1", result="ok", at=T0 + 200),
+            chat_span(
                 HOSTILE_ID, user=HOSTILE_MESSAGE, results=[("c1", "ok")], answer="done", at=T0 + 400
             ),
         ]
         for span in spans:
             span.attributes.append(attr("scenario.id", HOSTILE_SCENARIO))
-        _post(collector, spans)
+        post(collector, spans)
     finally:
         collector.stop(timeout=10)
     suite = directory / "suite.json"

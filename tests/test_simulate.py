@@ -822,7 +822,7 @@ def test_an_http_agent_that_hangs_times_out_its_turn(tmp_path: Path) -> None:
 
 
 def test_the_trials_grid_shows_the_trials_that_did_not_count(tmp_path: Path) -> None:
-    from spanscore.evaluation.report.html import _trials
+    from spanscore.evaluation.report.html import trials_html
     from spanscore.evaluation.report.trials import trials_doc
 
     con = connect(tmp_path / "lake", create=True)
@@ -861,7 +861,7 @@ def test_the_trials_grid_shows_the_trials_that_did_not_count(tmp_path: Path) -> 
         "b": (1, [(2, "not_run")]),
         "c": (0, [(1, "budget")]),
     }
-    page = _trials({"trials": doc, "summary": []})  # type: ignore[typeddict-item]
+    page = trials_html({"trials": doc, "summary": []})  # type: ignore[typeddict-item]
     assert "<th>trial 3</th>" in page  # a column per trial, though one trial counted
     assert "\u2013 budget (not counted)" in page
     assert "\u2713 goal_reached" in page

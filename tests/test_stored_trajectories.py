@@ -21,9 +21,9 @@ from spanscore.lake import schema, stored
 from spanscore.lake.stored import by_spans, store_trajectories
 
 from .support import otlp_factory as f
-from .support.conversation_spans import T0, _chat, _record, _tool
+from .support.conversation_spans import T0, chat_span, log_record, tool_span
 from .support.evaluation_runs import SUITE, SYNTHETIC_START, run, score_rows
-from .support.otlp_http import _post, _post_logs
+from .support.otlp_http import post, post_logs
 from .support.polling import wait_for
 
 
@@ -36,11 +36,11 @@ def con(lake_dir: Path, collector: Collector) -> Iterator[duckdb.DuckDBPyConnect
 
 def _conversation(collector: Collector, conversation: str, at: int = T0) -> None:
     call = {"id": f"{conversation}-1", "name": "lookup", "arguments": {"q": conversation}}
-    _post(
+    post(
         collector,
         [
-            _chat(conversation, user="find it", calls=[call], at=at),
-            _tool(
+            chat_span(conversation, user="find it", calls=[call], at=at),
+            tool_span(
                 conversation,
                 "lookup",
                 call_id=call["id"],
@@ -48,7 +48,7 @@ def _conversation(collector: Collector, conversation: str, at: int = T0) -> None
                 result="ok",
                 at=at + 10,
             ),
-            _chat(
+            chat_span(
                 conversation,
                 user="find it",
                 results=[(call["id"], "ok")],
@@ -90,7 +90,7 @@ def test_a_span_added_after_storing_makes_the_rules_apply_until_stored_again(
     _conversation(collector, "late")
     _conversation(collector, "quiet")
     store_trajectories(con, settled_after_s=0)
-    _post(collector, [_tool("late", "audit", arguments={"x": 1}, result="logged", at=T0 + 30)])
+    post(collector, [tool_span("late", "audit", arguments={"x": 1}, result="logged", at=T0 + 30)])
     assert stored_current(con, ["late", "quiet"]) == ["quiet"]
     (late, _) = _same_either_way(con, ["late", "quiet"])
     assert [c["name"] for c in late["turns"][0]["steps"] if c["kind"] == "tool_call"] == [
@@ -110,10 +110,10 @@ def test_a_log_record_added_after_storing_makes_the_rules_apply(
     chat = f.span(
         "chat gpt", attributes={"gen_ai.operation.name": "chat", "gen_ai.conversation.id": "ev"}
     )
-    _post(collector, [chat])
+    post(collector, [chat])
     store_trajectories(con, settled_after_s=0)
     assert stored_current(con, ["ev"]) == ["ev"]
-    _post_logs(collector, [_record(chat, "gen_ai.user.message", {"content": "Where is it?"})])
+    post_logs(collector, [log_record(chat, "gen_ai.user.message", {"content": "Where is it?"})])
     assert stored_current(con, ["ev"]) == []
     (ev,) = _same_either_way(con, ["ev"])
     assert ev["turns"][0]["user_message"] == "Where is it?"
@@ -124,13 +124,14 @@ def test_a_span_that_moves_to_its_traces_conversation_unstores_the_old_one(
 ) -> None:
     trace = bytes.fromhex("ab" * 16)
     # A child exported before its root: alone, its trace id stands in for the conversation.
-    _post(
-        collector, [_tool(None, "lookup", arguments={"q": 1}, result="ok", at=T0, trace_id=trace)]
+    post(
+        collector,
+        [tool_span(None, "lookup", arguments={"q": 1}, result="ok", at=T0, trace_id=trace)],
     )
     assert store_trajectories(con, settled_after_s=0)["conversations_stored"] == 1
     root = f.span("agent", trace_id=trace, attributes={"session.id": "moved"})
     root.start_time_unix_nano, root.end_time_unix_nano = T0 - 10, T0 + 100
-    _post(collector, [root])
+    post(collector, [root])
     assert stored_current(con, ["ab" * 16, "moved"]) == []
     done = store_trajectories(con, settled_after_s=0)
     assert (done["conversations_unstored"], done["conversations_stored"]) == (1, 1)
@@ -160,13 +161,13 @@ def test_attributes_past_the_stored_ones_are_read_from_the_spans_as_the_rules_re
 ) -> None:
     # The first value in the spans' order wins: at the same start time a tool span comes after
     # the model call, whatever order they arrive in; a span without the attribute is skipped.
-    chat = _chat("attrs", user="hi", calls=[{"id": "a-1", "name": "t", "arguments": {}}], at=T0)
-    tool = _tool("attrs", "t", call_id="a-1", arguments={}, result="ok", at=T0)
+    chat = chat_span("attrs", user="hi", calls=[{"id": "a-1", "name": "t", "arguments": {}}], at=T0)
+    tool = tool_span("attrs", "t", call_id="a-1", arguments={}, result="ok", at=T0)
     tool.attributes.append(f.attr("customer.tier", "silver"))
     chat.attributes.append(f.attr("customer.tier", "gold"))
-    late = _chat("attrs", user="hi", results=[("a-1", "ok")], answer="done", at=T0 + 20)
+    late = chat_span("attrs", user="hi", results=[("a-1", "ok")], answer="done", at=T0 + 20)
     late.attributes.append(f.attr("region", "eu"))
-    _post(collector, [tool, late, chat])
+    post(collector, [tool, late, chat])
     _conversation(collector, "plain")
     store_trajectories(con, settled_after_s=0)
     assert stored_current(con, ["attrs", "plain"]) == ["attrs", "plain"]
@@ -179,7 +180,7 @@ def test_attributes_past_the_stored_ones_are_read_from_the_spans_as_the_rules_re
     assert rules[1]["attributes"] == {}
     # From the store alone, and from the store and the rules in one query.
     for stored_too in ([], ["plain"]):
-        _post(collector, [_tool(c, "audit", result="x", at=T0 + 99) for c in stored_too])
+        post(collector, [tool_span(c, "audit", result="x", at=T0 + 99) for c in stored_too])
         loaded = load_trajectories(
             con, conversation_ids=["attrs", "plain"], attributes=keys, stored=True
         )

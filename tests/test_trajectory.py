@@ -33,8 +33,8 @@ from spanscore.examples.customer_service.scripted import ScriptedAgent, conversa
 from spanscore.examples.synthetic import build_lake
 
 from .support import otlp_factory as f
-from .support.conversation_spans import _record
-from .support.otlp_http import _post, _post_logs
+from .support.conversation_spans import log_record
+from .support.otlp_http import post, post_logs
 
 
 def _view_agrees(lake: Path, trajectory: Any) -> None:
@@ -221,17 +221,17 @@ def test_arrival_order_does_not_change_the_trajectory(
     spans = _conversation_spans("conv-x", root_carries_id_only=arrival == "children-before-root")
     rng = random.Random(7)
     if arrival == "in-order":
-        _post(collector, spans)
+        post(collector, spans)
     elif arrival == "shuffled-one-batch":
-        _post(collector, rng.sample(spans, len(spans)))
+        post(collector, rng.sample(spans, len(spans)))
     elif arrival == "shuffled-many-batches":
         shuffled = rng.sample(spans, len(spans))
         for i in range(0, len(shuffled), 3):
-            _post(collector, shuffled[i : i + 3])
+            post(collector, shuffled[i : i + 3])
     else:
         roots = [s for s in spans if not s.parent_span_id]
-        _post(collector, [s for s in spans if s.parent_span_id])
-        _post(collector, roots)
+        post(collector, [s for s in spans if s.parent_span_id])
+        post(collector, roots)
     t = load_trajectory(open_lake(tmp_path / arrival), "conv-x")
     assert t is not None
     assert _shape(t) == EXPECTED
@@ -288,7 +288,7 @@ def test_client_level_producer_without_tool_spans(collector: Collector, lake_dir
     )
     second.start_time_unix_nano = first.end_time_unix_nano + 10
     second.end_time_unix_nano = second.start_time_unix_nano + 10
-    _post(collector, [second, first])
+    post(collector, [second, first])
     t = load_trajectory(open_lake(lake_dir), "cl-1")
     assert t is not None
     assert len(t.turns) == 1
@@ -323,7 +323,7 @@ def test_malformed_data_warns_and_rebuilds_the_rest(collector: Collector, lake_d
     good = f.span(
         "execute_tool ok", attributes={"gen_ai.tool.name": "ok", "gen_ai.conversation.id": "good-1"}
     )
-    _post(collector, [orphan, broken, good])
+    post(collector, [orphan, broken, good])
     rebuilt = {t.conversation_id: t for t in load_trajectories(open_lake(lake_dir))}
     bad = rebuilt["bad-1"]
     assert any("no root span" in w for w in bad.warnings)
@@ -337,7 +337,7 @@ def test_malformed_data_warns_and_rebuilds_the_rest(collector: Collector, lake_d
 def test_show_prints_the_tree(collector: Collector, lake_dir: Path) -> None:
     from click.testing import CliRunner
 
-    _post(collector, _conversation_spans("conv-show"))
+    post(collector, _conversation_spans("conv-show"))
     result = CliRunner().invoke(main, ["show", "conv-show", "--lake", str(lake_dir)])
     assert result.exit_code == 0, result.output
     out = result.output
@@ -367,7 +367,7 @@ def test_messages_sent_as_log_records_rebuild_like_attributes(
     )
     answer.start_time_unix_nano = chat.end_time_unix_nano + 10
     answer.end_time_unix_nano = answer.start_time_unix_nano + 10
-    _post(collector, [chat, answer])
+    post(collector, [chat, answer])
     call = {
         "id": "call_1",
         "type": "function",
@@ -375,13 +375,13 @@ def test_messages_sent_as_log_records_rebuild_like_attributes(
     }
     if form == "deprecated-events":
         records = [
-            _record(chat, "gen_ai.user.message", {"content": "Where is ORD-1?"}),
-            _record(chat, "gen_ai.choice", {"message": {"tool_calls": [call]}}),
-            _record(answer, "gen_ai.user.message", {"content": "Where is ORD-1?"}),
-            _record(
+            log_record(chat, "gen_ai.user.message", {"content": "Where is ORD-1?"}),
+            log_record(chat, "gen_ai.choice", {"message": {"tool_calls": [call]}}),
+            log_record(answer, "gen_ai.user.message", {"content": "Where is ORD-1?"}),
+            log_record(
                 answer, "gen_ai.tool.message", {"id": "call_1", "content": '{"status": "shipped"}'}
             ),
-            _record(answer, "gen_ai.choice", {"message": {"content": "It has shipped."}}),
+            log_record(answer, "gen_ai.choice", {"message": {"content": "It has shipped."}}),
         ]
     else:
         user = {"role": "user", "parts": [{"type": "text", "content": "Where is ORD-1?"}]}
@@ -405,7 +405,7 @@ def test_messages_sent_as_log_records_rebuild_like_attributes(
         text = {"role": "assistant", "parts": [{"type": "text", "content": "It has shipped."}]}
         details = "gen_ai.client.inference.operation.details"
         records = [
-            _record(
+            log_record(
                 chat,
                 details,
                 None,
@@ -414,7 +414,7 @@ def test_messages_sent_as_log_records_rebuild_like_attributes(
                     "gen_ai.output.messages": json.dumps([ask]),
                 },
             ),
-            _record(
+            log_record(
                 answer,
                 details,
                 None,
@@ -424,7 +424,7 @@ def test_messages_sent_as_log_records_rebuild_like_attributes(
                 },
             ),
         ]
-    _post_logs(collector, records)
+    post_logs(collector, records)
     t = load_trajectory(open_lake(lake_dir), f"ev-{form}")
     assert t is not None
     assert [(turn.user_message, turn.final_response) for turn in t.turns] == [

@@ -27,9 +27,9 @@ from spanscore.evaluation.review import NewLabel, add_label
 from spanscore.lake import connect
 
 from ..support.collector import start_collector
-from ..support.conversation_spans import T0, _chat, _tool
+from ..support.conversation_spans import T0, chat_span, tool_span
 from ..support.lake import copy_lake
-from ..support.otlp_http import _post
+from ..support.otlp_http import post
 from ..support.report_lake import PLANTED_MESSAGE, EvaluatedLake
 from ..support.s3 import S3Server
 
@@ -60,7 +60,7 @@ def lake(evaluated_lake: EvaluatedLake, tmp_path_factory: pytest.TempPathFactory
     copy = copy_lake(evaluated_lake.lake, tmp_path_factory.mktemp("mcp") / "lake")
     collector = start_collector(copy)
     try:
-        _post(collector, _injected_spans())
+        post(collector, _injected_spans())
     finally:
         collector.stop()
     # A reviewer holds that the run was wrong to fail this conversation's tool calls.
@@ -83,8 +83,8 @@ def _injected_spans() -> list[Any]:
     """A conversation whose user message and tool result try a prompt injection."""
     call = {"id": "c-1", "name": "lookup_order", "arguments": {"order": "ORD-1"}}
     return [
-        _chat(INJECTED, user=INJECTION, calls=[call], at=T0),
-        _tool(
+        chat_span(INJECTED, user=INJECTION, calls=[call], at=T0),
+        tool_span(
             INJECTED,
             "lookup_order",
             call_id="c-1",
@@ -92,7 +92,7 @@ def _injected_spans() -> list[Any]:
             result=TOOL_INJECTION,
             at=T0 + 200,
         ),
-        _chat(
+        chat_span(
             INJECTED, user=INJECTION, results=[("c-1", TOOL_INJECTION)], answer="Done.", at=T0 + 400
         ),
     ]
@@ -400,7 +400,7 @@ def test_a_shared_lake_over_stdio(shared_lake: str, s3_server: S3Server) -> None
 
     collector = start_collector(shared_lake)
     try:
-        _post(collector, _injected_spans())
+        post(collector, _injected_spans())
     finally:
         collector.stop()
     reader = shared_lake.split("?")[0]  # the data path comes from the catalog

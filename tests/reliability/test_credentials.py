@@ -31,7 +31,7 @@ from ..support.collector import ServeProcess
 from ..support.netutil import CuttableProxy
 from ..support.polling import wait_for
 from ..support.ports import free_port
-from ..support.postgres import _postgres_available
+from ..support.postgres import postgres_available
 
 SECRET = "pw-7c1e9d0b-do-not-print"
 TOKEN = "token-5a4f-do-not-print"
@@ -69,7 +69,7 @@ def _export(port: int, token: str) -> tuple[int, str, str | None]:
 def proxied_postgres(tmp_path: Path) -> Iterator[tuple[str, CuttableProxy]]:
     """A new lake on the PostgreSQL server, reached through a cuttable proxy, with a password
     in its connection string (the server trusts loopback, so any password is accepted)."""
-    reason = _postgres_available()
+    reason = postgres_available()
     if reason:
         pytest.skip(reason)
     proxy = CuttableProxy(("127.0.0.1", 5432))

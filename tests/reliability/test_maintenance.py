@@ -241,7 +241,7 @@ def test_a_run_whose_snapshot_was_thinned_before_its_row_pinned_it_pins_the_curr
     from spanscore.evaluation import load_suite
     from spanscore.evaluation.runs.options import RunOptions
     from spanscore.evaluation.runs.result import RunResult
-    from spanscore.evaluation.runs.store import _insert_run
+    from spanscore.evaluation.runs.store import insert_run
 
     root = Path(__file__).resolve().parents[2]
     suite = load_suite(root / "examples" / "customer_service" / "suite.yaml")
@@ -260,7 +260,7 @@ def test_a_run_whose_snapshot_was_thinned_before_its_row_pinned_it_pins_the_curr
             window_end=now,
             snapshot=read,
         )
-        _insert_run(con, suite, RunOptions(), result, now)
+        insert_run(con, suite, RunOptions(), result, now)
         assert result.snapshot > read
         assert lake.snapshot_exists(con, result.snapshot)
         [(recorded,)] = con.execute(

@@ -15,8 +15,8 @@ import pyarrow as pa
 from spanscore.evaluation import Trajectory, load_trajectories, open_lake
 from spanscore.evaluation.trajectory.assemble import parse_value
 from spanscore.evaluation.trajectory.load import (
-    _rows_of,
     attribute_keys,
+    rows_of,
     stored_current,
     trajectories_from_batches,
 )
@@ -26,7 +26,7 @@ from spanscore.lake.schema.rules import CONVERSATION_SUMMARIES
 from spanscore.lake.stored import store_trajectories
 
 
-def _agree(lake: Path, conversation_id: str) -> Trajectory:
+def builder_and_views_agree(lake: Path, conversation_id: str) -> Trajectory:
     """The builder's trajectory and the views list the same turns, tool calls and counts."""
     return agree_all(lake, [conversation_id])[0]
 
@@ -43,13 +43,13 @@ def _spread_dumps(con: duckdb.DuckDBPyConnection, conversation_ids: list[str]) -
         for k, chunk in enumerate(chunks):
             source = window.source(k)
             assert source is not None, "the conversations could not be copied"
-            batches += _rows_of(con, chunk, set(), keys, 10_000, source)
+            batches += rows_of(con, chunk, set(), keys, 10_000, source)
             window.drop(k)
     return [t.model_dump() for t in trajectories_from_batches(batches)]
 
 
 def agree_all(lake: Path, conversation_ids: list[str]) -> list[Trajectory]:
-    """`_agree` for many conversations: one load, one query per view."""
+    """`builder_and_views_agree` for many conversations: one load, one query per view."""
     con = open_lake(lake)
     built = {
         t.conversation_id: t

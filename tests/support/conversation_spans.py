@@ -1,6 +1,6 @@
-"""The spans and log records of an agent's conversation, built by hand: model calls (`_chat`)
-with their messages and tool calls, tool executions (`_tool`), a model call's messages moved to
-a log record (`_as_log_record`), a log record about a span (`_record`); times from `T0`."""
+"""The spans and log records of an agent's conversation, built by hand: model calls (`chat_span`)
+with their messages and tool calls, tool executions (`tool_span`), a model call's messages moved to
+a log record (`as_log_record`), a log record about a span (`log_record`); times from `T0`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from . import otlp_factory as f
 T0 = 1_700_000_000_000_000_000
 
 
-def _chat(
+def chat_span(
     conversation: str | None,
     *,
     user: str | None,
@@ -52,7 +52,7 @@ def _chat(
     return span
 
 
-def _tool(
+def tool_span(
     conversation: str | None,
     name: str,
     *,
@@ -83,11 +83,11 @@ def _tool(
     return span
 
 
-# Where a model call's messages are on its span (moved to a log record by `_as_log_record`).
+# Where a model call's messages are on its span (moved to a log record by `as_log_record`).
 MESSAGES = ("gen_ai.input.messages", "gen_ai.output.messages")
 
 
-def _as_log_record(span: trace_pb2.Span) -> Any:
+def as_log_record(span: trace_pb2.Span) -> Any:
     """Move a model call's messages from its span to a log record of it (the
     `gen_ai.client.inference.operation.details` event)."""
     from opentelemetry.proto.logs.v1 import logs_pb2
@@ -105,7 +105,7 @@ def _as_log_record(span: trace_pb2.Span) -> Any:
     )
 
 
-def _record(span: trace_pb2.Span, event: str, body: dict[str, Any] | None, **attrs: Any) -> Any:
+def log_record(span: trace_pb2.Span, event: str, body: dict[str, Any] | None, **attrs: Any) -> Any:
     from opentelemetry.proto.logs.v1 import logs_pb2
 
     record = logs_pb2.LogRecord(

@@ -13,14 +13,14 @@ from spanscore.collector import Collector
 from . import otlp_factory as f
 
 
-def _post(collector: Collector, spans: list[trace_pb2.Span]) -> None:
+def post(collector: Collector, spans: list[trace_pb2.Span]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
     conn.request("POST", "/v1/traces", f.request(spans), {"Content-Type": "application/x-protobuf"})
     response = conn.getresponse()
     assert response.status == 200, response.read()
 
 
-def _post_logs(collector: Collector, records: list[Any]) -> None:
+def post_logs(collector: Collector, records: list[Any]) -> None:
     from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
     request = logs_service_pb2.ExportLogsServiceRequest()

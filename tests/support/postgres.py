@@ -16,14 +16,14 @@ from spanscore import lake
 POSTGRES_SERVER = os.environ.get("SPANSCORE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 
 
-def _postgres(dbname: str = "postgres") -> Any:
+def postgres_connection(dbname: str = "postgres") -> Any:
     """An autocommit psycopg connection to `dbname` on `POSTGRES_SERVER`."""
     import psycopg
 
     return psycopg.connect(f"{POSTGRES_SERVER}/{dbname}", autocommit=True, connect_timeout=5)
 
 
-def _postgres_available() -> str | None:
+def postgres_available() -> str | None:
     """None if DuckDB reaches database 'test' on the local server, else why not (a skip
     reason)."""
     try:

@@ -14,8 +14,8 @@ import pytest
 
 from spanscore.collector import Collector
 
-from ..support.conversation_spans import _chat, _tool
-from ..support.otlp_http import _post
+from ..support.conversation_spans import chat_span, tool_span
+from ..support.otlp_http import post
 from ..support.polling import wait_for
 
 ORIGIN = "http://127.0.0.1:8765"
@@ -24,11 +24,11 @@ ORIGIN = "http://127.0.0.1:8765"
 def _send(collector: Collector, conversation: str, at: dt.datetime) -> None:
     start = int(at.timestamp() * 1e9)
     call = {"id": f"{conversation}-1", "name": "lookup", "arguments": {"q": conversation}}
-    _post(
+    post(
         collector,
         [
-            _chat(conversation, user=f"find {conversation}", calls=[call], at=start),
-            _tool(
+            chat_span(conversation, user=f"find {conversation}", calls=[call], at=start),
+            tool_span(
                 conversation,
                 "lookup",
                 call_id=call["id"],
@@ -36,7 +36,7 @@ def _send(collector: Collector, conversation: str, at: dt.datetime) -> None:
                 result={"found": True},
                 at=start + 10,
             ),
-            _chat(
+            chat_span(
                 conversation,
                 user=f"find {conversation}",
                 results=[(call["id"], {"found": True})],

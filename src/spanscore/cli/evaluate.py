@@ -557,9 +557,9 @@ def write_metrics(
 
 
 def _duration_text(seconds: float) -> str:
-    from spanscore.evaluation.runs.window import _duration
+    from spanscore.evaluation.runs.window import duration_text
 
-    return _duration(seconds)
+    return duration_text(seconds)
 
 
 def export_settings(url: str | None) -> tuple[str, str] | None:

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from spanscore.lake import schema
 
 
-def _incoming(spans: pa.Table) -> list[tuple[str, str | None, bool]]:
+def incoming_conversations(spans: pa.Table) -> list[tuple[str, str | None, bool]]:
     """(trace id, the conversation its spans carry or None, whether some span lacks one) of
     each trace of the incoming spans: `schema.KNOWN_CONVERSATIONS`, by Arrow on the export
     (a DuckDB query per commit held the writer's GIL for longer than its commit's rows)."""
@@ -112,7 +112,7 @@ class TraceConversations:
         """Resolve the incoming spans and log records; what else the commit must resolve.
         Remembered by `committed`, once the commit succeeded."""
         remembering = self.capacity > 0 and spans is not None and spans.num_rows
-        rows = _incoming(spans) if remembering else []
+        rows = incoming_conversations(spans) if remembering else []
         remember: dict[str, _Trace] = {}
         rewrite: dict[str, str] = {}
         resolving: list[tuple[str, str]] = []

@@ -30,7 +30,7 @@ Redactor = Callable[[str, Any], Any]  # (kind, value) -> value to record
 REDACTED = "[REDACTED]"
 
 
-def _flag(name: str, default: bool = True) -> bool:
+def flag(name: str, default: bool = True) -> bool:
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return default
@@ -119,7 +119,7 @@ class ContentPolicy:
 
 
 def _choose(explicit: bool | None, variable: str) -> bool:
-    return explicit if explicit is not None else _flag(variable)
+    return explicit if explicit is not None else flag(variable)
 
 
 _policy = ContentPolicy()

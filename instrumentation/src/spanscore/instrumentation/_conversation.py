@@ -29,7 +29,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from . import _threads, _tool
-from ._content import _flag
+from ._content import flag
 
 log = logging.getLogger("spanscore.instrumentation")
 
@@ -210,7 +210,7 @@ class ConversationInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _instrument(self, **kwargs: Any) -> None:
         enabled = kwargs.get("enabled")
         if enabled is None:
-            enabled = _flag(CONVERSATION_CONTEXT, default=False)
+            enabled = flag(CONVERSATION_CONTEXT, default=False)
         if not enabled:
             return
         provider: Any = kwargs.get("tracer_provider") or trace.get_tracer_provider()

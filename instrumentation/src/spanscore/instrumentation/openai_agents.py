@@ -81,7 +81,7 @@ _MAX_PENDING = 1024  # remembered model calls per trace (a run that never claims
 # --- pure helpers ----------------------------------------------------------------------------
 
 
-def _get(obj: Any, key: str, default: Any = None) -> Any:
+def get(obj: Any, key: str, default: Any = None) -> Any:
     """A field of a dict or an object alike."""
     if isinstance(obj, Mapping):
         return obj.get(key, default)
@@ -124,7 +124,7 @@ def _text_of(content: Any) -> str | None:
     if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = [_get(p, "text") for p in content]
+        texts = [get(p, "text") for p in content]
         joined = "".join(t for t in texts if isinstance(t, str))
         return joined or None
     return None
@@ -151,22 +151,20 @@ def responses_input_messages(items: Any) -> list[dict[str, Any]]:
         return [{"role": "user", "parts": [{"type": "text", "content": items}]}]
     messages: list[dict[str, Any]] = []
     for item in items if isinstance(items, list) else []:
-        kind = _get(item, "type", "message")
+        kind = get(item, "type", "message")
         if kind == "message":
-            role = _get(item, "role")
+            role = get(item, "role")
             role = "system" if role == "developer" else role
-            text = _text_of(_get(item, "content"))
+            text = _text_of(get(item, "content"))
             if isinstance(role, str) and text is not None:
                 _append(messages, role, [{"type": "text", "content": text}])
         elif kind == "function_call":
-            part = _tool_call_part(
-                _get(item, "call_id"), _get(item, "name"), _get(item, "arguments")
-            )
+            part = _tool_call_part(get(item, "call_id"), get(item, "name"), get(item, "arguments"))
             _append(messages, "assistant", [part])
         elif kind == "function_call_output":
-            output = _get(item, "output")
+            output = get(item, "output")
             response = output if isinstance(output, str) else _text_of(output)
-            part = {"type": "tool_call_response", "id": _get(item, "call_id"), "response": response}
+            part = {"type": "tool_call_response", "id": get(item, "call_id"), "response": response}
             _append(messages, "tool", [part])
     return messages
 
@@ -177,16 +175,16 @@ def responses_output(items: Any) -> tuple[list[dict[str, Any]], list[tuple[str, 
     parts: list[dict[str, Any]] = []
     calls: list[tuple[str, str, str]] = []
     for item in items if isinstance(items, list) else []:
-        kind = _get(item, "type")
+        kind = get(item, "type")
         if kind == "message":
-            text = _text_of(_get(item, "content"))
+            text = _text_of(get(item, "content"))
             if text is not None:
                 parts.append({"type": "text", "content": text})
         elif kind == "function_call":
             call_id, name, arguments = (
-                _get(item, "call_id"),
-                _get(item, "name"),
-                _get(item, "arguments"),
+                get(item, "call_id"),
+                get(item, "name"),
+                get(item, "arguments"),
             )
             parts.append(_tool_call_part(call_id, name, arguments))
             if isinstance(call_id, str) and isinstance(name, str):
@@ -203,25 +201,25 @@ def chat_messages(items: Any) -> tuple[list[dict[str, Any]], list[tuple[str, str
     messages: list[dict[str, Any]] = []
     calls: list[tuple[str, str, str]] = []
     for message in items if isinstance(items, list) else []:
-        role = _get(message, "role")
+        role = get(message, "role")
         if role == "tool":
             part = {
                 "type": "tool_call_response",
-                "id": _get(message, "tool_call_id"),
-                "response": _text_of(_get(message, "content")),
+                "id": get(message, "tool_call_id"),
+                "response": _text_of(get(message, "content")),
             }
             _append(messages, "tool", [part])
             continue
         if not isinstance(role, str):
             continue
         parts: list[dict[str, Any]] = []
-        text = _text_of(_get(message, "content"))
+        text = _text_of(get(message, "content"))
         if text is not None:
             parts.append({"type": "text", "content": text})
-        for call in _get(message, "tool_calls") or []:
-            function = _get(call, "function") or {}
-            call_id, name = _get(call, "id"), _get(function, "name")
-            arguments = _get(function, "arguments")
+        for call in get(message, "tool_calls") or []:
+            function = get(call, "function") or {}
+            call_id, name = get(call, "id"), get(function, "name")
+            arguments = get(function, "arguments")
             parts.append(_tool_call_part(call_id, name, arguments))
             if isinstance(call_id, str) and isinstance(name, str):
                 calls.append((call_id, name, arguments if isinstance(arguments, str) else ""))
@@ -233,9 +231,9 @@ def chat_messages(items: Any) -> tuple[list[dict[str, Any]], list[tuple[str, str
 def error_attributes(error: Any) -> tuple[str, str]:
     """(error.type, status description) of an SDK span error `{"message", "data"}`: the error
     the SDK recorded (`data.error`), else its message; the description joins both."""
-    message = _get(error, "message")
-    data = _get(error, "data")
-    detail = _get(data, "error") if isinstance(data, Mapping) else None
+    message = get(error, "message")
+    data = get(error, "data")
+    detail = get(data, "error") if isinstance(data, Mapping) else None
     message_text = message if isinstance(message, str) and message else None
     if isinstance(detail, str) and detail:
         kind = detail
@@ -247,7 +245,7 @@ def error_attributes(error: Any) -> tuple[str, str]:
     return kind, description
 
 
-def _usage_attributes(usage: Any) -> dict[str, Any]:
+def usage_attributes(usage: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, attribute in (
         ("input_tokens", "gen_ai.usage.input_tokens"),
@@ -255,7 +253,7 @@ def _usage_attributes(usage: Any) -> dict[str, Any]:
         ("prompt_tokens", "gen_ai.usage.input_tokens"),
         ("completion_tokens", "gen_ai.usage.output_tokens"),
     ):
-        value = _get(usage, key)
+        value = get(usage, key)
         if isinstance(value, int) and not isinstance(value, bool) and attribute not in out:
             out[attribute] = value
     return out
@@ -481,7 +479,7 @@ def _start_shape(data: Any) -> tuple[str, dict[str, Any]]:
     if kind in ("response", "generation"):
         model = getattr(data, "model", None)
         response = getattr(data, "response", None)
-        model = model or _get(response, "model")
+        model = model or get(response, "model")
         return f"chat {model}" if model else "chat", {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": "openai",
@@ -518,21 +516,21 @@ def _chat_end_attributes(data: Any) -> tuple[dict[str, Any], list[tuple[str, str
     if data.type == "response":
         response = data.response
         inputs = responses_input_messages(data.input)
-        outputs, calls = responses_output(_get(response, "output"))
-        instructions = _get(response, "instructions")
+        outputs, calls = responses_output(get(response, "output"))
+        instructions = get(response, "instructions")
         if isinstance(instructions, str) and instructions:
             attributes["gen_ai.system_instructions"] = _json(
                 [{"type": "text", "content": instructions}]
             )
-        model = _get(response, "model")
+        model = get(response, "model")
         attributes["gen_ai.request.model"] = model
         attributes["gen_ai.response.model"] = model
-        attributes["gen_ai.response.id"] = _get(response, "id") or getattr(
+        attributes["gen_ai.response.id"] = get(response, "id") or getattr(
             data, "_response_id", None
         )
         if outputs:
             attributes["gen_ai.response.finish_reasons"] = [outputs[0]["finish_reason"]]
-        attributes.update(_usage_attributes(data.usage or _get(response, "usage")))
+        attributes.update(usage_attributes(data.usage or get(response, "usage")))
     else:
         inputs, _ = chat_messages(data.input)
         outputs, calls = chat_messages(data.output)
@@ -541,7 +539,7 @@ def _chat_end_attributes(data: Any) -> tuple[dict[str, Any], list[tuple[str, str
                 "tool_call" if any(p["type"] == "tool_call" for p in message["parts"]) else "stop"
             )
         attributes["gen_ai.request.model"] = data.model
-        attributes.update(_usage_attributes(data.usage))
+        attributes.update(usage_attributes(data.usage))
     policy = content_policy()
     if inputs:
         attributes["gen_ai.input.messages"] = policy.record("messages", _json(inputs))

@@ -58,7 +58,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 from . import _model, _tool, _versions
 from ._content import content_policy
 from ._instrumentor import SpanscoreInstrumentor, Switch, restore
-from .openai_agents import _get, _usage_attributes, chat_messages, responses_output
+from .openai_agents import chat_messages, get, responses_output, usage_attributes
 from .openai_agents import responses_input_messages as _responses_input
 
 log = logging.getLogger("spanscore.instrumentation")
@@ -157,9 +157,9 @@ def chat_completion_output(
     outputs: list[dict[str, Any]] = []
     calls: list[tuple[str, str, str]] = []
     reasons: list[str] = []
-    for choice in _get(completion, "choices") or []:
-        messages, requested = chat_messages([_get(choice, "message")])
-        reason = _get(choice, "finish_reason")
+    for choice in get(completion, "choices") or []:
+        messages, requested = chat_messages([get(choice, "message")])
+        reason = get(choice, "finish_reason")
         reason = _FINISH.get(reason, reason) if isinstance(reason, str) else None
         if reason is None:
             reason = "tool_call" if requested else "stop"
@@ -180,7 +180,7 @@ def responses_result_output(
     response: Any,
 ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """Attributes of a Responses API result, and the function calls it requested."""
-    outputs, calls = responses_output(_plain(_get(response, "output")))
+    outputs, calls = responses_output(_plain(get(response, "output")))
     attributes = _response_attributes(response)
     if outputs:
         attributes["gen_ai.response.finish_reasons"] = [outputs[0]["finish_reason"]]
@@ -190,10 +190,10 @@ def responses_result_output(
 
 def _response_attributes(response: Any) -> dict[str, Any]:
     attributes: dict[str, Any] = {
-        "gen_ai.response.model": _get(response, "model"),
-        "gen_ai.response.id": _get(response, "id"),
+        "gen_ai.response.model": get(response, "model"),
+        "gen_ai.response.id": get(response, "id"),
     }
-    attributes.update(_usage_attributes(_get(response, "usage")))
+    attributes.update(usage_attributes(get(response, "usage")))
     return {k: v for k, v in attributes.items() if isinstance(v, str | int)}
 
 
@@ -207,34 +207,34 @@ class ChatStreamAccumulator:
         self.choices: dict[int, dict[str, Any]] = {}
 
     def add(self, chunk: Any) -> None:
-        self.id = self.id or _get(chunk, "id")
-        self.model = self.model or _get(chunk, "model")
-        usage = _get(chunk, "usage")
+        self.id = self.id or get(chunk, "id")
+        self.model = self.model or get(chunk, "model")
+        usage = get(chunk, "usage")
         if usage is not None:
             self.usage = usage
-        for choice in _get(chunk, "choices") or []:
-            index = _get(choice, "index", 0) or 0
+        for choice in get(chunk, "choices") or []:
+            index = get(choice, "index", 0) or 0
             state = self.choices.setdefault(
                 index, {"content": [], "tool_calls": {}, "finish_reason": None}
             )
-            reason = _get(choice, "finish_reason")
+            reason = get(choice, "finish_reason")
             if reason:
                 state["finish_reason"] = reason
-            delta = _get(choice, "delta")
+            delta = get(choice, "delta")
             if delta is None:
                 continue
-            content = _get(delta, "content")
+            content = get(delta, "content")
             if isinstance(content, str):
                 state["content"].append(content)
-            for call in _get(delta, "tool_calls") or []:
-                at = _get(call, "index", 0) or 0
+            for call in get(delta, "tool_calls") or []:
+                at = get(call, "index", 0) or 0
                 known = state["tool_calls"].setdefault(at, {"id": None, "name": "", "args": []})
-                known["id"] = known["id"] or _get(call, "id")
-                function = _get(call, "function")
-                name = _get(function, "name")
+                known["id"] = known["id"] or get(call, "id")
+                function = get(call, "function")
+                name = get(function, "name")
                 if isinstance(name, str):
                     known["name"] += name
-                arguments = _get(function, "arguments")
+                arguments = get(function, "arguments")
                 if isinstance(arguments, str):
                     known["args"].append(arguments)
 
@@ -307,12 +307,12 @@ class ModelCall:
             self.span.set_attributes({k: v for k, v in attributes.items() if v is not None})
             if calls:
                 _tool.remember_requested_calls(calls)
-            status = _get(result, "status")
+            status = get(result, "status")
             if self.api == "responses" and status == "failed":
-                error = _get(result, "error")
-                code = _get(error, "code")
+                error = get(result, "error")
+                code = get(error, "code")
                 self.span.set_attribute("error.type", code if isinstance(code, str) else "failed")
-                self.span.set_status(Status(StatusCode.ERROR, _get(error, "message")))
+                self.span.set_status(Status(StatusCode.ERROR, get(error, "message")))
         except Exception:
             log.warning("openai shim: could not record a model response", exc_info=True)
         finally:
@@ -337,12 +337,12 @@ class ModelCall:
                 if self._chunks is None:
                     self._chunks = ChatStreamAccumulator()
                 self._chunks.add(item)
-            elif _get(item, "type") in (
+            elif get(item, "type") in (
                 "response.completed",
                 "response.incomplete",
                 "response.failed",
             ):
-                self._final = _get(item, "response")
+                self._final = get(item, "response")
         except Exception:
             log.warning("openai shim: could not read a stream event", exc_info=True)
 

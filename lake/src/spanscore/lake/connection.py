@@ -15,8 +15,8 @@ import duckdb
 import pyarrow as pa
 
 from spanscore.lake.location import (
-    _METADATA,
     ALIAS,
+    METADATA,
     REMOTE_SCHEMES,
     LakeError,
     LakeLocation,
@@ -164,7 +164,7 @@ def connect(
             con.execute("SET enable_external_file_cache = false")
         load_extension(con, "postgres_scanner" if location.is_postgres else "sqlite_scanner")
         load_extension(con, "ducklake")
-        if location.is_postgres or _is_remote(location.data_path):
+        if location.is_postgres or is_remote(location.data_path):
             _configure_object_store(con, location)
         con.execute("SET ducklake_max_retry_count = 100")
         con.execute("SET ducklake_retry_wait_ms = 20")
@@ -194,7 +194,7 @@ def _created_meanwhile(exc: BaseException) -> bool:
     )
 
 
-def _is_remote(path: str | None) -> bool:
+def is_remote(path: str | None) -> bool:
     return bool(path) and str(path).lower().startswith(REMOTE_SCHEMES)
 
 
@@ -297,7 +297,7 @@ def metadata_catalog(con: duckdb.DuckDBPyConnection) -> str:
     found = _metadata_catalogs.get(con)
     if found is None:
         schema = postgres_metadata_schema(con)
-        found = _METADATA if schema is None else f"{_METADATA}.{schema}"
+        found = METADATA if schema is None else f"{METADATA}.{schema}"
         _metadata_catalogs[con] = found
     return found
 
@@ -317,11 +317,11 @@ def postgres_metadata_schema(con: duckdb.DuckDBPyConnection) -> str | None:
         "SELECT table_schema FROM information_schema.tables "
         "WHERE table_name = 'ducklake_metadata' ORDER BY table_schema"
     )
-    schemas = con.execute("SELECT * FROM postgres_query(?, ?)", [_METADATA, tables]).fetchall()
+    schemas = con.execute("SELECT * FROM postgres_query(?, ?)", [METADATA, tables]).fetchall()
     for (schema,) in schemas:
         quoted = quote_identifier(str(schema))
         query = f"SELECT value FROM {quoted}.ducklake_metadata WHERE key = 'data_path'"
-        path = con.execute("SELECT * FROM postgres_query(?, ?)", [_METADATA, query]).fetchone()
+        path = con.execute("SELECT * FROM postgres_query(?, ?)", [METADATA, query]).fetchone()
         if len(schemas) == 1 or (path is not None and path[0] == data_path):
             return quoted
     return None  # its queries then fail with DuckDB's own error, naming the table

@@ -17,7 +17,7 @@ ALIAS = "lake"
 
 
 # Where DuckLake attaches the lake's catalog database (its own tables, in its specification).
-_METADATA = f"__ducklake_metadata_{ALIAS}"
+METADATA = f"__ducklake_metadata_{ALIAS}"
 
 
 class LakeError(Exception):

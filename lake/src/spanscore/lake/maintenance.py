@@ -21,14 +21,14 @@ from spanscore.lake.lifecycle import (
     pending_erasures,
 )
 from spanscore.lake.location import ALIAS, log, sql_string
-from spanscore.lake.migrate import ROW_GROUP_SPANS, _has_views, _view_marks
+from spanscore.lake.migrate import ROW_GROUP_SPANS, has_views, view_marks
 from spanscore.lake.retry import is_interrupt, retrying
 from spanscore.lake.snapshots import (
-    _delete_old_files,
-    _evaluation_running,
-    _expirable_snapshots,
-    _lake_settings,
-    _thinned_snapshots,
+    delete_old_files,
+    evaluation_running,
+    expirable_snapshots,
+    lake_settings,
+    thinned_snapshots,
 )
 
 # Compaction leaves alone files of this size or more: the collector's commits write small
@@ -170,7 +170,7 @@ def maintain(
     def total(rows: list[tuple[Any, ...]], column: int) -> int:
         return sum(int(r[column] or 0) for r in rows)
 
-    embedded = _lake_settings(con)[0] == "sqlite"
+    embedded = lake_settings(con)[0] == "sqlite"
 
     def thin() -> None:
         if not snapshot_interval_s or not embedded:
@@ -180,14 +180,14 @@ def maintain(
         def expire_thinned() -> list[tuple[Any, ...]]:
             # Chosen under the step's turn: a commit or an evaluation's pin made meanwhile
             # counts, and a retried step chooses again.
-            thinned = _thinned_snapshots(con, interval_s)
+            thinned = thinned_snapshots(con, interval_s)
             if thinned:
                 con.execute(
                     f"CALL ducklake_expire_snapshots('{ALIAS}', versions => {thinned})"
                 ).fetchall()
             return [(len(thinned),)]
 
-        if not _thinned_snapshots(con, interval_s):  # nothing to thin: no pause of the writer
+        if not thinned_snapshots(con, interval_s):  # nothing to thin: no pause of the writer
             return
         [(thinned,)] = step(expire_thinned, "thin snapshots")
         done["snapshots_thinned"] = done.get("snapshots_thinned", 0) + thinned
@@ -210,7 +210,7 @@ def maintain(
     # Then log records stored before their span, or before their trace's conversation was
     # known, by a collector that did not see both: only in a lake whose views read records.
     done["records_resolved"] = 0
-    if not compact_only and _has_views(_view_marks(con), schema.VIEWS):
+    if not compact_only and has_views(view_marks(con), schema.VIEWS):
         tables = {"logs": f"{ALIAS}.logs", "spans": spans}
         looking = time.monotonic()
         unresolved = con.execute(schema.UNRESOLVED_RECORDS.format(**tables)).fetchone()
@@ -307,7 +307,7 @@ def maintain(
     thin()
     if compact_only:
         return done
-    expirable = _expirable_snapshots(con, expire_older_than_s)
+    expirable = expirable_snapshots(con, expire_older_than_s)
     done["snapshots_expired"] = (
         len(
             step(
@@ -321,12 +321,12 @@ def maintain(
     # While an evaluation runs, no file is deleted: compaction points every snapshot at the
     # merged file at once, but a query that listed the old files before goes on reading them,
     # and a run's query may last longer than any retention (the soak: 72 s against a minute).
-    done["deletion_deferred"] = int(_evaluation_running(con))
+    done["deletion_deferred"] = int(evaluation_running(con))
     done["files_deleted"] = (
         0
         if done["deletion_deferred"]
         else len(
-            _delete_old_files(con, delete_older_than_s, lambda sql: step(sql, "delete old files"))
+            delete_old_files(con, delete_older_than_s, lambda sql: step(sql, "delete old files"))
         )
     )
     done["orphans_deleted"] = len(

@@ -139,7 +139,7 @@ def _create_views(
             con.execute(f"COMMENT ON VIEW {quoted} IS {sql_string(_view_mark(body))}")
 
 
-def _view_marks(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+def view_marks(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     return dict(
         con.execute(
             "SELECT view_name, comment FROM duckdb_views() "
@@ -149,7 +149,7 @@ def _view_marks(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     )
 
 
-def _has_views(marks: dict[str, str], views: dict[str, str]) -> bool:
+def has_views(marks: dict[str, str], views: dict[str, str]) -> bool:
     return all(marks.get(name) == _view_mark(body) for name, body in views.items())
 
 
@@ -167,7 +167,7 @@ def include_log_records_in_views(con: duckdb.DuckDBPyConnection) -> bool:
     storing the first log record that says something about a span, so that no snapshot has
     such a record and views that leave it out); False when it had them already. Two writers
     doing this at once conflict, and the one retried finds them there."""
-    if _has_views(_view_marks(con), schema.VIEWS):
+    if has_views(view_marks(con), schema.VIEWS):
         return False
     _create_views(con, schema.VIEWS, qualified=True)
     return True
@@ -181,8 +181,8 @@ def _ensure_views(con: duckdb.DuckDBPyConnection, *, writable: bool) -> None:
     lake's (the next read-write open repairs the lake itself)."""
 
     def stale() -> dict[str, str]:
-        marks = _view_marks(con)
-        if _has_views(marks, schema.VIEWS) or _has_views(marks, schema.VIEWS_WITHOUT_LOG_RECORDS):
+        marks = view_marks(con)
+        if has_views(marks, schema.VIEWS) or has_views(marks, schema.VIEWS_WITHOUT_LOG_RECORDS):
             return {}
         return {
             name: body

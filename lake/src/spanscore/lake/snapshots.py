@@ -11,11 +11,11 @@ from typing import Any
 
 import duckdb
 
-from spanscore.lake.connection import _is_remote, metadata_catalog
+from spanscore.lake.connection import is_remote, metadata_catalog
 from spanscore.lake.location import ALIAS, sql_string
 
 
-def _delete_old_files(
+def delete_old_files(
     con: duckdb.DuckDBPyConnection,
     older_than_s: float,
     run: Callable[[str], list[tuple[Any, ...]]],
@@ -37,8 +37,8 @@ def _delete_old_files(
     are deleted up to two days later than the retention asks.
 
     `everything`: every file scheduled, however recently (an erasure's old files)."""
-    catalog_type, data_path = _lake_settings(con)
-    if everything and (catalog_type != "sqlite" or _is_remote(data_path)):
+    catalog_type, data_path = lake_settings(con)
+    if everything and (catalog_type != "sqlite" or is_remote(data_path)):
         return [
             str(r[0])
             for r in run(f"CALL ducklake_cleanup_old_files('{ALIAS}', cleanup_all => true)")
@@ -52,7 +52,7 @@ def _delete_old_files(
                 f"older_than => now() - INTERVAL {int(older_than_s)} SECOND)"
             )
         ]
-    if _is_remote(data_path):
+    if is_remote(data_path):
         # Two days back: `schedule_start` may be written in a local time zone.
         day = cutoff.replace(hour=0, minute=0, second=0, microsecond=0) - dt.timedelta(days=1)
         return [
@@ -81,7 +81,7 @@ def _delete_old_files(
     return [path for _, path in due]
 
 
-def _lake_settings(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
+def lake_settings(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
     """The lake's catalog type (`sqlite`, `postgres`, ...) and data path."""
     row = con.execute(
         f"SELECT catalog_type, data_path FROM ducklake_settings({sql_string(ALIAS)})"
@@ -117,7 +117,7 @@ _REMOVABLE = f"""snapshot_id < (SELECT max(snapshot_id) FROM {{snapshots}})
         FROM {_RUNNING_EVALUATIONS}), 9223372036854775807)"""
 
 
-def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) -> list[int]:
+def expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) -> list[int]:
     """The snapshots to expire: older than `older_than_s`, never the latest, and older than
     any a running evaluation pinned (`details.snapshot` of its `eval_runs` row), which it reads
     in every worker for as long as it runs. (Ids, not `older_than =>`: DuckLake 1.5 expired
@@ -135,11 +135,11 @@ def _expirable_snapshots(con: duckdb.DuckDBPyConnection, older_than_s: float) ->
 THIN_COARSER_AFTER = 10
 
 
-def _thinned_snapshots(con: duckdb.DuckDBPyConnection, interval_s: float) -> list[int]:
+def thinned_snapshots(con: duckdb.DuckDBPyConnection, interval_s: float) -> list[int]:
     """The snapshots to expire so that time travel keeps one per `interval_s` (the newest of
     each interval of the clock) once they are that old, and one per `THIN_COARSER_AFTER`
     intervals once they are that many intervals old; never the latest, nor one a running
-    evaluation pinned, nor newer (`_expirable_snapshots`).
+    evaluation pinned, nor newer (`expirable_snapshots`).
 
     DuckLake lists a table's files with a catalog query that reads every file's statistics
     still in any snapshot, and DuckDB's SQLite reader pushes no filter down: each commit's
@@ -181,7 +181,7 @@ def snapshot_exists(con: duckdb.DuckDBPyConnection, snapshot: int) -> bool:
     return bool(row and row[0])
 
 
-def _evaluation_running(con: duckdb.DuckDBPyConnection) -> bool:
+def evaluation_running(con: duckdb.DuckDBPyConnection) -> bool:
     row = con.execute(f"SELECT count(*) FROM {_RUNNING_EVALUATIONS}").fetchone()
     return bool(row and row[0])
 

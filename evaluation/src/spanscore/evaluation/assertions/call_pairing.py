@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from spanscore.evaluation.assertions.expected import _CallMatcher, _Item
+from spanscore.evaluation.assertions.expected import CallMatcher, Item
 from spanscore.evaluation.assertions.modes import MODES, Counts, MatchMode
 from spanscore.evaluation.matching.pairing import (
     EXACT_WORK_LIMIT,
@@ -31,12 +31,12 @@ _PAIR = 1_000.0  # one more pair beats better argument scores
 
 @dataclass
 class _Slot:
-    item: _Item
+    item: Item
     required: bool
     repeats: bool = False  # stands for all of an unbounded item's optional slots (in order)
 
 
-def _slots(items: Sequence[_Item], table: WeightTable, *, ordered: bool) -> list[_Slot]:
+def _slots(items: Sequence[Item], table: WeightTable, *, ordered: bool) -> list[_Slot]:
     slots = []
     for item in items:
         if item.high is None and ordered and item.group is None:
@@ -80,7 +80,7 @@ WeightTable = dict[int, list[float | None]]  # expected item index -> weight per
 
 
 def _weight_table(
-    items: Sequence[_Item], actual: Sequence[ToolCall], matcher: _CallMatcher
+    items: Sequence[Item], actual: Sequence[ToolCall], matcher: CallMatcher
 ) -> WeightTable:
     """Every (expected item, actual call) weight, computed once: only same-name pairs are
     compared at all."""
@@ -97,7 +97,7 @@ def _weight_table(
 
 
 def _unordered_pairing(
-    slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: _CallMatcher, table: WeightTable
+    slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: CallMatcher, table: WeightTable
 ) -> _Pairing:
     # Only calls of the same tool can pair: the matching splits into one small problem per
     # tool name, solved exactly each.
@@ -161,7 +161,7 @@ def _greedy_pairs(
 
 
 def _ordered_pairing(
-    slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: _CallMatcher, table: WeightTable
+    slots: Sequence[_Slot], actual: Sequence[ToolCall], matcher: CallMatcher, table: WeightTable
 ) -> _Pairing:
     """The best in-order alignment (a weighted longest common subsequence): slots and actual
     calls may be skipped, pairs keep both orders, except that the slots of one expected
@@ -298,12 +298,12 @@ def _step_layer(
     return row, decisions
 
 
-def _canonical_key(name: str, arguments: Any, matcher: _CallMatcher) -> tuple[str, bytes]:
+def _canonical_key(name: str, arguments: Any, matcher: CallMatcher) -> tuple[str, bytes]:
     options = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
     return matcher.key(name), orjson.dumps(arguments, option=options, default=str)
 
 
-def _canonical_order(actual: Sequence[ToolCall], matcher: _CallMatcher) -> list[int]:
+def _canonical_order(actual: Sequence[ToolCall], matcher: CallMatcher) -> list[int]:
     """Calls requested by one model response have no order among themselves: ordered modes
     see each such block sorted by (name, arguments). The trajectory's index of each call, in
     that order."""
@@ -351,11 +351,11 @@ class CallsAssertion(Protocol):
     def graded(self, value: float, passed: bool, **fields: Any) -> Score: ...
 
 
-def _score_calls(
+def score_calls(
     assertion: CallsAssertion,
-    items: Sequence[_Item],
+    items: Sequence[Item],
     calls: Sequence[ToolCall],
-    matcher: _CallMatcher,
+    matcher: CallMatcher,
 ) -> Score:
     """Score the trajectory's `calls` by the assertion's row of `MODES`. The details record
     each verdict by position in `actual` (the calls in the order the mode saw them) and, in
@@ -401,10 +401,10 @@ def _score_calls(
 
 def _pairing_details(
     mode: MatchMode,
-    items: Sequence[_Item],
+    items: Sequence[Item],
     actual: Sequence[ToolCall],
     pairing: _Pairing,
-    matcher: _CallMatcher,
+    matcher: CallMatcher,
 ) -> dict[str, Any]:
     paired_items: dict[int, int] = {}
     for slot, _, _ in pairing.pairs:

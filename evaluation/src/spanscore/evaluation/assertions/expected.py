@@ -107,7 +107,7 @@ ExpectedStep = ExpectedCall | list[ExpectedCall]
 
 
 @dataclass
-class _Item:
+class Item:
     """An expected call as the matcher uses it: bounds resolved, group known."""
 
     call: ExpectedCall
@@ -120,7 +120,7 @@ class _Item:
 _NAMES_ONLY = ArgumentResult()  # no checks: passed, score 1
 
 
-class _CallMatcher:
+class CallMatcher:
     """Whether an actual call satisfies an expected one, with the assertion's settings."""
 
     def __init__(

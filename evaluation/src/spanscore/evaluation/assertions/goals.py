@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from spanscore.evaluation.assertions.expected import ExpectedCall, _CallMatcher
+from spanscore.evaluation.assertions.expected import CallMatcher, ExpectedCall
 from spanscore.evaluation.matching.arguments import (
     ArgMode,
     ArgumentRule,
@@ -145,7 +145,7 @@ class GoalsAssertion(AssertionBase):
                     prerequisites[dependent].append(source)
             by_name = {g.name: g for g in self.goal_details}
             plan = self._plan = [(by_name[n], prerequisites[n]) for n in self._order()]
-        matcher = _CallMatcher("exact", {}, self.normalize_names)
+        matcher = CallMatcher("exact", {}, self.normalize_names)
         placed = self._best_placement(plan, timeline, matcher)
         report: dict[str, dict[str, Any]] = {}
         for goal, needs in plan:
@@ -189,7 +189,7 @@ class GoalsAssertion(AssertionBase):
         self,
         plan: list[tuple[Goal, list[str]]],
         timeline: Sequence[tuple[str, Any]],
-        matcher: _CallMatcher,
+        matcher: CallMatcher,
     ) -> dict[str, int]:
         """Where each met goal is met, for the most goals met: each tool call meets at most one
         goal and every goal comes after the goals it depends on. An exact branch and bound
@@ -238,7 +238,7 @@ class GoalsAssertion(AssertionBase):
         return dict(best[1])
 
     def _matches(
-        self, goal: Goal, timeline: Sequence[tuple[str, Any]], matcher: _CallMatcher
+        self, goal: Goal, timeline: Sequence[tuple[str, Any]], matcher: CallMatcher
     ) -> list[int]:
         """Every point of the timeline that meets the goal, ignoring order and use."""
         if goal.type == "text":
@@ -274,7 +274,7 @@ class GoalsAssertion(AssertionBase):
         timeline: Sequence[tuple[str, Any]],
         used: set[int],
         after: int,
-        matcher: _CallMatcher,
+        matcher: CallMatcher,
     ) -> tuple[int | None, str]:
         """The earliest point after `after` that meets the goal, or why none does."""
         if goal.type == "text":

@@ -9,12 +9,12 @@ from pydantic import (
 )
 
 from spanscore.evaluation.assertions.expected import (
+    CallMatcher,
     ExpectedCall,
-    _CallMatcher,
-    _Item,
+    Item,
     normalize_name,
 )
-from spanscore.evaluation.assertions.tool_calls import _has_judged_rules
+from spanscore.evaluation.assertions.tool_calls import has_judged_rules
 from spanscore.evaluation.scoring.assertion import AssertionBase
 from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, MetricRegistry
@@ -35,10 +35,10 @@ class ForbiddenCallsAssertion(AssertionBase):
     normalize_names: bool = False
 
     def may_judge(self, registry: MetricRegistry) -> bool:
-        return _has_judged_rules([_Item(c, i, None, 1, 1) for i, c in enumerate(self.calls)], {})
+        return has_judged_rules([Item(c, i, None, 1, 1) for i, c in enumerate(self.calls)], {})
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
-        matcher = _CallMatcher("partial", {}, self.normalize_names)
+        matcher = CallMatcher("partial", {}, self.normalize_names)
         made = []
         for index, call in enumerate(trajectory.tool_calls):
             if any(matcher.weight(f, call) is not None for f in self.calls):

@@ -13,12 +13,12 @@ from pydantic import (
     field_validator,
 )
 
-from spanscore.evaluation.assertions.call_pairing import _score_calls
+from spanscore.evaluation.assertions.call_pairing import score_calls
 from spanscore.evaluation.assertions.expected import (
     ArgumentOverride,
+    CallMatcher,
     ExpectedStep,
-    _CallMatcher,
-    _Item,
+    Item,
     normalize_name,
 )
 from spanscore.evaluation.assertions.modes import Mode, docstring_table
@@ -69,7 +69,7 @@ class ToolCallsAssertion(AssertionBase):
         "a task leaves free); with normalize_names, names compare normalised",
     )
 
-    _prepared: list[_Item] | None = PrivateAttr(None)
+    _prepared: list[Item] | None = PrivateAttr(None)
 
     @field_validator("expected", mode="before")
     @classmethod
@@ -77,21 +77,21 @@ class ToolCallsAssertion(AssertionBase):
         return [] if value is None else value
 
     def may_judge(self, registry: MetricRegistry) -> bool:
-        return _has_judged_rules(self._items(), self.tools)
+        return has_judged_rules(self._items(), self.tools)
 
-    def _items(self) -> list[_Item]:
-        items: list[_Item] = []
+    def _items(self) -> list[Item]:
+        items: list[Item] = []
         for group, step in enumerate(self.expected):
             calls = step if isinstance(step, list) else [step]
             for call in calls:
                 low, high = call.bounds
                 items.append(
-                    _Item(call, len(items), group if isinstance(step, list) else None, low, high)
+                    Item(call, len(items), group if isinstance(step, list) else None, low, high)
                 )
         return items
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
-        matcher = _CallMatcher(self.arguments, self.tools, self.normalize_names)
+        matcher = CallMatcher(self.arguments, self.tools, self.normalize_names)
         prepared = self._prepared
         if prepared is None:  # the expectation does not change: prepare it once
             prepared = self._prepared = self._items()
@@ -103,8 +103,8 @@ class ToolCallsAssertion(AssertionBase):
             and not (self.ignore_tools and self._ignored(call.name))
         ]
         if len(kept) == len(made):
-            return _score_calls(self, prepared, made, matcher)
-        score = _score_calls(self, prepared, [made[i] for i in kept], matcher)
+            return score_calls(self, prepared, made, matcher)
+        score = score_calls(self, prepared, [made[i] for i in kept], matcher)
         details = dict(score.details or {})
         # positions in the trajectory, as the report marks them, not in the calls compared
         for key in ("actual_index", "not_allowed_index"):
@@ -128,7 +128,7 @@ class ToolCallsAssertion(AssertionBase):
         return name in self.ignore_tools
 
 
-def _has_judged_rules(items: Sequence[_Item], overrides: Mapping[str, ArgumentOverride]) -> bool:
+def has_judged_rules(items: Sequence[Item], overrides: Mapping[str, ArgumentOverride]) -> bool:
     rules = [r for item in items for r in item.call.rules.values()]
     rules += [r for o in overrides.values() for r in o.rules.values()]
     return any(r.strategy == "judged" for r in rules)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from spanscore.evaluation.judged.common import _REASONING, _Judged, _schema
+from spanscore.evaluation.judged.common import REASONING, Judged, closed_schema
 from spanscore.evaluation.judged.render import render_tools
 from spanscore.evaluation.judged.rubrics import conversation_message, prompt
 from spanscore.evaluation.judged.tool_selection import CallSpec
@@ -19,7 +19,7 @@ from spanscore.evaluation.trajectory.model import Trajectory
 
 
 @assertion
-class TrajectoryJudge(_Judged):
+class TrajectoryJudge(Judged):
     """The judge rates the whole trajectory's tool use for the user's goal, 1-5, against a
     reference trajectory when one is given."""
 
@@ -36,8 +36,8 @@ class TrajectoryJudge(_Judged):
         template, version = prompt(
             "trajectory_judge_reference" if with_reference else "trajectory_judge"
         )
-        schema = _schema(
-            {"reasoning": _REASONING, "score": {"type": "integer", "enum": [1, 2, 3, 4, 5]}}
+        schema = closed_schema(
+            {"reasoning": REASONING, "score": {"type": "integer", "enum": [1, 2, 3, 4, 5]}}
         )
         extra = ""
         tools = context.tool_specs(trajectory)

@@ -11,15 +11,15 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from spanscore.evaluation.judged.common import (
-    _REASONING,
-    _clip,
-    _failed,
-    _json,
-    _Judged,
-    _plural,
-    _schema,
-    _upto,
-    _verdict,
+    REASONING,
+    Judged,
+    canonical_json,
+    clip,
+    closed_schema,
+    plural,
+    unanswered_score,
+    upto,
+    verdict_details,
 )
 from spanscore.evaluation.judged.rubrics import conversation_message, prompt
 from spanscore.evaluation.scoring.plugins import assertion
@@ -35,7 +35,7 @@ def _focus(turn: Turn) -> str:
 
 
 @assertion
-class Helpfulness(_Judged):
+class Helpfulness(Judged):
     """ArkSim's helpfulness: each turn's assistant answer scored 1-5 by the judge given the
     chat history up to it; the value is the mean over the turns with an answer (1-5 scale)."""
 
@@ -49,15 +49,15 @@ class Helpfulness(_Judged):
         if not turns:
             return Score.failed_with("no assistant answer to judge: helpfulness needs one")
         template, version = prompt("helpfulness")
-        schema = _schema(
-            {"reasoning": _REASONING, "score": {"type": "integer", "enum": [1, 2, 3, 4, 5]}}
+        schema = closed_schema(
+            {"reasoning": REASONING, "score": {"type": "integer", "enum": [1, 2, 3, 4, 5]}}
         )
         instructions = template.substitute()
         requests = {
             turn.index: self.request(
                 self.metric_name,
                 instructions,
-                conversation_message(_upto(trajectory, turn.index), self.max_value_chars)
+                conversation_message(upto(trajectory, turn.index), self.max_value_chars)
                 + _focus(turn),
                 schema,
                 version,
@@ -69,8 +69,8 @@ class Helpfulness(_Judged):
         for turn in turns:
             answer = answers[turn.index]
             if not answer.ok:
-                return _failed(f"turn {turn.index + 1}", answer, turn=turn.index + 1)
-            verdict = _verdict(answer)
+                return unanswered_score(f"turn {turn.index + 1}", answer, turn=turn.index + 1)
+            verdict = verdict_details(answer)
             per_turn.append(
                 {
                     "turn": turn.index + 1,
@@ -80,7 +80,7 @@ class Helpfulness(_Judged):
             )
         value = sum(t["score"] for t in per_turn) / len(per_turn)
         threshold = self.threshold if self.threshold is not None else 3.0
-        explanation = f"Mean helpfulness {value:.2f}/5 over {_plural(len(per_turn), 'turn')}. "
+        explanation = f"Mean helpfulness {value:.2f}/5 over {plural(len(per_turn), 'turn')}. "
         explanation += " ".join(
             f"Turn {t['turn']} ({t['score']}/5): {t['reasoning']}" for t in per_turn
         )
@@ -98,7 +98,7 @@ class Helpfulness(_Judged):
 NO_FAILURE = "no failure"
 
 
-class _BehaviorFailure(_Judged):
+class _BehaviorFailure(Judged):
     """A label per judged turn; the conversation's label is the most severe one, its value the
     share of labelled turns without failure."""
 
@@ -125,7 +125,7 @@ class _BehaviorFailure(_Judged):
         return []
 
     def message(self, trajectory: Trajectory, turn: Turn) -> str:
-        return conversation_message(_upto(trajectory, turn.index), self.max_value_chars) + _focus(
+        return conversation_message(upto(trajectory, turn.index), self.max_value_chars) + _focus(
             turn
         )
 
@@ -139,8 +139,8 @@ class _BehaviorFailure(_Judged):
         if not turns and not free:
             return self.nothing_to_judge()
         template, version = prompt(self.PROMPT)
-        schema = _schema(
-            {"reasoning": _REASONING, "label": {"type": "string", "enum": self.labels()}}
+        schema = closed_schema(
+            {"reasoning": REASONING, "label": {"type": "string", "enum": self.labels()}}
         )
         instructions = template.substitute()
         requests = {
@@ -156,8 +156,8 @@ class _BehaviorFailure(_Judged):
         for turn in turns:
             answer = answers[turn.index]
             if not answer.ok:
-                return _failed(f"turn {turn.index + 1}", answer, turn=turn.index + 1)
-            verdict = _verdict(answer)
+                return unanswered_score(f"turn {turn.index + 1}", answer, turn=turn.index + 1)
+            verdict = verdict_details(answer)
             per_turn[turn.index] = {
                 "turn": turn.index + 1,
                 "label": str(verdict["label"]),
@@ -174,14 +174,14 @@ class _BehaviorFailure(_Judged):
         passed = not failures if self.threshold is None else value >= self.threshold
         if failures:
             explanation = (
-                f"{_plural(len(failures), 'turn')} of {len(rows)} failed; most severe: {worst}. "
+                f"{plural(len(failures), 'turn')} of {len(rows)} failed; most severe: {worst}. "
                 + " ".join(
                     f"Turn {r['turn']} ({r['label']}): {r.get('reasoning', '')}".strip()
                     for r in failures
                 )
             )
         else:
-            explanation = f"No failure in {_plural(len(rows), 'turn')}."
+            explanation = f"No failure in {plural(len(rows), 'turn')}."
             judged = [r for r in rows if r["judged"]]
             if judged:
                 explanation += " " + " ".join(
@@ -225,8 +225,8 @@ def _calls_json(calls: Sequence[ToolCall], limit: int) -> str:
     def clipped(value: Any) -> Any:
         if value is None or isinstance(value, bool | int | float):
             return value
-        text = value if isinstance(value, str) else _json(value)
-        return value if len(text) <= limit else _clip(text, limit)
+        text = value if isinstance(value, str) else canonical_json(value)
+        return value if len(text) <= limit else clip(text, limit)
 
     return json.dumps(
         [
@@ -273,7 +273,7 @@ class ToolCallBehaviorFailure(_BehaviorFailure):
 
     def message(self, trajectory: Trajectory, turn: Turn) -> str:
         return (
-            conversation_message(_upto(trajectory, turn.index), self.max_value_chars)
+            conversation_message(upto(trajectory, turn.index), self.max_value_chars)
             + f"\n\n# Turn to judge\nTurn {turn.index + 1}: its tool calls, listed below."
             + f"\n\n# Tool calls of turn {turn.index + 1}\n"
             + _calls_json(turn.tool_calls, self.max_value_chars)

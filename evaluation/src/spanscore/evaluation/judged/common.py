@@ -35,7 +35,7 @@ K = TypeVar("K")
 # --- shared machinery ------------------------------------------------------------------------
 
 
-def _schema(properties: Mapping[str, Any]) -> dict[str, Any]:
+def closed_schema(properties: Mapping[str, Any]) -> dict[str, Any]:
     """A closed object schema whose every property is required (in the given order)."""
     return {
         "type": "object",
@@ -45,21 +45,21 @@ def _schema(properties: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-_REASONING = {"type": "string"}
+REASONING = {"type": "string"}
 
 
-_EQUIVALENT = _schema({"reasoning": _REASONING, "equivalent": {"type": "boolean"}})
+EQUIVALENT = closed_schema({"reasoning": REASONING, "equivalent": {"type": "boolean"}})
 
 
-def _json(value: Any) -> str:
+def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
 
 
-def _clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 20] + f"... [{len(text) - limit} more]"
 
 
-def _upto(trajectory: Trajectory, index: int) -> Trajectory:
+def upto(trajectory: Trajectory, index: int) -> Trajectory:
     """The conversation up to and including turn `index` (the judge's chat history)."""
     return Trajectory(
         conversation_id=trajectory.conversation_id,
@@ -68,11 +68,11 @@ def _upto(trajectory: Trajectory, index: int) -> Trajectory:
     )
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _failed(what: str, answer: JudgeAnswer, **details: Any) -> Score:
+def unanswered_score(what: str, answer: JudgeAnswer, **details: Any) -> Score:
     """The score of a metric one of whose questions the judge could not answer."""
     if answer.skipped is not None:
         return Score(
@@ -81,7 +81,7 @@ def _failed(what: str, answer: JudgeAnswer, **details: Any) -> Score:
     return Score.failed_with(f"the judge failed on {what}: {answer.error}", **details)
 
 
-class _Judged(JudgedAssertion):
+class Judged(JudgedAssertion):
     """A judged metric that may ask several questions in one evaluation."""
 
     def request(
@@ -116,6 +116,6 @@ class _Judged(JudgedAssertion):
         return {key: answer for key, answer in answers.items() if answer is not None}
 
 
-def _verdict(answer: JudgeAnswer) -> dict[str, Any]:
+def verdict_details(answer: JudgeAnswer) -> dict[str, Any]:
     value = answer.value
     return value if isinstance(value, dict) else {}

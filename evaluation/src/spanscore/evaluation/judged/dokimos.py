@@ -12,17 +12,17 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from spanscore.evaluation.judged.common import (
-    _REASONING,
-    _clip,
-    _failed,
-    _json,
-    _Judged,
-    _plural,
-    _schema,
-    _verdict,
+    REASONING,
+    Judged,
+    canonical_json,
+    clip,
+    closed_schema,
+    plural,
+    unanswered_score,
+    verdict_details,
 )
 from spanscore.evaluation.judged.rubrics import conversation_message, prompt
-from spanscore.evaluation.metrics.common import _NO_TOOLS, _no_tools_offered
+from spanscore.evaluation.metrics.common import NO_TOOLS, no_tools_offered
 from spanscore.evaluation.metrics.tool_reliability import (
     ToolDescriptionReliability,
     ToolNameReliability,
@@ -36,7 +36,7 @@ from spanscore.evaluation.trajectory.model import Trajectory
 
 
 @assertion
-class TaskCompletion(_Judged):
+class TaskCompletion(Judged):
     """Dokimos TaskCompletionEvaluator: the judge reads the dialog and the numbered task list
     (and the constraints) and says which tasks were completed; value = completed / tasks."""
 
@@ -58,10 +58,10 @@ class TaskCompletion(_Judged):
                 details={"tasks": []},
             )
         template, version = prompt("task_completion")
-        item = _schema(
-            {"task": {"type": "string"}, "reasoning": _REASONING, "completed": {"type": "boolean"}}
+        item = closed_schema(
+            {"task": {"type": "string"}, "reasoning": REASONING, "completed": {"type": "boolean"}}
         )
-        schema = _schema({"reasoning": _REASONING, "tasks": {"type": "array", "items": item}})
+        schema = closed_schema({"reasoning": REASONING, "tasks": {"type": "array", "items": item}})
         extra = "# Tasks\n" + "\n".join(f"{i}. {t}" for i, t in enumerate(self.tasks, start=1))
         if self.constraints:
             extra += f"\n\n# Constraints\n{self.constraints}"
@@ -76,7 +76,7 @@ class TaskCompletion(_Judged):
         completed = sum(1 for e in entries if e.get("completed") is True)
         value = min(1.0, completed / len(self.tasks))
         missed = [e for e in entries if e.get("completed") is not True]
-        explanation = f"{completed} of {_plural(len(self.tasks), 'task')} completed."
+        explanation = f"{completed} of {plural(len(self.tasks), 'task')} completed."
         if missed:
             explanation += " Not completed: " + "; ".join(
                 f"{e.get('task')}: {e.get('reasoning', '')}" for e in missed
@@ -91,7 +91,7 @@ class TaskCompletion(_Judged):
 
 
 @assertion
-class ToolArgumentHallucination(_Judged):
+class ToolArgumentHallucination(Judged):
     """Dokimos ToolArgumentHallucinationEvaluator: each tool call's argument values must be
     derivable from the user's input or the results of the calls before it; value = grounded
     calls / calls (1.0 without calls)."""
@@ -106,20 +106,22 @@ class ToolArgumentHallucination(_Judged):
         lines = ["# User input"]
         for turn in trajectory.turns:
             if turn.user_message is not None:
-                lines.append(f"Turn {turn.index + 1}: {_clip(turn.user_message, 4 * limit)}")
+                lines.append(f"Turn {turn.index + 1}: {clip(turn.user_message, 4 * limit)}")
         lines += ["", "# Tool calls, in order"]
         number = 0
         for turn in trajectory.turns:
             for call in turn.tool_calls:
                 number += 1
-                arguments = _clip(_json({} if call.arguments is None else call.arguments), limit)
+                arguments = clip(
+                    canonical_json({} if call.arguments is None else call.arguments), limit
+                )
                 lines.append(f"{number}. {call.name}({arguments})  [turn {turn.index + 1}]")
                 if call.error is not None:
-                    lines.append(f"   Error: {_clip(call.error, limit)}")
+                    lines.append(f"   Error: {clip(call.error, limit)}")
                 else:
                     result = call.result
-                    shown = result if isinstance(result, str) else _json(result)
-                    lines.append(f"   Result: {_clip(shown, limit)}")
+                    shown = result if isinstance(result, str) else canonical_json(result)
+                    lines.append(f"   Result: {clip(shown, limit)}")
         return "\n".join(lines)
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
@@ -134,10 +136,10 @@ class ToolArgumentHallucination(_Judged):
                 details={"calls": []},
             )
         template, version = prompt("tool_argument_hallucination")
-        item = _schema(
-            {"index": {"type": "integer"}, "reasoning": _REASONING, "grounded": {"type": "boolean"}}
+        item = closed_schema(
+            {"index": {"type": "integer"}, "reasoning": REASONING, "grounded": {"type": "boolean"}}
         )
-        schema = _schema({"reasoning": _REASONING, "calls": {"type": "array", "items": item}})
+        schema = closed_schema({"reasoning": REASONING, "calls": {"type": "array", "items": item}})
         verdict = self.ask(
             self.metric_name, template.substitute(), self.message(trajectory), schema, version
         )
@@ -161,7 +163,7 @@ class ToolArgumentHallucination(_Judged):
         value = grounded / len(calls)
         missing = [r["index"] for r in rows if r.get("missing_verdict")]
         bad = [r for r in rows if not r["grounded"] and not r.get("missing_verdict")]
-        explanation = f"Grounded arguments in {grounded} of {_plural(len(calls), 'tool call')}."
+        explanation = f"Grounded arguments in {grounded} of {plural(len(calls), 'tool call')}."
         if bad:
             explanation += " Hallucinated: " + "; ".join(
                 f"{r['index']}. {r['name']}: {r['reasoning']}" for r in bad
@@ -211,7 +213,7 @@ def combine_checks(
     return checks
 
 
-class _ToolSemantics(_Judged):
+class _ToolSemantics(Judged):
     PROMPT: ClassVar[str]
     LLM_CHECKS: ClassVar[tuple[str, ...]]
 
@@ -232,8 +234,8 @@ class _ToolSemantics(_Judged):
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         rules = self.rules()
-        if _no_tools_offered(trajectory, context):
-            return Score.failed_with(_NO_TOOLS)
+        if no_tools_offered(trajectory, context):
+            return Score.failed_with(NO_TOOLS)
         offered = rules.offered(trajectory, context)
         threshold = self.threshold if self.threshold is not None else 0.8
         if not offered:
@@ -245,8 +247,8 @@ class _ToolSemantics(_Judged):
                 details={"tools": []},
             )
         template, version = prompt(self.PROMPT)
-        schema = _schema(
-            {"reasoning": _REASONING, **{k: {"type": "boolean"} for k in self.LLM_CHECKS}}
+        schema = closed_schema(
+            {"reasoning": REASONING, **{k: {"type": "boolean"} for k in self.LLM_CHECKS}}
         )
         instructions = template.substitute()
         requests = {
@@ -260,8 +262,8 @@ class _ToolSemantics(_Judged):
         for tool in offered:
             answer = answers[tool.name]
             if not answer.ok:
-                return _failed(f"tool {tool.name}", answer, tool=tool.name)
-            verdict = _verdict(answer)
+                return unanswered_score(f"tool {tool.name}", answer, tool=tool.name)
+            verdict = verdict_details(answer)
             checks = combine_checks(rules.checks(tool), verdict, self.LLM_CHECKS)
             per_tool.append(
                 {
@@ -279,10 +281,10 @@ class _ToolSemantics(_Judged):
         ]
         what = "name" if self.type == "tool_name_semantics" else "description"
         if not failing:
-            explanation = f"Every {what} check passed for {_plural(len(per_tool), 'tool')}."
+            explanation = f"Every {what} check passed for {plural(len(per_tool), 'tool')}."
         else:
             explanation = (
-                f"Average {what} quality {value:.0%} across {_plural(len(per_tool), 'tool')}; "
+                f"Average {what} quality {value:.0%} across {plural(len(per_tool), 'tool')}; "
                 f"failing: {'; '.join(failing[:3])}{' ...' if len(failing) > 3 else ''}."
             )
         return Score(

@@ -7,7 +7,13 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from spanscore.evaluation.judged.common import _EQUIVALENT, _failed, _json, _Judged, _verdict
+from spanscore.evaluation.judged.common import (
+    EQUIVALENT,
+    Judged,
+    canonical_json,
+    unanswered_score,
+    verdict_details,
+)
 from spanscore.evaluation.judged.rubrics import prompt
 from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
@@ -26,7 +32,7 @@ class CallSpec(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict, description="argument values")
 
     def shown(self) -> str:
-        return f"{self.name}({_json(self.arguments)})"
+        return f"{self.name}({canonical_json(self.arguments)})"
 
 
 def same_value(expected: Any, actual: Any) -> bool:
@@ -49,7 +55,7 @@ TOOL_SELECTION_PROMPTS = {
 
 
 @assertion
-class ToolSelection(_Judged):
+class ToolSelection(Judged):
     """The tool-selection tester: the model's function call (category `tool_selection`) or
     text answer (the other categories) against the expected one, exact check first, then the
     category's semantic judge. Value 1 or 0."""
@@ -149,9 +155,9 @@ class ToolSelection(_Judged):
                 instructions,
                 head
                 + f"Parameter to judge: {key}\n"
-                + f"Expected: {_json(expected.arguments[key])}\n"
-                + f"Actual: {_json(actual.arguments[key])}",
-                _EQUIVALENT,
+                + f"Expected: {canonical_json(expected.arguments[key])}\n"
+                + f"Actual: {canonical_json(actual.arguments[key])}",
+                EQUIVALENT,
                 version,
             )
             for key in differing
@@ -161,8 +167,8 @@ class ToolSelection(_Judged):
         for key in differing:
             answer = answers[key]
             if not answer.ok:
-                return _failed(f"argument {key}", answer, argument=key)
-            verdicts[key] = _verdict(answer)
+                return unanswered_score(f"argument {key}", answer, argument=key)
+            verdicts[key] = verdict_details(answer)
         different = [k for k in differing if verdicts[k].get("equivalent") is not True]
         passed = not different
         reasons = " ".join(
@@ -197,7 +203,7 @@ class ToolSelection(_Judged):
             self.metric_name,
             template.substitute(),
             f"{self._query(trajectory)}\nExpected: {expected}\nActual: {actual}",
-            _EQUIVALENT,
+            EQUIVALENT,
             version,
         )
         passed = verdict.get("equivalent") is True

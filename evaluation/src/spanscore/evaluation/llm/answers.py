@@ -56,7 +56,7 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """A JSON Schema made acceptable to strict structured output: every object closed and
     every property required (pydantic's schemas leave both open). Read-only result: the same
     few schemas are converted once."""
-    return _strict_and_check(schema)[0]
+    return strict_and_check(schema)[0]
 
 
 # The schema objects of a run's requests are few and long-lived, and each request's answer is
@@ -65,7 +65,7 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
 _BY_IDENTITY: dict[int, tuple[Mapping[str, Any], dict[str, Any], Any]] = {}
 
 
-def _strict_and_check(
+def strict_and_check(
     schema: Mapping[str, Any],
 ) -> tuple[dict[str, Any], Callable[[Any], bool] | None]:
     entry = _BY_IDENTITY.get(id(schema))

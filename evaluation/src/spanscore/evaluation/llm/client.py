@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from spanscore.evaluation.llm.answers import (
-    _strict_and_check,
     parse_json_answer,
     schema_instruction,
+    strict_and_check,
     strict_schema,
 )
 from spanscore.evaluation.llm.limits import AdaptiveLimit, backoff_s, retry_after_s
@@ -29,7 +29,7 @@ from spanscore.evaluation.llm.types import (
     JudgeRequest,
     Price,
     Usage,
-    _digest,
+    stable_digest,
 )
 from spanscore.evaluation.matching.schema_check import check_arguments
 
@@ -155,7 +155,7 @@ class JudgeClient:
             )
             head = [PROMPT_FORMAT, self.config.cache_scope(self.endpoint()), model, params]
             self._key_heads[request.kind] = head
-        return _digest([*head, request.digest])
+        return stable_digest([*head, request.digest])
 
     def body(self, request: JudgeRequest) -> dict[str, Any]:
         """The request body as sent (directly or as a Batch API line)."""
@@ -233,7 +233,7 @@ class JudgeClient:
         if request.schema is None:
             return {"text": content}
         value = parse_json_answer(content)
-        schema, fits = _strict_and_check(request.schema)
+        schema, fits = strict_and_check(request.schema)
         if fits is None or not fits(value):
             problems = check_arguments(value, schema)
             if problems:

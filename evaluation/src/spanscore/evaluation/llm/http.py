@@ -52,7 +52,7 @@ class _Answer:
         self.keep_alive = keep_alive
 
 
-class _Connection(asyncio.Protocol):
+class Connection(asyncio.Protocol):
     """One HTTP/1.1 connection. `exchange` sends one request and waits for its whole answer,
     parsed as its bytes arrive."""
 
@@ -260,8 +260,8 @@ class JudgeTransport(httpx2.AsyncBaseTransport):
     ) -> None:
         self._ssl = ssl_context
         self._keepalive_s = keepalive_s
-        self._idle: dict[tuple[str, str, int], collections.deque[_Connection]] = {}
-        self._open: set[_Connection] = set()
+        self._idle: dict[tuple[str, str, int], collections.deque[Connection]] = {}
+        self._open: set[Connection] = set()
 
     @property
     def open_connections(self) -> int:
@@ -319,7 +319,7 @@ class JudgeTransport(httpx2.AsyncBaseTransport):
         timeouts: dict[str, float | None],
         request: httpx2.Request,
         fresh: bool,
-    ) -> tuple[_Connection, bool]:
+    ) -> tuple[Connection, bool]:
         idle = self._idle.get(key)
         now = time.monotonic()
         while idle and not fresh:
@@ -340,7 +340,7 @@ class JudgeTransport(httpx2.AsyncBaseTransport):
         try:
             transport, connection = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: _Connection(loop),
+                    lambda: Connection(loop),
                     host,
                     port,
                     ssl=tls,

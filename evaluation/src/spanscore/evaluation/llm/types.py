@@ -172,7 +172,7 @@ class JudgeRequest:
 
     @cached_property
     def digest(self) -> str:
-        return _digest(
+        return stable_digest(
             [
                 self.kind,
                 self.messages,
@@ -185,7 +185,7 @@ class JudgeRequest:
         )
 
 
-def _digest(value: Any) -> str:
+def stable_digest(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
 
 

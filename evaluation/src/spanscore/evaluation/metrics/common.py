@@ -19,7 +19,7 @@ from spanscore.evaluation.trajectory.model import ToolCall, Trajectory
 # --- shared ------------------------------------------------------------------------------------
 
 
-class _Graded(AssertionBase):
+class Graded(AssertionBase):
     """A metric with a value in [0, 1] that passes at `threshold` (default: its system's)."""
 
     default_threshold: ClassVar[float] = 1.0
@@ -42,11 +42,11 @@ class _Graded(AssertionBase):
         )
 
 
-class _Counted(AssertionBase):
+class Counted(AssertionBase):
     """A metric whose value is a raw count or duration, checked against limits."""
 
     @model_validator(mode="after")
-    def _no_threshold(self) -> _Counted:
+    def _no_threshold(self) -> Counted:
         if self.threshold is not None:
             raise ValueError(
                 f"{self.type} stores a raw value, not a score in [0, 1]: give its limits "
@@ -55,23 +55,23 @@ class _Counted(AssertionBase):
         return self
 
 
-def _arguments(call: ToolCall) -> Any:
+def call_arguments(call: ToolCall) -> Any:
     return {} if call.arguments is None else call.arguments
 
 
-def _ratio(part: int, whole: int) -> float:
+def ratio(part: int, whole: int) -> float:
     return part / whole if whole else 1.0
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _no_tools_offered(trajectory: Trajectory, context: EvalContext) -> bool:
+def no_tools_offered(trajectory: Trajectory, context: EvalContext) -> bool:
     """Neither the suite's catalog nor the recorded definitions say which tools exist."""
     return not context.tools and "gen_ai.tool.definitions" not in trajectory.attributes
 
 
-_NO_TOOLS = (
+NO_TOOLS = (
     "no tool definitions: give the suite a `tools` catalog, or record gen_ai.tool.definitions"
 )

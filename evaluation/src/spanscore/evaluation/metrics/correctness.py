@@ -13,7 +13,7 @@ from pydantic import (
 from spanscore.evaluation.assertions.expected import ExpectedCall, normalize_name
 from spanscore.evaluation.matching.arguments import ArgMode, match_arguments
 from spanscore.evaluation.matching.pairing import fits_exactly, max_weight_matching
-from spanscore.evaluation.metrics.common import _Graded
+from spanscore.evaluation.metrics.common import Graded
 from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score
@@ -44,7 +44,7 @@ def lcs_length(a: list[str], b: list[str]) -> int:
 
 
 @assertion
-class Correctness(_Graded):
+class Correctness(Graded):
     """Did the agent use the expected tools? (Dokimos ToolCorrectnessEvaluator.)
 
     - `names_only` (default): F1 of the set of tool names used against the set expected.

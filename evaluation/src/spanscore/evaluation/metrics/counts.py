@@ -8,7 +8,7 @@ from pydantic import (
     Field,
 )
 
-from spanscore.evaluation.metrics.common import _Counted, _plural
+from spanscore.evaluation.metrics.common import Counted, plural
 from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score
@@ -24,7 +24,7 @@ def _limits(value: float, low: float | None, high: float | None) -> bool | None:
 
 
 @assertion
-class TurnCount(_Counted):
+class TurnCount(Counted):
     """The number of turns (user message -> steps -> answer, as the trajectory was rebuilt).
     Value: the count. Passes when within `min_turns`..`max_turns`; without limits it only
     records the count (passed is empty)."""
@@ -37,7 +37,7 @@ class TurnCount(_Counted):
         count = len(trajectory.turns)
         passed = _limits(count, self.min_turns, self.max_turns)
         bounds = _bounds_text(self.min_turns, self.max_turns, "")
-        explanation = f"{_plural(count, 'turn')}{bounds}."
+        explanation = f"{plural(count, 'turn')}{bounds}."
         return Score(
             value=float(count),
             passed=passed,
@@ -57,7 +57,7 @@ def _bounds_text(low: float | None, high: float | None, unit: str) -> str:
 
 
 @assertion
-class Latency(_Counted):
+class Latency(Counted):
     """Time taken, in milliseconds. Value: the total, either `wall` (the conversation's first
     span start to last span end) or `steps` (the sum of model and tool call latencies, which
     counts parallel calls twice). Passes when the total is at most `max_total_ms`, every tool
@@ -117,7 +117,7 @@ class Latency(_Counted):
 
 
 @assertion
-class TokenUsage(_Counted):
+class TokenUsage(Counted):
     """Tokens used by the conversation's model calls (gen_ai.usage.* or OpenInference counts).
     Value: the `value` total (default `total` = input + output). Passes when the input, output
     and total sums are within their limits; without limits it only records the value. Model
@@ -154,7 +154,7 @@ class TokenUsage(_Counted):
         passed = None if all(v is None for v in limits.values()) else not over
         explanation = (
             f"{sums['total']} tokens ({sums['input']} in, {sums['output']} out) over "
-            f"{_plural(len(counted), 'model call')}"
+            f"{plural(len(counted), 'model call')}"
         )
         explanation += f"; over the limit: {', '.join(over)}." if over else "."
         return Score(

@@ -10,7 +10,7 @@ from pydantic import (
 )
 
 from spanscore.evaluation.matching.arguments import values_equal
-from spanscore.evaluation.metrics.common import _arguments, _Graded, _plural, _ratio
+from spanscore.evaluation.metrics.common import Graded, call_arguments, plural, ratio
 from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
 from spanscore.evaluation.scoring.score import Score
@@ -20,7 +20,7 @@ from spanscore.evaluation.trajectory.model import ToolCall, Trajectory
 
 
 @assertion
-class Efficiency(_Graded):
+class Efficiency(Graded):
     """Distinct calls / calls (Dokimos ToolEfficiencyEvaluator): a call is redundant when an
     earlier call has the same name and equal arguments (tolerant equality: 1 == 1.0, any key
     order). Runs of consecutive duplicates are reported as loops. 1.0 without calls.
@@ -45,7 +45,7 @@ class Efficiency(_Graded):
         return values_equal(self._comparable(a), self._comparable(b))
 
     def _comparable(self, call: ToolCall) -> Any:
-        arguments = _arguments(call)
+        arguments = call_arguments(call)
         if isinstance(arguments, Mapping) and self.ignore_arguments:
             return {k: v for k, v in arguments.items() if k not in self.ignore_arguments}
         return arguments
@@ -84,10 +84,10 @@ class Efficiency(_Graded):
         else:
             explanation = (
                 f"{len(distinct)}/{len(calls)} calls were distinct "
-                f"({len(redundant)} redundant, {_plural(len(loops), 'loop')})."
+                f"({len(redundant)} redundant, {plural(len(loops), 'loop')})."
             )
         return self.scored(
-            _ratio(len(distinct), len(calls)),
+            ratio(len(distinct), len(calls)),
             explanation,
             {
                 "total": len(calls),

@@ -17,7 +17,7 @@ from pydantic import (
 from spanscore.evaluation.assertions.expected import normalize_name
 from spanscore.evaluation.matching.critics import Critic, argument, critic_weights
 from spanscore.evaluation.matching.pairing import max_weight_matching
-from spanscore.evaluation.metrics.common import _plural
+from spanscore.evaluation.metrics.common import plural
 from spanscore.evaluation.scoring.assertion import AssertionBase
 from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext
@@ -219,7 +219,7 @@ class ToolCallRubric(AssertionBase):
             for c in r["critics"]
             if not c["match"]
         ]
-        explanation = f"Rubric score {value:.2f} over {_plural(len(pairs), 'paired call')}"
+        explanation = f"Rubric score {value:.2f} over {plural(len(pairs), 'paired call')}"
         explanation += f"; no match for {', '.join(misses[:4])}." if misses else "."
         return self._score(value, explanation, {**names, "pairs": results})
 

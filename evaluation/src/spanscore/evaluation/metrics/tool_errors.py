@@ -15,7 +15,7 @@ from pydantic import (
 )
 
 from spanscore.evaluation.matching.patterns import check_pattern
-from spanscore.evaluation.metrics.common import _Graded, _plural, _ratio
+from spanscore.evaluation.metrics.common import Graded, plural, ratio
 from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, MetricRegistry
 from spanscore.evaluation.scoring.score import Score
@@ -46,7 +46,7 @@ def _result_text(result: Any) -> str | None:
 
 
 @assertion
-class ToolErrors(_Graded):
+class ToolErrors(Graded):
     """Fraction of tool calls that succeeded (Dokimos ToolErrorEvaluator).
 
     A call failed when, in this order: its span recorded an error (status ERROR or
@@ -133,7 +133,7 @@ class ToolErrors(_Graded):
         if not calls:
             explanation = "No tool calls to inspect."
         elif not failed:
-            explanation = f"All {_plural(len(calls), 'tool call')} succeeded."
+            explanation = f"All {plural(len(calls), 'tool call')} succeeded."
         else:
             first = failed[0]
             explanation = (
@@ -141,7 +141,7 @@ class ToolErrors(_Graded):
                 f"{first['error']}."
             )
         return self.scored(
-            _ratio(succeeded, len(calls)),
+            ratio(succeeded, len(calls)),
             explanation,
             {"succeeded": succeeded, "total": len(calls), "calls": results},
         )

@@ -14,11 +14,11 @@ from pydantic import (
 )
 
 from spanscore.evaluation.metrics.common import (
-    _NO_TOOLS,
-    _Graded,
-    _no_tools_offered,
-    _plural,
-    _ratio,
+    NO_TOOLS,
+    Graded,
+    no_tools_offered,
+    plural,
+    ratio,
 )
 from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, ToolSpec
@@ -40,7 +40,7 @@ IMPLEMENTATION_WORDS = (
 )
 
 
-class _ToolsReliability(_Graded):
+class _ToolsReliability(Graded):
     default_threshold: ClassVar[float] = 0.8
     threshold: float | None = Field(
         0.8, ge=0, le=1, description="pass when the value is at least this (Dokimos: 0.8)"
@@ -61,8 +61,8 @@ class _ToolsReliability(_Graded):
     _memo: dict[int, tuple[dict[str, ToolSpec], Score]] = PrivateAttr(default_factory=dict)
 
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
-        if _no_tools_offered(trajectory, context):
-            return Score.failed_with(_NO_TOOLS)
+        if no_tools_offered(trajectory, context):
+            return Score.failed_with(NO_TOOLS)
         # The score depends on the tools offered only: the same tool set, the same score.
         specs = context.tool_specs(trajectory)
         memo = self._memo.get(id(specs))
@@ -79,7 +79,7 @@ class _ToolsReliability(_Graded):
         per_tool: list[dict[str, Any]] = []
         for tool in tools:
             checks = self.checks(tool)
-            score = _ratio(sum(checks.values()), len(checks))
+            score = ratio(sum(checks.values()), len(checks))
             per_tool.append({"tool": tool.name, "score": score, "checks": checks})
         value = sum(t["score"] for t in per_tool) / len(per_tool) if per_tool else 1.0
         failing = [
@@ -91,10 +91,10 @@ class _ToolsReliability(_Graded):
         if not tools:
             explanation = "No tools to evaluate."
         elif not failing:
-            explanation = f"Every {what} check passed for {_plural(len(tools), 'tool')}."
+            explanation = f"Every {what} check passed for {plural(len(tools), 'tool')}."
         else:
             explanation = (
-                f"Average {what} quality {value:.0%} across {_plural(len(tools), 'tool')}; "
+                f"Average {what} quality {value:.0%} across {plural(len(tools), 'tool')}; "
                 f"failing: {'; '.join(failing[:3])}{' ...' if len(failing) > 3 else ''}."
             )
         return self.scored(value, explanation, {"tools": per_tool})

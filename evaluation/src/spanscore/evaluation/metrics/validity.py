@@ -12,12 +12,12 @@ from pydantic import (
 
 from spanscore.evaluation.matching.schema_check import check_arguments, surely_valid
 from spanscore.evaluation.metrics.common import (
-    _NO_TOOLS,
-    _arguments,
-    _Graded,
-    _no_tools_offered,
-    _plural,
-    _ratio,
+    NO_TOOLS,
+    Graded,
+    call_arguments,
+    no_tools_offered,
+    plural,
+    ratio,
 )
 from spanscore.evaluation.scoring.plugins import assertion
 from spanscore.evaluation.scoring.registry import EvalContext, ToolSpec
@@ -28,7 +28,7 @@ from spanscore.evaluation.trajectory.model import ToolCall, Trajectory
 
 
 @assertion
-class ToolCallValidity(_Graded):
+class ToolCallValidity(Graded):
     """Each tool call checked against its tool's JSON Schema (Dokimos ToolCallValidity).
 
     A call is invalid when its tool is unknown, or its arguments miss a required one, have the
@@ -46,8 +46,8 @@ class ToolCallValidity(_Graded):
     def evaluate(self, trajectory: Trajectory, context: EvalContext) -> Score:
         calls = trajectory.tool_calls
         specs = context.tool_specs(trajectory)
-        if calls and _no_tools_offered(trajectory, context):
-            return Score.failed_with(_NO_TOOLS)
+        if calls and no_tools_offered(trajectory, context):
+            return Score.failed_with(NO_TOOLS)
         results: list[dict[str, Any]] = []
         for index, call in enumerate(calls):
             problems = self.problems(call, specs.get(call.name))
@@ -59,7 +59,7 @@ class ToolCallValidity(_Graded):
         if not calls:
             explanation = "No tool calls to validate."
         elif not invalid:
-            explanation = f"All {_plural(len(calls), 'tool call')} are valid."
+            explanation = f"All {plural(len(calls), 'tool call')} are valid."
         else:
             first = invalid[0]
             explanation = (
@@ -67,7 +67,7 @@ class ToolCallValidity(_Graded):
                 f"{first['problems'][0]}."
             )
         return self.scored(
-            _ratio(valid, len(calls)),
+            ratio(valid, len(calls)),
             explanation,
             {"valid": valid, "total": len(calls), "calls": results},
         )
@@ -75,7 +75,7 @@ class ToolCallValidity(_Graded):
     def problems(self, call: ToolCall, spec: ToolSpec | None) -> list[str]:
         if spec is None:
             return [f"unknown tool '{call.name}'"]
-        arguments = _arguments(call)
+        arguments = call_arguments(call)
         if not isinstance(arguments, Mapping):
             return [f"the arguments are not a JSON object: {str(arguments)[:60]!r}"]
         if not spec.parameters:

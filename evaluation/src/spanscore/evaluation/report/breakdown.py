@@ -16,7 +16,7 @@ from spanscore.evaluation.report.schema import (
     ToolFailureDoc,
     ToolFailuresDoc,
 )
-from spanscore.evaluation.report.values import _json
+from spanscore.evaluation.report.values import json
 from spanscore.evaluation.runs.store import ScoreRecord
 from spanscore.evaluation.trajectory.model import ToolCall
 
@@ -61,7 +61,7 @@ class ToolFailures:
                 marks, missing = (
                     placed.get(k, ([], []))
                     if detail is not None
-                    else score_marks(calls, k, _json(s.details))
+                    else score_marks(calls, k, json(s.details))
                 )
                 for m in marks:
                     if m["kind"] != "matched":

@@ -20,21 +20,21 @@ from spanscore.evaluation.report.schema import (
     ToolStepDoc,
     TurnDoc,
 )
-from spanscore.evaluation.report.values import _OPTIONS, _iso, _json, _round
+from spanscore.evaluation.report.values import OPTIONS, iso, json, round_to
 from spanscore.evaluation.runs.store import ScoreRecord
 from spanscore.evaluation.trajectory.model import Handoff, ModelCall, ToolCall, Trajectory
 
 # --- conversations and their trajectories -----------------------------------------------------
 
 
-def _clip(value: Any, limit: int) -> Any:
+def clip(value: Any, limit: int) -> Any:
     """The value, or its JSON text cut at `limit` characters when longer."""
     if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, str):
         text = value
     else:
-        text = orjson.dumps(value, default=str, option=_OPTIONS).decode()
+        text = orjson.dumps(value, default=str, option=OPTIONS).decode()
         if len(text) <= limit:
             return value
     if len(text) <= limit:
@@ -65,12 +65,12 @@ def conversation_detail(
                         "kind": "tool_call",
                         "index": index,
                         "name": step.name,
-                        "arguments": _clip(step.arguments, limit),
-                        "result": _clip(step.result, limit),
-                        "error": _clip(step.error, limit),
+                        "arguments": clip(step.arguments, limit),
+                        "result": clip(step.result, limit),
+                        "error": clip(step.error, limit),
                         "call_id": step.call_id,
                         "offset_ms": _offset(step.start_time, start),
-                        "latency_ms": _round(step.latency_ms, 3),
+                        "latency_ms": round_to(step.latency_ms, 3),
                         "parallel_group": step.parallel_group,
                         "source": step.source,
                         "trace_id": step.trace_id,
@@ -84,10 +84,10 @@ def conversation_detail(
                         "kind": "model_call",
                         "name": step.name,
                         "offset_ms": _offset(step.start_time, start),
-                        "latency_ms": _round(step.latency_ms, 3),
+                        "latency_ms": round_to(step.latency_ms, 3),
                         "requested": list(step.requested),
-                        "response": _clip(step.response_text, limit),
-                        "error": _clip(step.error, limit),
+                        "response": clip(step.response_text, limit),
+                        "error": clip(step.error, limit),
                         "input_tokens": step.input_tokens,
                         "output_tokens": step.output_tokens,
                         "trace_id": step.trace_id,
@@ -106,8 +106,8 @@ def conversation_detail(
         turns.append(
             {
                 "index": turn.index,
-                "user_message": _clip(turn.user_message, limit),
-                "final_response": _clip(turn.final_response, limit),
+                "user_message": clip(turn.user_message, limit),
+                "final_response": clip(turn.final_response, limit),
                 "steps": steps,
             }
         )
@@ -115,7 +115,7 @@ def conversation_detail(
     marks: list[MarkDoc] = []
     missing: list[MissingDoc] = []
     for i, s in enumerate(scores):
-        details = _json(s.details)
+        details = json(s.details)
         found_marks, found_missing = score_marks(t.tool_calls, i, details)
         marks += found_marks
         missing += found_missing
@@ -127,16 +127,16 @@ def conversation_detail(
                 "label": s.label,
                 "passed": s.passed,
                 "threshold": s.threshold,
-                "explanation": _clip(s.explanation, limit),
-                "error": _clip(s.error, limit),
-                "details": _clip(details, limit),
+                "explanation": clip(s.explanation, limit),
+                "error": clip(s.error, limit),
+                "details": clip(details, limit),
             }
         )
     attributes = {
-        k: _clip(v, 200) for k, v in t.attributes.items() if k != "gen_ai.tool.definitions"
+        k: clip(v, 200) for k, v in t.attributes.items() if k != "gen_ai.tool.definitions"
     }
     duration = (
-        _round((t.end_time - t.start_time).total_seconds() * 1000, 3)
+        round_to((t.end_time - t.start_time).total_seconds() * 1000, 3)
         if t.start_time and t.end_time
         else None
     )
@@ -144,7 +144,7 @@ def conversation_detail(
         "conversation_id": t.conversation_id,
         "agent": t.agent_name,
         "service": t.service_name,
-        "start": _iso(t.start_time),
+        "start": iso(t.start_time),
         "duration_ms": duration,
         "attributes": attributes,
         "warnings": list(t.warnings),
@@ -155,7 +155,7 @@ def conversation_detail(
     }
 
 
-def _first_trace(t: Trajectory) -> str | None:
+def first_trace(t: Trajectory) -> str | None:
     for turn in t.turns:
         for step in turn.steps:
             trace = getattr(step, "trace_id", None)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import duckdb
 
 from spanscore.evaluation.report.breakdown import ToolFailures
-from spanscore.evaluation.report.conversations import _clip, _first_trace, conversation_detail
+from spanscore.evaluation.report.conversations import clip, conversation_detail, first_trace
 from spanscore.evaluation.report.scales import declared_scales, scale_of
 from spanscore.evaluation.report.schema import (
     FORMAT,
@@ -42,7 +42,7 @@ from spanscore.evaluation.report.schema import (
 )
 from spanscore.evaluation.report.trends import trend, trend_series
 from spanscore.evaluation.report.trials import trials_doc
-from spanscore.evaluation.report.values import _float, _iso, _json, _round
+from spanscore.evaluation.report.values import finite_or_none, iso, json, round_to
 from spanscore.evaluation.runs import store
 from spanscore.evaluation.runs.compare import compare_runs
 from spanscore.evaluation.runs.store import ScoreRecord
@@ -141,8 +141,8 @@ def _gates(details: dict[str, Any]) -> list[GateDoc]:
             {
                 "scope": scope or "all scores",
                 "kind": kind,
-                "target": _float(target),
-                "measured": _float(entry.get("measured")),
+                "target": finite_or_none(target),
+                "measured": finite_or_none(entry.get("measured")),
                 "passed": bool(entry.get("passed")),
             }
         )
@@ -178,9 +178,9 @@ def run_header(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
     if run is None:
         raise ReportError(f"no evaluation run {run_id!r} in this lake")
     details = run.facts
-    sample = _json(run.sample_spec)
+    sample = json(run.sample_spec)
     started, finished = run.started_at, run.finished_at
-    duration = _float(details.get("elapsed_s"))
+    duration = finite_or_none(details.get("elapsed_s"))
     if duration is None and started is not None and finished is not None:
         duration = (finished - started).total_seconds()
 
@@ -195,11 +195,11 @@ def run_header(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
         "suite_name": run.suite_name,
         "suite_version": run.suite_hash,
         "status": run.status,
-        "window_start": _iso(run.window_start),
-        "window_end": _iso(run.window_end),
-        "started_at": _iso(started),
-        "finished_at": _iso(finished),
-        "duration_s": _round(duration, 3),
+        "window_start": iso(run.window_start),
+        "window_end": iso(run.window_end),
+        "started_at": iso(started),
+        "finished_at": iso(finished),
+        "duration_s": round_to(duration, 3),
         "conversations": int(run.conversation_count or 0),
         "scores": int(run.score_count or 0),
         "errors": int(run.error_count or 0),
@@ -207,7 +207,7 @@ def run_header(con: duckdb.DuckDBPyConnection, run_id: str) -> RunDoc:
         "sampled": count("sampled"),
         "skipped": count("skipped"),
         "sample": sample if isinstance(sample, dict) else {},
-        "judge": _judge(_float(run.judge_cost_usd), details),
+        "judge": _judge(finite_or_none(run.judge_cost_usd), details),
         "gates": gates,
         "strict": run.strict,
         "warnings": run.warnings,
@@ -234,7 +234,7 @@ def _scores(con: duckdb.DuckDBPyConnection, run_id: str) -> list[ScoreRecord]:
     """The run's scores; a value or threshold that is not a finite number reads as None."""
     scores = store.scores_of_run(con, run_id)
     for s in scores:
-        s.value, s.threshold = _float(s.value), _float(s.threshold)
+        s.value, s.threshold = finite_or_none(s.value), finite_or_none(s.threshold)
     return scores
 
 
@@ -256,8 +256,8 @@ def _summary(
                 "conversations": len({s.conversation_id for s in group}),
                 "judged": len(judged),
                 "passed": sum(judged),
-                "pass_rate": _round(sum(judged) / len(judged)) if judged else None,
-                "mean": _round(sum(values) / len(values)) if values else None,
+                "pass_rate": round_to(sum(judged) / len(judged)) if judged else None,
+                "mean": round_to(sum(values) / len(values)) if values else None,
                 "errors": sum(1 for s in group if s.error is not None),
                 "scale": scale_of(values, [own] if own else []) if values else None,
             }
@@ -310,13 +310,13 @@ def _baseline(con: duckdb.DuckDBPyConnection, run_id: str, baseline: str) -> Bas
                 "scenario_id": m.scenario_id,
                 "metric": m.metric,
                 "paired": m.paired,
-                "mean_a": _round(m.mean_a),
-                "mean_b": _round(m.mean_b),
-                "pass_rate_a": _round(m.pass_rate_a),
-                "pass_rate_b": _round(m.pass_rate_b),
-                "delta": _round(m.delta),
-                "low": _round(m.low),
-                "high": _round(m.high),
+                "mean_a": round_to(m.mean_a),
+                "mean_b": round_to(m.mean_b),
+                "pass_rate_a": round_to(m.pass_rate_a),
+                "pass_rate_b": round_to(m.pass_rate_b),
+                "delta": round_to(m.delta),
+                "low": round_to(m.low),
+                "high": round_to(m.high),
                 "significant": m.significant,
                 "direction": direction,
             }
@@ -328,8 +328,8 @@ def _baseline(con: duckdb.DuckDBPyConnection, run_id: str, baseline: str) -> Bas
             "conversation_id": c.conversation_id,
             "scenario_id": c.scenario_id,
             "metric": c.metric,
-            "value_a": _round(c.value_a),
-            "value_b": _round(c.value_b),
+            "value_a": round_to(c.value_a),
+            "value_b": round_to(c.value_b),
             "passed_a": c.passed_a,
             "passed_b": c.passed_b,
             "kind": "regressed"
@@ -343,7 +343,7 @@ def _baseline(con: duckdb.DuckDBPyConnection, run_id: str, baseline: str) -> Bas
     row = store.run_row(con, baseline)
     return {
         "run_id": baseline,
-        "started_at": _iso(row.started_at) if row else None,
+        "started_at": iso(row.started_at) if row else None,
         "suite_version": row.suite_hash if row else None,
         "paired_conversations": max((m.paired for m in comparison.metrics), default=0),
         "metrics": metrics,
@@ -386,9 +386,9 @@ class _ToolFigures:
                     "calls": calls,
                     "errors": errors,
                     "error_rate": round(errors / calls, 4),
-                    "mean_ms": _round(sum(latencies) / len(latencies), 3) if latencies else None,
-                    "p50_ms": _round(_percentile(latencies, 0.5), 3),
-                    "p95_ms": _round(_percentile(latencies, 0.95), 3),
+                    "mean_ms": round_to(sum(latencies) / len(latencies), 3) if latencies else None,
+                    "p50_ms": round_to(_percentile(latencies, 0.5), 3),
+                    "p95_ms": round_to(_percentile(latencies, 0.95), 3),
                 }
             )
         return out
@@ -450,7 +450,7 @@ def build_report(
             of_metric = [s for s in mine if s.metric == m]
             values = [s.value for s in of_metric if s.value is not None]
             judged = [s.passed for s in of_metric if s.passed is not None]
-            columns["values"][m].append(_round(min(values)) if values else None)
+            columns["values"][m].append(round_to(min(values)) if values else None)
             columns["passed"][m].append(all(judged) if judged else None)
         for m in labelled:
             named = sorted(
@@ -482,9 +482,9 @@ def build_report(
             str(scenario) if scenario is not None else None,
             t.agent_name,
             t.service_name,
-            _iso(t.start_time),
-            _clip(t.first_user_message, 500),
-            _first_trace(t),
+            iso(t.start_time),
+            clip(t.first_user_message, 500),
+            first_trace(t),
         )
         mine = by_conversation[t.conversation_id]
         if i in embedded:
@@ -517,7 +517,7 @@ def build_report(
     return {
         "format": FORMAT,
         "version": VERSION,
-        "generated_at": _iso(dt.datetime.now(dt.UTC)) or "",
+        "generated_at": iso(dt.datetime.now(dt.UTC)) or "",
         "trace_url": options.trace_url,
         "notes": notes,
         "run": run_doc,

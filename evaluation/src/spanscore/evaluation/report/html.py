@@ -55,11 +55,11 @@ def _e(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _when(iso: str | None) -> str:
+def shown_time(iso: str | None) -> str:
     return "-" if not iso else iso.replace("T", " ").replace("Z", " UTC")[:23].rstrip(".")
 
 
-def _num(value: float | None, pattern: str = "{:.3f}") -> str:
+def num(value: float | None, pattern: str = "{:.3f}") -> str:
     return "-" if value is None else pattern.format(value)
 
 
@@ -69,7 +69,7 @@ def _link(conversation_id: str, text: object = None) -> str:
     return f'<a class="conv" href="#c={_e(quote(conversation_id, safe=""))}">{_e(shown)}</a>'
 
 
-def _judge_text(judge: JudgeDoc) -> str:
+def judge_text(judge: JudgeDoc) -> str:
     """`12 calls (40 from the cache), 5,200 prompt tokens (1,000 cached) + 300 completion,
     $0.0123`: the figures the judge records, whichever of them the run has."""
     figures = {k.removeprefix("judge."): v for k, v in judge["figures"].items()}
@@ -105,8 +105,8 @@ def _judge_text(judge: JudgeDoc) -> str:
 
 def _header(doc: ReportDoc) -> str:
     run = doc["run"]
-    window = f"{_when(run['window_start']) if run['window_start'] else 'the beginning'} to "
-    window += _when(run["window_end"])
+    window = f"{shown_time(run['window_start']) if run['window_start'] else 'the beginning'} to "
+    window += shown_time(run["window_end"])
     counts = (
         f"{run['conversations']} scored"
         + (f" of {run['sampled']} sampled" if run["sampled"] is not None else "")
@@ -120,8 +120,8 @@ def _header(doc: ReportDoc) -> str:
         ("run", run["run_id"]),
         ("suite", f"{run['suite_name']} (version {(run['suite_version'] or '?')[:12]})"),
         ("window", window),
-        ("started", _when(run["started_at"])),
-        ("duration", _num(run["duration_s"], "{:.1f} s")),
+        ("started", shown_time(run["started_at"])),
+        ("duration", num(run["duration_s"], "{:.1f} s")),
         ("conversations", counts),
         ("scores", f"{run['scores']} ({run['errors']} could not be given)"),
         ("sample", sample or "every conversation"),
@@ -129,7 +129,7 @@ def _header(doc: ReportDoc) -> str:
     judge = run["judge"]
     titles: dict[str, str] = {}
     if judge is not None:
-        facts.append(("judge", _judge_text(judge)))
+        facts.append(("judge", judge_text(judge)))
         titles["judge"] = "; ".join(f"{k} {v}" for k, v in judge["figures"].items())
     facts.append(("spanscore", f"{run['spanscore_version'] or '?'} on {run['host'] or '?'}"))
     rows = "".join(
@@ -141,8 +141,8 @@ def _header(doc: ReportDoc) -> str:
     gates = "".join(
         f'<li class="{"pass" if g["passed"] else "fail"}">'
         f"<b>{'passed' if g['passed'] else 'FAILED'}</b> {_e(g['scope'])}: "
-        f"{'pass rate' if g['kind'] == 'pass_rate' else 'mean'} {_num(g['measured'])} "
-        f"(needs &ge; {_num(g['target'])})</li>"
+        f"{'pass rate' if g['kind'] == 'pass_rate' else 'mean'} {num(g['measured'])} "
+        f"(needs &ge; {num(g['target'])})</li>"
         for g in run["gates"]
     )
     notes = "".join(f"<li>{_e(n)}</li>" for n in doc["notes"])
@@ -150,8 +150,8 @@ def _header(doc: ReportDoc) -> str:
     return (
         f'<header><h1>{_e(run["suite_name"])} <span class="status {_e(status)}">'
         f"{_e(status)}</span></h1>"
-        f'<p class="sub">spanscore evaluation report, generated {_e(_when(doc["generated_at"]))}'
-        f"</p>{_reasons(run)}"
+        '<p class="sub">spanscore evaluation report, generated '
+        f"{_e(shown_time(doc['generated_at']))}</p>{_reasons(run)}"
         f'<dl class="facts">{rows}</dl>'
         + (f'<h3>Gates</h3><ul class="gates">{gates}</ul>' if gates else "")
         + _warnings(run)
@@ -188,7 +188,7 @@ def _baseline(doc: ReportDoc) -> str:
         return ""
     head = (
         f'<section id="baseline"><h2>Changes since run {_e(base["run_id"])}</h2>'
-        f'<p class="sub">baseline started {_e(_when(base["started_at"]))}; '
+        f'<p class="sub">baseline started {_e(shown_time(base["started_at"]))}; '
         f"{base['paired_conversations']} conversations scored by both runs. Changes of the mean "
         "come with a 95 % bootstrap interval over those conversations; * marks one whose "
         "interval excludes 0.</p>"
@@ -199,9 +199,9 @@ def _baseline(doc: ReportDoc) -> str:
     rows = "".join(
         f'<tr class="{m["direction"]}"><td>{_e(m["direction"])}</td>'
         f"<td>{_e(m['scenario_id'] or '(all)')}</td><td>{_e(m['metric'])}</td>"
-        f"<td>{m['paired']}</td><td>{_num(m['pass_rate_a'], '{:.0%}')} &rarr; "
-        f"{_num(m['pass_rate_b'], '{:.0%}')}</td><td>{_num(m['mean_a'])} &rarr; "
-        f"{_num(m['mean_b'])}</td><td>{_num(m['delta'], '{:+.3f}')}"
+        f"<td>{m['paired']}</td><td>{num(m['pass_rate_a'], '{:.0%}')} &rarr; "
+        f"{num(m['pass_rate_b'], '{:.0%}')}</td><td>{num(m['mean_a'])} &rarr; "
+        f"{num(m['mean_b'])}</td><td>{num(m['delta'], '{:+.3f}')}"
         f"{' *' if m['significant'] else ''}</td><td>"
         + ("-" if m["low"] is None or m["high"] is None else f"[{m['low']:+.3f}, {m['high']:+.3f}]")
         + "</td></tr>"
@@ -221,7 +221,7 @@ def _baseline(doc: ReportDoc) -> str:
             continue
         shown = "".join(
             f"<li>{_link(c['conversation_id'])} {_e(c['scenario_id'] or '(all)')}/"
-            f"{_e(c['metric'])}: {_num(c['value_a'])} &rarr; {_num(c['value_b'])}</li>"
+            f"{_e(c['metric'])}: {num(c['value_a'])} &rarr; {num(c['value_b'])}</li>"
             for c in items[:200]
         )
         more = f"<li>and {len(items) - 200} more</li>" if len(items) > 200 else ""
@@ -229,7 +229,7 @@ def _baseline(doc: ReportDoc) -> str:
     return head + table + (f'<div class="lists">{lists}</div>' if lists else "") + "</section>"
 
 
-def _trials(doc: ReportDoc) -> str:
+def trials_html(doc: ReportDoc) -> str:
     """A simulation's trials: a row per scenario, a cell per trial (passed or not, and why it
     ended), its pass^k; then the scores about the simulated users, apart from the agent's."""
     trials = doc["trials"]
@@ -264,9 +264,9 @@ def _trials(doc: ReportDoc) -> str:
             mark = "passed" if cell["passed"] else "failed"
             text = ("\u2713 " if cell["passed"] else "\u2717 ") + cell["stop_reason"]
             shown.append(f'<td class="{mark}">{_link(cell["conversation_id"], text)}</td>')
-        shown += [f"<td>{_num(scenario['pass_hat_k'].get(k), '{:.2f}')}</td>" for k in ks]
+        shown += [f"<td>{num(scenario['pass_hat_k'].get(k), '{:.2f}')}</td>" for k in ks]
         rows.append(f"<tr><td>{_e(scenario['scenario'])}</td>{''.join(shown)}</tr>")
-    means = ", ".join(f"pass^{k} {_num(v)}" for k, v in trials["mean_pass_hat_k"].items())
+    means = ", ".join(f"pass^{k} {num(v)}" for k, v in trials["mean_pass_hat_k"].items())
     simulator = [r for r in doc["summary"] if about_the_simulator(r["metric"])]
     users = ""
     if simulator:
@@ -290,7 +290,7 @@ def _trials(doc: ReportDoc) -> str:
 def _plots(doc: ReportDoc) -> str:
     agent = [r for r in doc["summary"] if not about_the_simulator(r["metric"])]
     parts = [
-        _trials(doc),
+        trials_html(doc),
         '<section id="scores"><h2>Scores per scenario and metric</h2>',
         svg.pass_rates(agent),
         "<h3>Score distributions</h3>",

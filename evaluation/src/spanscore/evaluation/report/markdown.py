@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from urllib.parse import quote
 
 from spanscore.evaluation.report.data import ReportError
-from spanscore.evaluation.report.html import _judge_text, _num, _when
+from spanscore.evaluation.report.html import judge_text, num, shown_time
 from spanscore.evaluation.report.schema import MetricChangeDoc, ReportDoc, ScenarioTrialsDoc
 
 MAX_BYTES = 60_000
@@ -179,11 +179,12 @@ def _head(doc: ReportDoc, page: _Page) -> None:
         f"suite **{text(run['suite_name'])}** (version {text((run['suite_version'] or '?')[:12])})",
         f"{run['conversations']} conversations scored, {failed} failed",
         f"{run['scores']} scores ({run['errors']} could not be given)",
-        f"window {text(_when(run['window_start']) if run['window_start'] else 'the beginning')}"
-        f" to {text(_when(run['window_end']))}",
+        "window "
+        + text(shown_time(run["window_start"]) if run["window_start"] else "the beginning")
+        + f" to {text(shown_time(run['window_end']))}",
     ]
     if run["judge"] is not None:
-        facts.append(f"judge: {text(_judge_text(run['judge']), _CLIP['reason'])}")
+        facts.append(f"judge: {text(judge_text(run['judge']), _CLIP['reason'])}")
     if run["simulation_id"] is not None:
         facts.append(f"simulation {text(run['simulation_id'], _CLIP['id'])}")
     page.add(" · ".join(facts), "")
@@ -208,8 +209,8 @@ def _gates(doc: ReportDoc, page: _Page) -> None:
         _cell(
             "✅ passed" if g["passed"] else "❌ FAILED",
             text(g["scope"]),
-            f"{'pass rate' if g['kind'] == 'pass_rate' else 'mean'} {_num(g['measured'])}",
-            f"≥ {_num(g['target'])}",
+            f"{'pass rate' if g['kind'] == 'pass_rate' else 'mean'} {num(g['measured'])}",
+            f"≥ {num(g['target'])}",
         )
         for g in sorted(gates, key=lambda g: g["passed"])  # the failed ones first
     ]
@@ -268,9 +269,9 @@ def _regressed(doc: ReportDoc, page: _Page, ui_url: str | None) -> None:
             text(m["scenario_id"] or "(all)"),
             text(m["metric"]),
             str(m["paired"]),
-            f"{_num(m['pass_rate_a'], '{:.0%}')} → {_num(m['pass_rate_b'], '{:.0%}')}",
-            f"{_num(m['mean_a'])} → {_num(m['mean_b'])}",
-            _num(m["delta"], "{:+.3f}") + (" \\*" if m["significant"] else ""),
+            f"{num(m['pass_rate_a'], '{:.0%}')} → {num(m['pass_rate_b'], '{:.0%}')}",
+            f"{num(m['mean_a'])} → {num(m['mean_b'])}",
+            num(m["delta"], "{:+.3f}") + (" \\*" if m["significant"] else ""),
             _interval(m),
         )
         for m in metrics
@@ -299,7 +300,7 @@ def _regressed(doc: ReportDoc, page: _Page, ui_url: str | None) -> None:
         listed = [
             f"- {_conversation(c['conversation_id'], ui_url)}: "
             f"{text(c['scenario_id'] or '(all)')}/{text(c['metric'])} "
-            f"{_num(c['value_a'])} → {_num(c['value_b'])}"
+            f"{num(c['value_a'])} → {num(c['value_b'])}"
             for c in worse[:WENT_WRONG]
         ]
         page.section(
@@ -403,7 +404,7 @@ def _trials(doc: ReportDoc, page: _Page) -> None:
             str(s["trials"]),
             str(s["passed"]),
             str(len(s["not_counted"])),
-            *(_num(s["pass_hat_k"].get(str(k)), "{:.2f}") for k in ks),
+            *(num(s["pass_hat_k"].get(str(k)), "{:.2f}") for k in ks),
         )
 
     mean = _cell(
@@ -411,7 +412,7 @@ def _trials(doc: ReportDoc, page: _Page) -> None:
         "",
         "",
         "",
-        *(f"**{_num(trials['mean_pass_hat_k'].get(str(k)), '{:.3f}')}**" for k in ks),
+        *(f"**{num(trials['mean_pass_hat_k'].get(str(k)), '{:.3f}')}**" for k in ks),
     )
     page.section(
         "trials",

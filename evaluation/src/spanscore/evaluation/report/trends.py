@@ -14,7 +14,7 @@ import duckdb
 
 from spanscore.evaluation.report.scales import scale_of
 from spanscore.evaluation.report.schema import ScaleDoc, TrendDoc, TrendSeriesDoc
-from spanscore.evaluation.report.values import _float, _iso, _round
+from spanscore.evaluation.report.values import finite_or_none, iso, round_to
 from spanscore.lake import query
 
 _PICKED = """
@@ -67,11 +67,11 @@ def trend(con: duckdb.DuckDBPyConnection, run_id: str, runs: int) -> list[TrendD
     return [
         {
             "run_id": str(r["run_id"]),
-            "started_at": _iso(r["started_at"]),
+            "started_at": iso(r["started_at"]),
             "label": label,
             "status": r["status"],
             "conversations": int(r["conversations"]),
-            "pass_rate": _round(_float(r["pass_rate"])),
+            "pass_rate": round_to(finite_or_none(r["pass_rate"])),
             "current": r["run_id"] == run_id,
         }
         for r, label in zip(rows, labels, strict=True)
@@ -127,13 +127,13 @@ def trend_series(
         i = at.get(str(r["run_id"]))
         if i is None or key not in wanted:
             continue
-        rates.setdefault(key, list(empty))[i] = _round(_float(r["pass_rate"]))
-        means.setdefault(key, list(empty))[i] = _round(_float(r["mean"]))
+        rates.setdefault(key, list(empty))[i] = round_to(finite_or_none(r["pass_rate"]))
+        means.setdefault(key, list(empty))[i] = round_to(finite_or_none(r["mean"]))
     for r in by_scenario:
         i = at.get(str(r["run_id"]))
         if i is not None:
-            rates.setdefault((r["scenario_id"], None), list(empty))[i] = _round(
-                _float(r["pass_rate"])
+            rates.setdefault((r["scenario_id"], None), list(empty))[i] = round_to(
+                finite_or_none(r["pass_rate"])
             )
     out: list[TrendSeriesDoc] = []
     for scenario in sorted({s for s, _ in keys}, key=lambda s: (s is not None, s or "")):

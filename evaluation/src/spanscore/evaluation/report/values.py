@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 
-_OPTIONS = orjson.OPT_NON_STR_KEYS  # arguments read as Python literals may have int keys
+OPTIONS = orjson.OPT_NON_STR_KEYS  # arguments read as Python literals may have int keys
 
 
-def _iso(moment: Any) -> str | None:
+def iso(moment: Any) -> str | None:
     if moment is None:
         return None
     if isinstance(moment, dt.datetime):
@@ -22,7 +22,7 @@ def _iso(moment: Any) -> str | None:
     return str(moment)
 
 
-def _json(text: Any) -> Any:
+def json(text: Any) -> Any:
     if text is None:
         return None
     if not isinstance(text, str):
@@ -33,12 +33,12 @@ def _json(text: Any) -> Any:
         return text
 
 
-def _float(value: Any) -> float | None:
+def finite_or_none(value: Any) -> float | None:
     if value is None:
         return None
     number = float(value)
     return number if math.isfinite(number) else None
 
 
-def _round(value: float | None, digits: int = 4) -> float | None:
+def round_to(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spanscore.evaluation.llm.pool import JudgeRunner
-from spanscore.evaluation.runs.options import _RUN_GC_THRESHOLD
+from spanscore.evaluation.runs.options import RUN_GC_THRESHOLD
 from spanscore.evaluation.runs.store import ScoreRecord, score_record, score_table
 from spanscore.evaluation.suites.load import load_suite
 from spanscore.evaluation.suites.loaded import Deferred, LoadedSuite
@@ -53,21 +53,21 @@ def score_trajectories(
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_start(document: dict[str, Any], base_dir: str, allow_outside_metrics: bool) -> None:
+def worker_start(document: dict[str, Any], base_dir: str, allow_outside_metrics: bool) -> None:
     _WORKER["suite"] = suite = load_suite(
         document, base_dir=base_dir, allow_outside_metrics=allow_outside_metrics
     )
     suite.start_watchdog()  # scoring runs in this (main) thread of the worker
     # As in a run (`_few_collections`), for the worker's whole life.
     gc.freeze()
-    gc.set_threshold(*_RUN_GC_THRESHOLD)
+    gc.set_threshold(*RUN_GC_THRESHOLD)
 
 
 def worker_suite(
     document: dict[str, Any], base_dir: str, allow_outside_metrics: bool = False
 ) -> LoadedSuite:
     """The suite in a long-lived worker process (a Ray worker): loaded and set up as
-    `_worker_start` does, once per suite version."""
+    `worker_start` does, once per suite version."""
     key = orjson.dumps(
         [document, base_dir, allow_outside_metrics], option=orjson.OPT_SORT_KEYS
     ).decode()
@@ -75,7 +75,7 @@ def worker_suite(
         previous = _WORKER.get("suite")
         if previous is not None:
             previous.stop_watchdog()
-        _worker_start(document, base_dir, allow_outside_metrics)
+        worker_start(document, base_dir, allow_outside_metrics)
         _WORKER["key"] = key
     suite: LoadedSuite = _WORKER["suite"]
     return suite
@@ -102,7 +102,7 @@ def score_chunk(suite: LoadedSuite, rows: pa.Table) -> Scored:
     return score_table(score_trajectories(suite, rebuilt(), deferred)), ids, deferred
 
 
-def _worker_score(rows: Shipped) -> Scored:
+def worker_score(rows: Shipped) -> Scored:
     return score_chunk(_WORKER["suite"], received(rows))
 
 

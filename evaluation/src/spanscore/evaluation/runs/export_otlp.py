@@ -32,12 +32,12 @@ from typing import Any
 
 import duckdb
 
-from spanscore.evaluation.runs.options import _version
+from spanscore.evaluation.runs.options import installed_version
 from spanscore.evaluation.runs.store import (
     RunRow,
     ScoreRecord,
-    _set_details,
     run_row,
+    set_details,
     timed_scores_of_run,
 )
 from spanscore.evaluation.trajectory.load import load_trajectories
@@ -141,7 +141,7 @@ class _Spans:
     last: Target | None
 
 
-def _spans_of(trajectory: Trajectory) -> _Spans:
+def spans_of(trajectory: Trajectory) -> _Spans:
     by_span: dict[str, Target] = {}
     by_call: dict[str, Target] = {}
     turn_last_model: dict[int, Target] = {}
@@ -233,7 +233,7 @@ def _conversation_spans(
     if not conversation_ids:
         return {}
     found = {
-        t.conversation_id: _spans_of(t)
+        t.conversation_id: spans_of(t)
         for t in load_trajectories(con, conversation_ids=conversation_ids)
     }
     # A conversation with no model or tool call step (one answer, no tool asked for): its
@@ -358,7 +358,7 @@ def _records(events: Iterable[EvaluationEvent]) -> Iterator[Any]:
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
     sent_by = resource()
-    scope = InstrumentationScope(_SCOPE, _version())
+    scope = InstrumentationScope(_SCOPE, installed_version())
     for event in events:
         context = None
         if event.target is not None:
@@ -448,7 +448,7 @@ def export_run(
     if not record:
         return outcome
     try:
-        _set_details(con, run_id, "record the export", export=outcome.as_dict())
+        set_details(con, run_id, "record the export", export=outcome.as_dict())
     except duckdb.Error:  # the events went out; the note about them is not worth a failure
         log.warning("could not record the export of run %s", run_id, exc_info=True)
     return outcome

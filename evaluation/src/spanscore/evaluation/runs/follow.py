@@ -54,27 +54,27 @@ from spanscore.evaluation.runs.gates import (
     run_warnings,
     summarize,
 )
-from spanscore.evaluation.runs.judge_rounds import _judged_batches
+from spanscore.evaluation.runs.judge_rounds import judged_batches
 from spanscore.evaluation.runs.options import UTC, RunOptions, judge_settings
 from spanscore.evaluation.runs.result import RunResult
 from spanscore.evaluation.runs.store import (
-    _close_abandoned_runs,
-    _finish_run,
-    _insert_run,
-    _set_details,
-    _write_scores,
+    close_abandoned_runs,
+    finish_run,
     forget_run,
+    insert_run,
     pin_snapshot,
     scored_conversations,
+    set_details,
     set_window_end,
+    write_scores,
 )
 from spanscore.evaluation.runs.window import (
-    _candidates,
-    _default_since,
     choose,
     commit_margin,
+    default_since,
     late_commits_since,
     newest_commit,
+    window_candidates,
 )
 from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.lake import connect, current_snapshot, is_interrupt
@@ -165,7 +165,7 @@ class Follower:
         interrupt closes it as `interrupted`, and is raised again)."""
         con = connect(self.lake)
         try:
-            _close_abandoned_runs(con, self.suite)
+            close_abandoned_runs(con, self.suite)
             while not self._stop.is_set():
                 now = self.clock()
                 if self._period is not None and now >= self._period.ends:
@@ -193,7 +193,7 @@ class Follower:
         if self._first:
             since, since_from = self.options.since, "--since"
             if since is None:
-                since, since_from = _default_since(con, self.suite)
+                since, since_from = default_since(con, self.suite)
                 # A follower before this one left where to look for commits from: what it
                 # had not seen committed is found, however early it ended.
                 self._committed_since = late_commits_since(con, self.suite, since)
@@ -208,9 +208,9 @@ class Follower:
             snapshot=current_snapshot(con),
             window_from=since_from,
         )
-        _insert_run(con, self.suite, self.options, result, now)
+        insert_run(con, self.suite, self.options, result, now)
         period = _Period(result, period_end(now, self.settings.period_s))
-        _set_details(
+        set_details(
             con,
             result.run_id,
             "record the follower's period",
@@ -233,7 +233,7 @@ class Follower:
         if self._committed_since is not None:
             follow = {"period_s": self.settings.period_s, "ends": period.ends.isoformat()}
             follow["committed_since"] = self._committed_since.isoformat()
-            _set_details(con, result.run_id, "record where to look for commits", follow=follow)
+            set_details(con, result.run_id, "record where to look for commits", follow=follow)
         set_window_end(con, result.run_id, result.window_end)
         sample = sorted(period.sample)
         result.summary = summarize(con, self.suite, sample)
@@ -246,10 +246,10 @@ class Follower:
         result.skipped = len(sample) - result.scored
         if period.export is not None:
             result.export = period.export.as_dict()
-            _set_details(con, result.run_id, "record the export", export=result.export)
+            set_details(con, result.run_id, "record the export", export=result.export)
         result.status = status or ("succeeded" if result.passed else "gate_failed")
         result.elapsed_s = time.monotonic() - period.started
-        _finish_run(con, result, period.timings)
+        finish_run(con, result, period.timings)
         self.closed += 1
         if self.on_period is not None and status is None:
             self.on_period(result)
@@ -270,7 +270,7 @@ class Follower:
         reader = connect(self.lake, snapshot=snapshot)
         try:
             committed_since = self._committed_since
-            candidates, _ = _candidates(
+            candidates, _ = window_candidates(
                 reader, self.options, since, until, committed_since=committed_since
             )
             newest = newest_commit(reader)
@@ -338,7 +338,7 @@ class Follower:
         def commit(scores: pa.Table, batch_size: int, written: bool = False) -> None:
             if not written:
                 t0 = time.monotonic()
-                _write_scores(con, result.run_id, scores)
+                write_scores(con, result.run_id, scores)
                 timings["write_s"] = timings.get("write_s", 0.0) + time.monotonic() - t0
             result.scored += batch_size
             result.score_count += scores.num_rows
@@ -362,7 +362,7 @@ class Follower:
                 for scores, batch_size, _, written in batches:
                     commit(scores, batch_size, written)
             else:
-                _judged_batches(batches, self.suite, runner, commit)
+                judged_batches(batches, self.suite, runner, commit)
         finally:
             if own_watchdog:
                 self.suite.stop_watchdog()

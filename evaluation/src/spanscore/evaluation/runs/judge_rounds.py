@@ -21,11 +21,11 @@ from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.runs.result import RunResult
 from spanscore.evaluation.runs.store import (
     ScoreRecord,
-    _set_details,
     run_row,
     runs,
     score_record,
     score_table,
+    set_details,
 )
 from spanscore.evaluation.suites.loaded import Deferred, LoadedSuite
 
@@ -49,7 +49,7 @@ class _Waiting:
 _MAX_WAITING = 4
 
 
-def _judged_batches(
+def judged_batches(
     batches: Iterator[Batch],
     suite: LoadedSuite,
     runner: JudgeRunner,
@@ -102,7 +102,7 @@ def _judged_batches(
         settle(block=True)
 
 
-def _judge_in_batches(
+def judge_in_batches(
     con: duckdb.DuckDBPyConnection,
     lake: str,
     snapshot: int,
@@ -130,7 +130,7 @@ def _judge_in_batches(
     if not missing:
         return
     batch_ids = runner.create_batches(missing)
-    _set_details(
+    set_details(
         con,
         result.run_id,
         "record the run's judge batches",
@@ -158,7 +158,7 @@ def _batches_collected(con: duckdb.DuckDBPyConnection, run_id: str, batch_ids: l
     run = run_row(con, run_id)
     batches = dict((run.facts if run else {}).get("judge_batches") or {})
     batches.update(dict.fromkeys(batch_ids, True))
-    _set_details(con, run_id, "record the collected judge batches", judge_batches=batches)
+    set_details(con, run_id, "record the collected judge batches", judge_batches=batches)
 
 
 def _questions(deferred: Iterable[Deferred]) -> dict[str, JudgeRequest]:

@@ -72,7 +72,7 @@ class WindowError(ValueError):
     """The window cannot be evaluated (its start is after its end); nothing was recorded."""
 
 
-def _version() -> str:
+def installed_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -86,7 +86,7 @@ def _version() -> str:
 # with the default thresholds the collector ran every 700 allocations and rescanned them, and
 # everything the process had loaded, again and again (measured: a third of a warm judged run's
 # time above a deterministic one).
-_RUN_GC_THRESHOLD = (50_000, 50, 100)
+RUN_GC_THRESHOLD = (50_000, 50, 100)
 
 
 def judge_settings(suite: LoadedSuite, options: RunOptions) -> JudgeConfig:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spanscore.evaluation.runs.export_otlp import resource
-from spanscore.evaluation.runs.options import _version
+from spanscore.evaluation.runs.options import installed_version
 from spanscore.evaluation.runs.result import RunResult
 from spanscore.evaluation.runs.run_metrics import Figure, run_figures
 
@@ -145,7 +145,7 @@ def metrics_data(figures: list[Figure]) -> Any:
     reader = InMemoryMetricReader()
     provider = MeterProvider(resource=resource(), metric_readers=[reader])
     try:
-        meter = provider.get_meter(_SCOPE, _version())
+        meter = provider.get_meter(_SCOPE, installed_version())
         for figure in figures:
             gauge = meter.create_gauge(figure.otlp_name, unit=figure.unit, description=figure.help)
             for labels, value in figure.samples:

@@ -39,9 +39,9 @@ from spanscore.evaluation.runs.gates import (
     run_warnings,
     summarize,
 )
-from spanscore.evaluation.runs.judge_rounds import _judge_in_batches, _judged_batches
+from spanscore.evaluation.runs.judge_rounds import judge_in_batches, judged_batches
 from spanscore.evaluation.runs.options import (
-    _RUN_GC_THRESHOLD,
+    RUN_GC_THRESHOLD,
     NothingNew,
     Progress,
     RunOptions,
@@ -50,20 +50,20 @@ from spanscore.evaluation.runs.options import (
 )
 from spanscore.evaluation.runs.result import RunInterrupted, RunResult, plural
 from spanscore.evaluation.runs.store import (
-    _close_abandoned_runs,
-    _finish_run,
-    _insert_run,
-    _write_scores,
+    close_abandoned_runs,
+    finish_run,
     forget_run,
+    insert_run,
+    write_scores,
 )
 from spanscore.evaluation.runs.trials import check_trial_gate, trial_results
 from spanscore.evaluation.runs.window import (
-    _default_since,
-    _duration,
-    _now,
-    _select,
-    _shown,
+    default_since,
+    duration_text,
     late_commits_since,
+    run_now,
+    select,
+    shown,
 )
 from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.lake import (
@@ -90,7 +90,7 @@ def evaluate(
     the process's garbage collector runs less often (its settings are restored after)."""
     options = options or RunOptions()
     started = time.monotonic()
-    now = _now(options)
+    now = run_now(options)
     with _few_collections():
         con = connect(lake)
         try:
@@ -108,7 +108,7 @@ def _few_collections() -> Iterator[None]:
     freezing = gc.get_freeze_count() == 0
     if freezing:
         gc.freeze()
-    gc.set_threshold(*_RUN_GC_THRESHOLD)
+    gc.set_threshold(*RUN_GC_THRESHOLD)
     try:
         yield
     finally:
@@ -126,10 +126,10 @@ def _run(
     started: float,
     progress: Callable[[Progress], None] | None,
 ) -> RunResult:
-    _close_abandoned_runs(con, suite)
+    close_abandoned_runs(con, suite)
     snapshot = current_snapshot(con)
     until = now - dt.timedelta(seconds=options.settle_s)
-    until_from = f"now minus --settle {_duration(options.settle_s)}"
+    until_from = f"now minus --settle {duration_text(options.settle_s)}"
     if options.until is not None and options.until < until:
         until, until_from = options.until, "--until"
     since, since_from = options.since, "--since"
@@ -142,13 +142,13 @@ def _run(
         until, until_from = now, f"simulation {options.simulation}"
         since_from = until_from
     elif since is None:
-        since, since_from = _default_since(con, suite)
+        since, since_from = default_since(con, suite)
         # What the previous run could not see yet, however early it ended, is found too.
         committed_since = late_commits_since(con, suite, since)
     if since is not None and since > until and options.since is None and options.until is None:
         raise NothingNew(
-            f"nothing new yet: the window would start at {_shown(since)} ({since_from}), "
-            f"after now minus --settle {_duration(options.settle_s)} ({_shown(until)}). A "
+            f"nothing new yet: the window would start at {shown(since)} ({since_from}), "
+            f"after now minus --settle {duration_text(options.settle_s)} ({shown(until)}). A "
             "later run scores what ends after it; --since or --last scores an earlier window"
         )
     if since is not None and since > until:
@@ -163,8 +163,8 @@ def _run(
         else:
             fix = "Give --since (or --last), or a shorter --settle"
         raise WindowError(
-            f"the window starts at {_shown(since)} ({since_from}) after it ends at "
-            f"{_shown(until)} ({until_from}): nothing can be in it. {fix}"
+            f"the window starts at {shown(since)} ({since_from}) after it ends at "
+            f"{shown(until)} ({until_from}): nothing can be in it. {fix}"
         )
     run_id = uuid.uuid4().hex[:16]
     result = RunResult(
@@ -178,10 +178,10 @@ def _run(
     )
     # Recorded before anything reads at the snapshot: the row pins it, and maintenance that
     # runs meanwhile would otherwise expire it under the first query (the soak found it).
-    _insert_run(con, suite, options, result, now)
+    insert_run(con, suite, options, result, now)
     snapshot = result.snapshot  # pinned again if maintenance thinned it meanwhile
     try:
-        sample, todo, single_traces, runner = _select(
+        sample, todo, single_traces, runner = select(
             con, lake, snapshot, suite, options, result, until_from, committed_since
         )
     except BaseException:
@@ -195,7 +195,7 @@ def _run(
     def commit(scores: pa.Table, batch_size: int, written: bool = False) -> None:
         if not written:  # a Ray task may have committed its shard itself
             t0 = time.monotonic()
-            _write_scores(con, run_id, scores)
+            write_scores(con, run_id, scores)
             timings["write_s"] = timings.get("write_s", 0.0) + time.monotonic() - t0
         result.scored += batch_size
         result.score_count += scores.num_rows
@@ -205,13 +205,13 @@ def _run(
 
     try:
         if runner is not None and runner.config.batch:
-            _judge_in_batches(con, lake, snapshot, suite, todo, options, runner, result)
+            judge_in_batches(con, lake, snapshot, suite, todo, options, runner, result)
         batches = score_batches(lake, snapshot, suite, todo, options, write_as=run_id)
         if runner is None:
             for scores, batch_size, _, written in batches:
                 commit(scores, batch_size, written)
         else:
-            _judged_batches(batches, suite, runner, commit)
+            judged_batches(batches, suite, runner, commit)
     except BaseException as exc:
         if is_interrupt(exc):
             result.status = "interrupted"
@@ -221,7 +221,7 @@ def _run(
             _close_judge(runner, result)
             with contextlib.suppress(Exception):  # a write the interrupt cut short
                 con.execute("ROLLBACK")
-            _finish_run(con, result, timings)
+            finish_run(con, result, timings)
             raise RunInterrupted(result) from None
         result.status = "failed"
         result.elapsed_s = time.monotonic() - started
@@ -230,7 +230,7 @@ def _run(
         with contextlib.suppress(Exception):
             _close_judge(runner, result)
         with contextlib.suppress(Exception):
-            _finish_run(con, result, timings)
+            finish_run(con, result, timings)
         raise
     if own_watchdog:
         suite.stop_watchdog()
@@ -293,7 +293,7 @@ def _run(
         )
     result.status = "succeeded" if result.passed else "gate_failed"
     result.elapsed_s = time.monotonic() - started
-    _finish_run(con, result, timings)
+    finish_run(con, result, timings)
     return result
 
 

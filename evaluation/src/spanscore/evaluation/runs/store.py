@@ -28,7 +28,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from spanscore.evaluation.runs.options import UTC, RunOptions, _version
+from spanscore.evaluation.runs.options import UTC, RunOptions, installed_version
 from spanscore.evaluation.runs.result import RunResult
 from spanscore.evaluation.suites.loaded import LoadedSuite, ScoreRow
 from spanscore.evaluation.trajectory.scratch import alive
@@ -356,7 +356,7 @@ def scored_conversations(
 # --- writing runs ------------------------------------------------------------------------------
 
 
-def _close_abandoned_runs(con: duckdb.DuckDBPyConnection, suite: LoadedSuite) -> None:
+def close_abandoned_runs(con: duckdb.DuckDBPyConnection, suite: LoadedSuite) -> None:
     """Runs of this suite left `running` by a process of this host that no longer exists
     (killed) are marked `interrupted`."""
     for run in runs(con, suite=suite.name, statuses=("running",), host=socket.gethostname()):
@@ -375,7 +375,7 @@ def forget_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     )
 
 
-def _insert_run(
+def insert_run(
     con: duckdb.DuckDBPyConnection,
     suite: LoadedSuite,
     options: RunOptions,
@@ -408,7 +408,7 @@ def _insert_run(
         window_start=result.window_start,
         window_end=result.window_end,
         sample_spec=json.dumps(sample_spec, sort_keys=True),
-        spanscore_version=_version(),
+        spanscore_version=installed_version(),
         host=socket.gethostname(),
         started_at=now,
         finished_at=None,
@@ -464,7 +464,7 @@ def _set_pin(con: duckdb.DuckDBPyConnection, run_id: str, snapshot: int) -> None
     )
 
 
-def _finish_run(
+def finish_run(
     con: duckdb.DuckDBPyConnection, result: RunResult, timings: dict[str, float]
 ) -> None:
     details = _facts(con, result.run_id)
@@ -528,7 +528,7 @@ def score_table(records: Sequence[ScoreRecord]) -> pa.Table:
     )
 
 
-def _write_scores(con: duckdb.DuckDBPyConnection, run_id: str, table: pa.Table) -> None:
+def write_scores(con: duckdb.DuckDBPyConnection, run_id: str, table: pa.Table) -> None:
     if not table.num_rows:
         return
     append_rows(con, "scores", _stamped(run_id, table))
@@ -623,7 +623,7 @@ def _facts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     return run.facts if run is not None else {}
 
 
-def _set_details(
+def set_details(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
     what: str,

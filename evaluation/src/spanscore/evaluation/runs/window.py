@@ -14,7 +14,7 @@ import duckdb
 from spanscore.evaluation.llm.pool import JudgeRunner
 from spanscore.evaluation.runs.options import UTC, RunOptions, judge_settings
 from spanscore.evaluation.runs.result import RunResult, plural
-from spanscore.evaluation.runs.store import COMPLETED, _set_details, runs, scored_conversations
+from spanscore.evaluation.runs.store import COMPLETED, runs, scored_conversations, set_details
 from spanscore.evaluation.suites.loaded import LoadedSuite
 from spanscore.lake import LakeLocation, connect
 from spanscore.lake.schema.rules import CONVERSATION_SUMMARIES
@@ -73,11 +73,11 @@ def choose(
 # --- the run -----------------------------------------------------------------------------------
 
 
-def _now(options: RunOptions) -> dt.datetime:
+def run_now(options: RunOptions) -> dt.datetime:
     return options.now or dt.datetime.now(UTC)
 
 
-def _select(
+def select(
     con: duckdb.DuckDBPyConnection,
     lake: str,
     snapshot: int,
@@ -126,7 +126,7 @@ def _select(
     )
     if runner is not None:
         runner.start()  # refuses a judge that cannot work before anything is scored
-    _set_details(
+    set_details(
         con,
         result.run_id,
         "record the run's sample",
@@ -139,7 +139,7 @@ def _select(
     return sample, todo, single_traces, runner
 
 
-def _candidates(
+def window_candidates(
     con: duckdb.DuckDBPyConnection,
     options: RunOptions,
     since: dt.datetime | None,
@@ -239,7 +239,7 @@ def newest_commit(reader: duckdb.DuckDBPyConnection) -> dt.datetime | None:
 _NO_END = dt.datetime.min.replace(tzinfo=UTC)
 
 
-def _default_since(
+def default_since(
     con: duckdb.DuckDBPyConnection, suite: LoadedSuite
 ) -> tuple[dt.datetime | None, str]:
     """The default window start, and where it comes from.
@@ -340,12 +340,12 @@ def _why_empty(
     return f"the lake holds {plural(total, 'conversation')}: " + "; ".join(parts)
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
 
 
-def _shown(moment: dt.datetime) -> str:
+def shown(moment: dt.datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

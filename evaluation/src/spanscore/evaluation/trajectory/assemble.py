@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel
 
 from spanscore.evaluation.trajectory.model import (
-    _EPOCH,
+    EPOCH,
     Handoff,
     ModelCall,
     Step,
@@ -145,7 +145,7 @@ def _time(ns: int | None) -> dt.datetime | None:
     micros = ns // 1000
     if -_FLOAT_EXACT_S < ns // 1_000_000_000 < _FLOAT_EXACT_S:
         return _from_timestamp(micros / 1e6, dt.UTC)
-    return _EPOCH + dt.timedelta(microseconds=micros)
+    return EPOCH + dt.timedelta(microseconds=micros)
 
 
 # The columns (of `TRAJECTORY_COLUMNS`) each kind of row is built from: each kind is converted
@@ -396,7 +396,7 @@ def _handoffs(rows: Iterator[tuple[Any, ...]]) -> Iterator[Handoff]:
         )
 
 
-class _Assembler:
+class Assembler:
     """Trajectories from `trajectory_rows`, batch after batch: a conversation may go on in the
     next batch, so the one being assembled is yielded when the next begins or at the end. The
     rows already say which turn each step is in and in what order: nothing is decided here.

@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from spanscore.evaluation.trajectory.assemble import _Assembler
+from spanscore.evaluation.trajectory.assemble import Assembler
 from spanscore.evaluation.trajectory.model import Trajectory
 from spanscore.evaluation.trajectory.spread import SPREAD_FROM_CHUNKS, Spread, spread
 from spanscore.lake.location import ALIAS
@@ -106,7 +106,7 @@ def rows_of_chunks(
     # the work (bench/trajectories.py), in the thread the assembly waits for.
     current = set(stored_current(con, [c for chunk in chunks for c in chunk]) if stored else ())
     if len(chunks) == 1:
-        return iter(_rows_of(con, chunks[0], current, keys, batch_rows))
+        return iter(rows_of(con, chunks[0], current, keys, batch_rows))
     return _prefetched(con, chunks, batch_rows, keys, current)
 
 
@@ -186,7 +186,7 @@ def _prefetched(
                     rest = spread(cursor, todo, cleanup, start=1)
                 for k, chunk in enumerate(chunks):
                     source = rest.source(k) if rest is not None and k > 0 else None
-                    reader = _rows_of(cursor, chunk, current, keys, batch_rows, source)
+                    reader = rows_of(cursor, chunk, current, keys, batch_rows, source)
                     batches = list(reader)
                     if rest is not None and source is not None:
                         rest.drop(k)
@@ -247,10 +247,10 @@ def trajectory_rows(
         )
     ids = sorted(set(conversation_ids))
     current = set(stored_current(con, ids)) if stored else set()
-    return _rows_of(con, ids, current, keys, batch_rows)
+    return rows_of(con, ids, current, keys, batch_rows)
 
 
-def _rows_of(
+def rows_of(
     con: duckdb.DuckDBPyConnection,
     ids: Sequence[str],
     current: AbstractSet[str],
@@ -343,7 +343,7 @@ def trajectories_from_batches(
 ) -> Iterator[Trajectory]:
     """Trajectories from `trajectory_rows` output in order, batch after batch (a conversation
     may go on in the next batch)."""
-    assembler = _Assembler(attribute_keys(attributes))
+    assembler = Assembler(attribute_keys(attributes))
     for batch in batches:
         yield from assembler.feed(batch)
     yield from assembler.finish()

@@ -26,7 +26,7 @@ from spanscore.lake.connection import (
 from spanscore.lake.lifecycle.common import Step
 from spanscore.lake.location import ALIAS, log, sql_string
 from spanscore.lake.snapshots import (
-    _lake_settings,
+    lake_settings,
 )
 
 # The catalog tables and columns this module reads or writes: checked against the DuckLake in
@@ -74,7 +74,7 @@ def scrub_catalog(
     deleted files, stay in its free pages until then); a PostgreSQL catalog's statistics tables
     are vacuumed. Retried while another process holds the catalog; False when that took longer
     than `deadline_s`, or PostgreSQL refused."""
-    catalog_type, _ = _lake_settings(con)
+    catalog_type, _ = lake_settings(con)
     if catalog_type == "postgres":
         return reset_bounds(
             con, step, erase_ids, lambda: run_in_postgres(con, postgres_bounds)
@@ -174,7 +174,7 @@ def reset_bounds(
     False when the reset failed, or commits kept coming between."""
     ids = ", ".join(sql_string(i) for i in erase_ids)
     author = f"spanscore-scrub-{uuid.uuid4().hex[:12]}"
-    shared = _lake_settings(con)[0] == "postgres"
+    shared = lake_settings(con)[0] == "postgres"
     for _ in range(tries):
         before = current_snapshot(con)
 

@@ -27,9 +27,9 @@ from spanscore.lake.location import ALIAS, sql_string
 from spanscore.lake.retry import retrying
 from spanscore.lake.schema.tables import CONVERSATION_CONTENT, quote_identifier
 from spanscore.lake.snapshots import (
-    _delete_old_files,
-    _evaluation_running,
-    _expirable_snapshots,
+    delete_old_files,
+    evaluation_running,
+    expirable_snapshots,
 )
 
 
@@ -181,7 +181,7 @@ def finish_erasures(
     done = {"erasures_finished": 0, "purge_deferred": 0}
     if not pending:
         return done
-    if _evaluation_running(con):
+    if evaluation_running(con):
         done["purge_deferred"] = 1
         return done
     done |= purge(con, step)
@@ -226,10 +226,10 @@ def purge(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, int]:
             "rewrite files",
         )
         done["files_rewritten"] += sum(int(r[2] or 0) for r in rows)
-    if _evaluation_running(con):
+    if evaluation_running(con):
         done["purge_deferred"] = 1
         return done
-    older = _expirable_snapshots(con, 0.0)
+    older = expirable_snapshots(con, 0.0)
     if older:
         expired = step(
             f"CALL ducklake_expire_snapshots({sql_string(ALIAS)}, versions => {older})",
@@ -237,6 +237,6 @@ def purge(con: duckdb.DuckDBPyConnection, step: Step) -> dict[str, int]:
         )
         done["snapshots_expired"] = len(expired)
     done["files_deleted"] = len(
-        _delete_old_files(con, 0.0, lambda sql: step(sql, "delete old files"), everything=True)
+        delete_old_files(con, 0.0, lambda sql: step(sql, "delete old files"), everything=True)
     )
     return done

@@ -40,7 +40,7 @@ ERROR_MESSAGE_SQL = """CASE WHEN s.status_code = 'ERROR' OR s.error_type IS NOT 
         s.status_message) END"""
 
 
-_CALLS_TYPE = """'[{"id": "VARCHAR", "name": "VARCHAR", "arguments": "JSON"}]'"""
+CALLS_TYPE = """'[{"id": "VARCHAR", "name": "VARCHAR", "arguments": "JSON"}]'"""
 
 
 _RESULTS_TYPE = """'[{"id": "VARCHAR", "result": "JSON"}]'"""
@@ -117,7 +117,7 @@ def _events(where: str = "", *, marks: bool = False, source: Source = LAKE) -> s
             NULL::JSON AS tool_results, any_value(response_text) AS response_text"""
     else:
         said = f"""CASE WHEN count(tool_calls_requested) > 0 THEN to_json(flatten(list(
-                from_json(tool_calls_requested, {_CALLS_TYPE}) ORDER BY time_unix_nano)
+                from_json(tool_calls_requested, {CALLS_TYPE}) ORDER BY time_unix_nano)
                 FILTER (WHERE tool_calls_requested IS NOT NULL))) END AS tool_calls_requested,
             CASE WHEN count(tool_results) > 0 THEN to_json(flatten(list(
                 from_json(tool_results, {_RESULTS_TYPE}) ORDER BY time_unix_nano)
@@ -314,7 +314,7 @@ _HANDOFF_SQL = """(operation = 'handoff' OR starts_with(name, 'handoff'))
 # that requested tools the parallel group of what it requested. Any other span's turn is the
 # turn of the latest model call before it, the first turn before any (`trace_turns` gives the
 # turn of tool and hand-off spans in conversations without model calls).
-def _placed(
+def placed_ctes(
     where: str = "", extra: str = "", *, log_records: bool = True, source: Source = LAKE
 ) -> str:
     """`placed` and `trace_turns`; `where` narrows the spans read (the builder's conversations),
@@ -426,13 +426,13 @@ _ARGS_KEY = "md5_number(json({})::VARCHAR)"
 # request and the k-th span with the same turn, tool name and arguments (tools a framework ran
 # concurrently start in any order); then the same by turn and tool name. A call's result from
 # the messages is the latest `tool_results` entry with its call id.
-_CALLS = f"""
+CALLS = f"""
     items AS (
         SELECT conv, true AS is_request, turn_index, span_order, request_order,
                c.id AS call_id, c.name AS match_name, {_ARGS_KEY.format("c.arguments")} AS args_key
         FROM (SELECT *, unnest(calls) AS c, unnest(range(len(calls))) AS request_order
               FROM (SELECT conv, turn_index, span_order,
-                           from_json(tool_calls_requested, {_CALLS_TYPE}) AS calls
+                           from_json(tool_calls_requested, {CALLS_TYPE}) AS calls
                     FROM placed WHERE is_model AND tool_calls_requested IS NOT NULL))
         -- a call id requested again (the same response recorded twice) is the first request
         QUALIFY c.id IS NULL OR row_number() OVER (
@@ -485,7 +485,7 @@ _CALLS = f"""
                    nullif(trim(regexp_replace(s.name, '^execute_tool ', '')), ''), 'unknown')
                END AS tool_name,
                coalesce(j.request_id, s.tool_call_id) AS tool_call_id,
-               coalesce(s.tool_arguments, from_json(m.tool_calls_requested, {_CALLS_TYPE})[
+               coalesce(s.tool_arguments, from_json(m.tool_calls_requested, {CALLS_TYPE})[
                    j.request_order + 1].arguments)::JSON AS arguments,
                coalesce(s.tool_result, a.answer::VARCHAR) AS result,
                s.error, s.error_message, coalesce(s.start_time, m.end_time) AS start_time,
@@ -509,7 +509,7 @@ _CALLS = f"""
 
 # A turn: the user message of the model call that started it and the last answer given in it
 # (text, no tool calls requested); in a conversation without model calls, a trace.
-_TURNS = """all_turns AS (
+TURNS = """all_turns AS (
             SELECT conv, turn_index,
                    arg_min_null(user_message, span_order) AS user_message,
                    coalesce(arg_max(response_text, span_order) FILTER (WHERE is_model
@@ -526,7 +526,7 @@ _TURNS = """all_turns AS (
 
 
 # Who and where, the same in `conversations` and the builder's `Trajectory`.
-_SUMMARY = """arg_min(agent_name, start_time_unix_nano)
+SUMMARY = """arg_min(agent_name, start_time_unix_nano)
                    FILTER (WHERE agent_name IS NOT NULL) AS agent_name,
                arg_min(service_name, start_time_unix_nano)
                    FILTER (WHERE service_name IS NOT NULL) AS service_name"""
@@ -541,7 +541,7 @@ _CONVERSATION_SOURCE = """CASE WHEN bool_or(conversation_id <> trace_id) THEN 'a
 # aggregates of its spans, so what a run chooses its conversations by costs a scan, not the
 # rebuilding of every conversation in the window (20 s for 7.8 million spans).
 CONVERSATION_SUMMARIES = f"""(
-    SELECT conversation_id, {_CONVERSATION_SOURCE}, {_SUMMARY},
+    SELECT conversation_id, {_CONVERSATION_SOURCE}, {SUMMARY},
            min(start_time) AS start_time, max(end_time) AS end_time
     FROM spans WHERE conversation_id IS NOT NULL GROUP BY conversation_id
 )"""
@@ -554,11 +554,11 @@ _BUILDER_ONLY = "step_place, step_sub, start_ns"
 def views(*, log_records: bool = True) -> dict[str, str]:
     """The views' definitions; without `log_records`, for a lake whose log records say nothing
     about any span (`LOG_RECORD_CONTENT`), where they give the same rows sooner."""
-    placed = _placed(log_records=log_records)
+    placed = placed_ctes(log_records=log_records)
     return {
-        "tool_calls": f"WITH {placed}, {_CALLS} SELECT * EXCLUDE ({_BUILDER_ONLY}) FROM calls",
+        "tool_calls": f"WITH {placed}, {CALLS} SELECT * EXCLUDE ({_BUILDER_ONLY}) FROM calls",
         "turns": f"""
-        WITH {placed}, {_CALLS},
+        WITH {placed}, {CALLS},
         turn_calls AS (
             SELECT conversation_id AS conv, turn_index, count(*) AS calls
             FROM calls GROUP BY ALL
@@ -568,7 +568,7 @@ def views(*, log_records: bool = True) -> dict[str, str]:
             FROM placed p LEFT JOIN trace_turns tt USING (conv, trace_id)
             WHERE is_handoff GROUP BY ALL
         ),
-        {_TURNS}
+        {TURNS}
         SELECT t.conv AS conversation_id, t.turn_index, t.user_message, t.final_response,
                t.start_time, t.model_call_count::BIGINT AS model_call_count,
                coalesce(c.calls, 0)::BIGINT AS tool_call_count,
@@ -578,12 +578,12 @@ def views(*, log_records: bool = True) -> dict[str, str]:
         LEFT JOIN handoffs h ON h.conv = t.conv AND h.turn_index = t.turn_index
     """,
         "conversations": f"""
-        WITH {placed}, {_CALLS},
+        WITH {placed}, {CALLS},
         call_counts AS (
             SELECT conversation_id AS conv, count(*) AS calls FROM calls GROUP BY 1
         ),
         trace_turn_counts AS (SELECT conv, count(*) AS turns FROM trace_turns GROUP BY 1)
-        SELECT r.conv AS conversation_id, {_CONVERSATION_SOURCE}, {_SUMMARY},
+        SELECT r.conv AS conversation_id, {_CONVERSATION_SOURCE}, {SUMMARY},
                min(start_time) AS start_time,
                max(end_time) AS end_time,
                count(*) AS span_count,

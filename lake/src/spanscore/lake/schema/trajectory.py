@@ -7,14 +7,14 @@ from __future__ import annotations
 import hashlib
 
 from spanscore.lake.schema.rules import (
-    _CALLS,
-    _CALLS_TYPE,
-    _SUMMARY,
-    _TURNS,
+    CALLS,
+    CALLS_TYPE,
     LAKE,
     SPAN_ORDER,
+    SUMMARY,
+    TURNS,
     Source,
-    _placed,
+    placed_ctes,
 )
 from spanscore.lake.schema.tables import CONVERSATION_ATTRIBUTES
 
@@ -103,7 +103,7 @@ def trajectory_rows_sql(
         else ""
     )
     return f"""
-WITH {chosen}{_placed(where, extra, source=source)}, {_CALLS}, {_TURNS},
+WITH {chosen}{placed_ctes(where, extra, source=source)}, {CALLS}, {TURNS},
 orphans AS (
     SELECT c.conv, count(*) AS orphan_spans FROM placed c
     WHERE c.parent_span_id IS NOT NULL AND NOT EXISTS (
@@ -111,7 +111,7 @@ orphans AS (
     GROUP BY c.conv
 ),
 steps AS (
-    SELECT conv, 'conversation' AS kind, {_SUMMARY},
+    SELECT conv, 'conversation' AS kind, {SUMMARY},
            count(*) AS span_count,
            min(start_time_unix_nano) AS start_ns, max(end_time_unix_nano) AS end_ns,
            count(DISTINCT trace_id) - count(DISTINCT trace_id)
@@ -124,7 +124,7 @@ steps AS (
     SELECT conv, 'model_call' AS kind, turn_index, span_order AS place, 0 AS sub, span_id,
            trace_id, name, start_time_unix_nano AS start_ns, duration_ms AS latency_ms, error,
            response_text AS text,
-           list_transform(from_json(tool_calls_requested, {_CALLS_TYPE}), c -> c.name)
+           list_transform(from_json(tool_calls_requested, {CALLS_TYPE}), c -> c.name)
                AS requested,
            {tokens(1)} AS input_tokens, {tokens(2)} AS output_tokens
     FROM placed WHERE is_model

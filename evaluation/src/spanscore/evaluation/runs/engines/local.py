@@ -20,12 +20,12 @@ import pyarrow as pa
 from spanscore.evaluation.runs.chunks import (
     Batch,
     Scored,
-    _worker_score,
-    _worker_start,
     chunk_directory,
     chunks_of,
     score_chunk,
     shipped,
+    worker_score,
+    worker_start,
 )
 from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.runs.store import missing_scores, score_table
@@ -53,7 +53,7 @@ def local_batches(
     workers = options.workers or os.cpu_count() or 1
     workers = min(workers, math.ceil(len(todo) / size))
     try:
-        chunks = _all_chunks(con, suite, todo, size, query_size(options, workers))
+        chunks = all_chunks(con, suite, todo, size, query_size(options, workers))
         if workers <= 1:
             for chunk in chunks:
                 scores, ids, deferred = score_chunk(suite, chunk)
@@ -85,7 +85,7 @@ def query_size(options: RunOptions, workers: int) -> int:
     return max(max(1, options.batch_size) * max(1, workers), MIN_QUERY_CONVERSATIONS)
 
 
-def _all_chunks(
+def all_chunks(
     con: duckdb.DuckDBPyConnection,
     suite: LoadedSuite,
     todo: Sequence[str],
@@ -110,14 +110,14 @@ def _in_pool(chunks: Iterator[pa.Table], suite: LoadedSuite, workers: int) -> It
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=get_context("spawn"),
-        initializer=_worker_start,
+        initializer=worker_start,
         initargs=(suite.document(), str(suite.base_dir), suite.allow_outside_metrics),
     )
     pending: set[Future[Scored]] = set()
     directory = chunk_directory()
     try:
         for chunk in chunks:  # at most two chunks per worker in flight: memory stays bounded
-            pending.add(pool.submit(_worker_score, shipped(chunk, directory.name)))
+            pending.add(pool.submit(worker_score, shipped(chunk, directory.name)))
             while len(pending) >= 2 * workers:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
