@@ -1,5 +1,5 @@
 """A currency-rate agent as its author would write it, for the tests that hold a simulation to
-what production records (tests/test_simulate_production.py).
+what production records (tests/evaluation/test_simulate_production.py).
 
 It sets its spans up itself, at import: its own tracer provider, whose resource names the
 service and its version. It asks its model (the `openai` client, at `RATE_AGENT_MODEL_URL`)

@@ -587,7 +587,7 @@ def score_record(conversation_id: str, row: ScoreRow) -> ScoreRecord:
     s = row.score
     details = s.details
     # Positional: once per score, the hot path (keywords cost half as much again); the order is
-    # the table's, which tests/test_run_store.py holds the record and `Score` to.
+    # the table's, which tests/evaluation/test_run_store.py holds the record and `Score` to.
     return ScoreRecord(
         conversation_id,
         row.scenario_id,
