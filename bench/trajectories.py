@@ -155,7 +155,7 @@ def rebuild_in_workers(
     con: duckdb.DuckDBPyConnection, workers: int
 ) -> tuple[float, tuple[int, int]]:
     """Seconds to rebuild every trajectory as `evaluate` does before it scores: one process
-    reads the rows of whole conversations (`run._all_chunks`, the run's own reading, at its
+    reads the rows of whole conversations (`run.all_chunks`, the run's own reading, at its
     default sizes) and hands each chunk to `workers` processes that assemble it
     (`trajectories_from_rows`, as the run's workers do); also (trajectories, tool calls)."""
     options = RunOptions()

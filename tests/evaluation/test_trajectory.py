@@ -558,7 +558,7 @@ def test_chunked_loading_stops_its_thread_when_closed_or_failing(
 
     # A query that fails in the thread fails the caller's iteration with its error, after the
     # chunks before it were delivered.
-    real = trajectory._rows_of
+    real = trajectory.rows_of
     calls = 0
 
     def failing_on_the_third(*args: Any, **kwargs: Any) -> Any:
@@ -568,7 +568,7 @@ def test_chunked_loading_stops_its_thread_when_closed_or_failing(
             raise duckdb.IOException("the lake went away")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trajectory, "_rows_of", failing_on_the_third)
+    monkeypatch.setattr(trajectory, "rows_of", failing_on_the_third)
     loading = load_trajectories(con, chunk_spans=50)
     # the first two chunks (the last conversation of a chunk is complete when the next begins)
     rebuilt = [next(loading).conversation_id for _ in range(9)]

@@ -643,7 +643,7 @@ def test_thinning_keeps_the_newest_snapshot_of_each_interval_and_what_runs_pinne
     _age_snapshots(con, {s: ten - 1200 + s for s in range(created + 1)})
     _age_snapshots(con, {snapshot[name]: t for name, t in at.items()})
 
-    thinned = lake.snapshots._thinned_snapshots(con, 60.0)
+    thinned = lake.snapshots.thinned_snapshots(con, 60.0)
     assert thinned == [*range(created), snapshot["a"], snapshot["d"]]
 
     # A running evaluation pinned e: e and every newer snapshot stay, whatever their age.
@@ -654,14 +654,14 @@ def test_thinning_keeps_the_newest_snapshot_of_each_interval_and_what_runs_pinne
     )
     pinned = lake.current_snapshot(con)
     _age_snapshots(con, {pinned: now - 2})
-    assert lake.snapshots._thinned_snapshots(con, 60.0) == [
+    assert lake.snapshots.thinned_snapshots(con, 60.0) == [
         *range(created),
         snapshot["a"],
         snapshot["d"],
     ]
     # e, then f, are no longer their minute's newest: neither is thinned while e is pinned.
     _age_snapshots(con, {snapshot["f"]: minute + 55, snapshot["g"]: minute + 58})
-    pinned_now = lake.snapshots._thinned_snapshots(con, 60.0)
+    pinned_now = lake.snapshots.thinned_snapshots(con, 60.0)
     assert snapshot["e"] not in pinned_now
     assert snapshot["f"] not in pinned_now
     con.execute("UPDATE eval_runs SET status = 'succeeded'")

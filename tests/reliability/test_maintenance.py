@@ -388,7 +388,7 @@ def test_maintenance_during_candidate_selection_keeps_the_runs_snapshot(
 
     where = tmp_path / "lake"
     build_lake(where, 40, per_commit=10)
-    select = window._candidates
+    select = window.window_candidates
 
     def maintenance_first(con: object, *args: object, **kwargs: object) -> object:
         build_lake(where, 40, per_commit=10, first=1000)  # small files to merge
@@ -399,7 +399,7 @@ def test_maintenance_during_candidate_selection_keeps_the_runs_snapshot(
             writer.close()
         return select(con, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(window, "_candidates", maintenance_first)
+    monkeypatch.setattr(window, "window_candidates", maintenance_first)
     start = dt.datetime.fromtimestamp(1_700_000_000, dt.UTC)
     suite = load_suite({"name": "pinned", "metrics": [{"type": "efficiency"}]})
     result = evaluate(
