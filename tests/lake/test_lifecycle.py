@@ -32,9 +32,8 @@ from spanscore.evaluation import load_suite, review
 from spanscore.examples.llm_server import LLMRequest, ScriptedLLM
 from spanscore.lake import lifecycle, locks
 
-from ..support.conversation_spans import as_log_record, chat_span, tool_span
 from ..support.evaluation_runs import run, write_suite
-from ..support.otlp_http import post, post_logs
+from ..support.otlp_http import post_lookup_conversation
 from ..support.polling import wait_for
 from ..support.s3 import S3Server
 
@@ -56,45 +55,6 @@ def _quoting_judge(request: LLMRequest) -> str:
     transcript = next((m.text for m in reversed(request.messages) if m.role == "user"), "")
     said = re.findall(r"^USER: (.*)$", transcript, re.MULTILINE)
     return json.dumps({"reasoning": f"the customer wrote {said!r}", "score": 4})
-
-
-def _ns(moment: dt.datetime) -> int:
-    return int(moment.timestamp() * 1e9)
-
-
-def _conversation(collector: Collector, conversation: str, text: str, at: dt.datetime) -> None:
-    """A model call asking for a tool, the tool's span, and the answer; the first model call's
-    messages sent as a log record, as newer GenAI instrumentations do."""
-    start = _ns(at)
-    call: dict[str, Any] = {
-        "id": f"{conversation}-1",
-        "name": "lookup",
-        "arguments": {"address": text},
-    }
-    asking = chat_span(conversation, user=f"ship it to {text}", calls=[call], at=start)
-    record = as_log_record(asking)
-    post(
-        collector,
-        [
-            asking,
-            tool_span(
-                conversation,
-                "lookup",
-                call_id=call["id"],
-                arguments={"address": text},
-                result={"found": text},
-                at=start + 10,
-            ),
-            chat_span(
-                conversation,
-                user=f"ship it to {text}",
-                results=[(call["id"], {"found": text})],
-                answer="done",
-                at=start + 20,
-            ),
-        ],
-    )
-    post_logs(collector, [record])
 
 
 def _uncompressed_lake(lake_dir: Path | str) -> None:
@@ -145,8 +105,8 @@ def _write_marked_lake(
     marker = f"MARK{uuid.uuid4().hex[:12]}ER"
     kept = ["kept-1", "kept-2"]
     for name in kept:
-        _conversation(collector, name, f"{name} street", NOW - dt.timedelta(minutes=5))
-    _conversation(collector, "marked", f"{marker} street", marked_at)
+        post_lookup_conversation(collector, name, f"{name} street", NOW - dt.timedelta(minutes=5))
+    post_lookup_conversation(collector, "marked", f"{marker} street", marked_at)
     with ScriptedLLM(_quoting_judge) as judge:
         result = run(
             lake_dir,  # type: ignore[arg-type]
@@ -242,7 +202,7 @@ def test_an_erased_conversation_is_gone_from_every_file_while_the_collector_runs
     assert _counts(lake_dir, kept) == counts
     assert {name: _show(lake_dir, name) for name in kept} == shown
     # The collector goes on ingesting into the rewritten lake.
-    _conversation(marked_collector, "after", "later street", NOW)
+    post_lookup_conversation(marked_collector, "after", "later street", NOW)
     assert [r[0] for r in _counts(lake_dir, ["after"])] == ["after"]
     con = lake.connect(str(lake_dir))
     try:
@@ -378,8 +338,8 @@ def test_an_erase_while_the_collector_ingests_loses_nothing_it_acknowledged(
     rewrites files, expires snapshots and deletes files: every one of them is stored whole,
     and the erased one is gone from every file."""
     marker = f"MARK{uuid.uuid4().hex[:12]}ER"
-    _conversation(marked_collector, "marked", f"{marker} street", NOW - MINUTES)
-    _conversation(marked_collector, "kept", "a street", NOW - MINUTES)
+    post_lookup_conversation(marked_collector, "marked", f"{marker} street", NOW - MINUTES)
+    post_lookup_conversation(marked_collector, "kept", "a street", NOW - MINUTES)
     kept = _counts(lake_dir, ["kept"])
     proc = subprocess.Popen(
         [*CLI, "erase", "--lake", str(lake_dir), "marked", "--yes"],
@@ -392,7 +352,7 @@ def test_an_erase_while_the_collector_ingests_loses_nothing_it_acknowledged(
     try:
         while proc.poll() is None or len(live) < 3:
             live.append(f"live-{len(live)}")
-            _conversation(marked_collector, live[-1], "another street", NOW)
+            post_lookup_conversation(marked_collector, live[-1], "another street", NOW)
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -407,7 +367,7 @@ def test_an_erase_while_the_collector_ingests_loses_nothing_it_acknowledged(
 def test_an_unknown_id_is_reported_and_nothing_is_touched(
     collector: Collector, lake_dir: Path
 ) -> None:
-    _conversation(collector, "known", "a street", NOW)
+    post_lookup_conversation(collector, "known", "a street", NOW)
     files = local_files(lake_dir)
     erased = _erase(lake_dir, "known", "nope", "--yes")
     assert erased.returncode == 2, erased.stdout + erased.stderr
@@ -421,7 +381,7 @@ def test_a_where_matching_everything_needs_yes_and_a_dry_run_erases_nothing(
     collector: Collector, lake_dir: Path
 ) -> None:
     for name in ("w-1", "w-2"):
-        _conversation(collector, name, "a street", NOW)
+        post_lookup_conversation(collector, name, "a street", NOW)
     dry = _erase(lake_dir, "--where", "conversation_id = 'w-1'", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "dry run" in dry.stdout, dry.stdout
@@ -493,7 +453,7 @@ def test_an_erase_the_collector_or_a_run_holds_back_exits_non_zero_naming_it(
     the catalog open) is named, with when maintenance finishes it, and the exit is 3."""
     collector = make_collector(maintenance_interval_s=3600)
     for name in ("gone", "kept"):
-        _conversation(collector, name, "a street", NOW)
+        post_lookup_conversation(collector, name, "a street", NOW)
     con = lake.connect(str(lake_dir))
     try:
         con.execute(
@@ -545,8 +505,8 @@ def test_an_erase_killed_midway_leaves_a_consistent_lake_and_a_rerun_finishes_it
 ) -> None:
     marker = f"MARK{uuid.uuid4().hex[:12]}ER"
     _uncompressed_lake(lake_dir)
-    _conversation(collector, "killed", f"{marker} street", NOW)
-    _conversation(collector, "kept", "a street", NOW)
+    post_lookup_conversation(collector, "killed", f"{marker} street", NOW)
+    post_lookup_conversation(collector, "kept", "a street", NOW)
     kept = _counts(lake_dir, ["kept"])
     # Killed as soon as its first phase committed: the conversation is gone from the data,
     # its files are still on disk.
@@ -645,8 +605,8 @@ def test_a_collector_applies_its_retention_down_to_the_disk(
     _uncompressed_lake(lake_dir)
     collector = make_collector(maintenance_interval_s=1, retention_days=30, snapshot_retention_s=0)
     marker = f"MARK{uuid.uuid4().hex[:12]}ER"
-    _conversation(collector, "old", f"{marker} street", OLD)
-    _conversation(collector, "new", "a street", NOW)
+    post_lookup_conversation(collector, "old", f"{marker} street", OLD)
+    post_lookup_conversation(collector, "new", "a street", NOW)
 
     def purged() -> bool:
         """Every pass done (the spans and the record may be two commits, and two passes)."""
@@ -809,7 +769,7 @@ def test_status_shows_the_oldest_data_kept_and_the_retention(
         == 30
     )
     first = make_collector()
-    _conversation(first, "early", "a street", OLD)
+    post_lookup_conversation(first, "early", "a street", OLD)
     first.stop(timeout=10)
     collector = make_collector(maintenance_interval_s=3600, retention_days=90)
 

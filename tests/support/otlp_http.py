@@ -3,6 +3,7 @@ connection, and fail the test unless the collector acknowledges it (200)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import http.client
 from typing import Any
 
@@ -11,6 +12,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from spanscore.collector import Collector
 
 from . import otlp_factory as f
+from .conversation_spans import as_log_record, chat_span, tool_span
 
 
 def post(collector: Collector, spans: list[trace_pb2.Span]) -> None:
@@ -31,3 +33,40 @@ def post_logs(collector: Collector, records: list[Any]) -> None:
     )
     response = conn.getresponse()
     assert response.status == 200, response.read()
+
+
+def post_lookup_conversation(
+    collector: Collector, conversation: str, text: str, at: dt.datetime
+) -> None:
+    """A model call asking for a tool, the tool's span, and the answer; the first model call's
+    messages sent as a log record, as newer GenAI instrumentations do."""
+    start = int(at.timestamp() * 1e9)
+    call: dict[str, Any] = {
+        "id": f"{conversation}-1",
+        "name": "lookup",
+        "arguments": {"address": text},
+    }
+    asking = chat_span(conversation, user=f"ship it to {text}", calls=[call], at=start)
+    record = as_log_record(asking)
+    post(
+        collector,
+        [
+            asking,
+            tool_span(
+                conversation,
+                "lookup",
+                call_id=call["id"],
+                arguments={"address": text},
+                result={"found": text},
+                at=start + 10,
+            ),
+            chat_span(
+                conversation,
+                user=f"ship it to {text}",
+                results=[(call["id"], {"found": text})],
+                answer="done",
+                at=start + 20,
+            ),
+        ],
+    )
+    post_logs(collector, [record])

@@ -14,37 +14,10 @@ import pytest
 
 from spanscore.collector import Collector
 
-from ..support.conversation_spans import chat_span, tool_span
-from ..support.otlp_http import post
+from ..support.otlp_http import post_lookup_conversation
 from ..support.polling import wait_for
 
 ORIGIN = "http://127.0.0.1:8765"
-
-
-def _send(collector: Collector, conversation: str, at: dt.datetime) -> None:
-    start = int(at.timestamp() * 1e9)
-    call = {"id": f"{conversation}-1", "name": "lookup", "arguments": {"q": conversation}}
-    post(
-        collector,
-        [
-            chat_span(conversation, user=f"find {conversation}", calls=[call], at=start),
-            tool_span(
-                conversation,
-                "lookup",
-                call_id=call["id"],
-                arguments={"q": conversation},
-                result={"found": True},
-                at=start + 10,
-            ),
-            chat_span(
-                conversation,
-                user=f"find {conversation}",
-                results=[(call["id"], {"found": True})],
-                answer="found",
-                at=start + 20,
-            ),
-        ],
-    )
 
 
 def _client(lake: str) -> Any:
@@ -63,7 +36,7 @@ def test_the_app_reads_and_labels_while_the_collector_ingests(
 ) -> None:
     collector = make_collector()
     now = dt.datetime.now(dt.UTC)
-    _send(collector, "live-0", now)
+    post_lookup_conversation(collector, "live-0", "live-0", now)
     sent = ["live-0"]
     stop = threading.Event()
     failures: list[BaseException] = []
@@ -73,7 +46,7 @@ def test_the_app_reads_and_labels_while_the_collector_ingests(
             k = 1
             while not stop.is_set() and k < 200:
                 name = f"live-{k}"
-                _send(collector, name, now + dt.timedelta(seconds=k))
+                post_lookup_conversation(collector, name, name, now + dt.timedelta(seconds=k))
                 sent.append(name)
                 k += 1
         except BaseException as exc:  # reported by the test, not lost in the thread

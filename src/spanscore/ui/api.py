@@ -94,20 +94,35 @@ class Endpoint:
     path_params: tuple[str, ...] = ()
 
 
+def refusal(exc: Exception) -> tuple[int, str] | None:
+    """The HTTP status and message of an error a request caused (None: not one of those, a
+    bug): one mapping for the API's answers and the pages'. A body or query that does not
+    validate is 422 to the API (with pydantic's detail) and 400 to a page."""
+    if isinstance(exc, NotFound | review.NotInLake):
+        return 404, str(exc.args[0]) if exc.args else str(exc)
+    if isinstance(exc, ReportError):  # an unknown run is not found; an ambiguous one is not
+        message = str(exc)
+        return (404 if message.startswith("no evaluation run") else 400), message
+    if isinstance(exc, ValidationError):
+        problems = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        return 422, "; ".join(problems)
+    # A promotion refused (PromoteError, SuiteError) is a ValueError too.
+    if isinstance(exc, ValueError | review.LabelError | review.QueueError):
+        return 400, str(exc)
+    return None
+
+
 def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         try:
             result = await handler(request)
         except ValidationError as exc:
             return error(422, "the request does not validate", detail=exc.errors(include_url=False))
-        except (NotFound, review.NotInLake) as exc:
-            return error(404, str(exc.args[0]) if exc.args else str(exc))
-        except ReportError as exc:  # an unknown run is not found; an ambiguous one is not
-            message = str(exc)
-            return error(404 if message.startswith("no evaluation run") else 400, message)
-        except (ValueError, review.LabelError, review.QueueError) as exc:
-            # A promotion refused (PromoteError, SuiteError) is a ValueError too.
-            return error(400, str(exc))
+        except Exception as exc:
+            refused = refusal(exc)
+            if refused is None:
+                raise
+            return error(*refused)
         return result if isinstance(result, Response) else JSON(result)
 
     return endpoint
@@ -154,11 +169,15 @@ class Api:
         page = await self._read(review.list_conversations, f)
         return {"count": page.count, "next": page.next, "filter": page.filter, "rows": page.rows}
 
-    async def conversation(self, request: Request) -> Any:
+    async def conversation(self, request: Request, default_steps: int | None = None) -> Any:
+        """`max_steps` (a number, or `all`) over `default_steps` (None: all of them)."""
         cid = request.path_params["conversation_id"]
         run = request.query_params.get("run") or None
         steps = request.query_params.get("max_steps")
-        max_steps = None if steps in (None, "", "all") else _int(request, "max_steps", 0, 1, 10**9)
+        if steps in (None, ""):
+            max_steps = default_steps
+        else:
+            max_steps = None if steps == "all" else _int(request, "max_steps", 0, 1, 10**9)
         found = await self._read(review.conversation_view, cid, run=run, max_steps=max_steps)
         if found is None:
             raise NotFound(f"no conversation {cid!r} in this lake")

@@ -9,15 +9,13 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import jinja2
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from spanscore.evaluation import review
-from spanscore.evaluation.report.data import ReportError
 
-from .api import Api, NotFound, json_default, query_model
+from .api import Api, json_default, query_model, refusal
 from .security import reviewer_of
 
 # Steps of a conversation its page embeds (the JSON twin has them all).
@@ -82,17 +80,13 @@ class Pages:
             try:
                 result: Response = await handler(request)
                 return result
-            except ValidationError as exc:
-                problems = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
-                return self._render(request, "error.html", 400, message="; ".join(problems))
-            except (NotFound, review.NotInLake) as exc:
-                message = str(exc.args[0]) if exc.args else str(exc)
-                return self._render(request, "error.html", 404, message=message)
-            except ReportError as exc:
-                status = 404 if str(exc).startswith("no evaluation run") else 400
-                return self._render(request, "error.html", status, message=str(exc))
-            except (ValueError, review.LabelError, review.QueueError) as exc:
-                return self._render(request, "error.html", 400, message=str(exc))
+            except Exception as exc:
+                refused = refusal(exc)
+                if refused is None:
+                    raise
+                status, message = refused
+                status = 400 if status == 422 else status  # a page's query: a bad request
+                return self._render(request, "error.html", status, message=message)
 
         return endpoint
 
@@ -140,12 +134,7 @@ class Pages:
     async def conversation(self, request: Request) -> Response:
         # A conversation of tens of thousands of steps opens with its first ones
         # (`?max_steps=all` draws every one; the renderer pages them either way).
-        if "max_steps" not in request.query_params:
-            request.scope["query_string"] += (
-                b"&" if request.scope["query_string"] else b""
-            ) + f"max_steps={PAGE_STEPS}".encode()
-            request = Request(request.scope, request.receive)
-        data = await self.api.conversation(request)
+        data = await self.api.conversation(request, default_steps=PAGE_STEPS)
         client = {
             "conversation_id": data["conversation_id"],
             "detail": data["detail"],

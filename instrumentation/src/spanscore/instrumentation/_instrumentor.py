@@ -15,6 +15,7 @@ what was patched and may be repeated.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Collection
 from typing import Any
 
@@ -57,18 +58,20 @@ class SpanscoreInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _uninstrument(self, **kwargs: Any) -> None:
         self._unpatch()
 
+    # Each shim's own: abstract, so a shim that lacks one cannot be made at all.
+
+    @abstractmethod
     def _patch(self, tracer_provider: TracerProvider | None) -> bool:
         """Patch the framework; True when something was patched."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _unpatch(self) -> None:
         """Undo what `_patch` did (nothing when it did nothing)."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def is_instrumented(self) -> bool:
         """The framework is patched by this shim."""
-        raise NotImplementedError
 
 
 class Switch:
