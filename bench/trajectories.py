@@ -45,11 +45,8 @@ from spanscore.evaluation.runs.chunks import (
 )
 from spanscore.evaluation.runs.engines.local import all_chunks, query_size
 from spanscore.evaluation.runs.options import RunOptions
-from spanscore.evaluation.trajectory.load import (
-    CHUNK_SPANS,
-    trajectories_from_rows,
-    trajectory_rows,
-)
+from spanscore.evaluation.trajectory.load import trajectories_from_rows
+from spanscore.evaluation.trajectory.rows import CHUNK_SPANS, trajectory_rows
 from spanscore.examples.synthetic import SPANS_PER_CONVERSATION, build_lake
 from spanscore.lake import connect
 from spanscore.lake.schema.rules import SPAN_ORDER

@@ -35,9 +35,9 @@ def test_the_two_setup_commands_and_ci_agree() -> None:
         assert tool in lint
 
 
-@pytest.mark.parametrize("name", sorted(main.commands))
+@pytest.mark.parametrize("name", sorted(main.every_command()))
 def test_every_command_has_help_with_an_example(name: str) -> None:
-    command = main.commands[name]
+    command = main.every_command()[name]
     assert command.help, f"spanscore {name} has no help text"
     assert f"$ spanscore {name}" in command.help, f"spanscore {name} has no example"
     assert f"#### `spanscore {name}`" in (ROOT / "docs" / "reference.md").read_text()

@@ -76,3 +76,36 @@ def test_commands_import_only_what_they_use(tmp_path: Path) -> None:
         assert "duckdb" in loaded[name], f"{name} read no lake: the probe measured nothing"
         assert not set(HEAVY) & set(loaded[name]), name
     assert "spanscore.evaluation.suites" not in loaded["show"]
+
+
+def _fresh_modules(statement: str) -> set[str]:
+    """The modules a fresh interpreter holds after `statement`."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"{statement}; import sys; print('\\n'.join(sys.modules))"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return set(done.stdout.split())
+
+
+def test_the_command_group_imports_a_command_only_when_it_is_wanted() -> None:
+    loaded = _fresh_modules("import spanscore.cli")
+    commands = {m for m in loaded if m.startswith("spanscore.cli.")}
+    assert commands <= {"spanscore.cli.options", "spanscore.cli.invocation"}, commands
+    assert "asyncio" not in loaded  # the simulator's
+    shown = _fresh_modules(
+        "import click; from spanscore.cli import main; "
+        "main.get_command(click.Context(main), 'show')"
+    )
+    assert "spanscore.cli.show" in shown
+    assert "spanscore.cli.simulate" not in shown
+
+
+def test_a_conversations_rows_are_read_without_the_trajectory_model() -> None:
+    # `show` reads the rows in one thread while another imports the model (pydantic).
+    loaded = _fresh_modules("import spanscore.evaluation.trajectory.rows")
+    assert "duckdb" in loaded
+    assert not {m for m in loaded if m.split(".")[0] == "pydantic"}
+    assert "spanscore.evaluation.trajectory.model" not in loaded

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from spanscore.cli import main
 from spanscore.collector import Collector
 from spanscore.evaluation import Trajectory, load_trajectories, load_trajectory, open_lake
-from spanscore.evaluation.trajectory import load as trajectory
+from spanscore.evaluation.trajectory import rows as trajectory_rows
 from spanscore.evaluation.trajectory import spread as spreading
 from spanscore.examples.customer_service import Store
 from spanscore.examples.customer_service.scripted import ScriptedAgent, conversations
@@ -456,7 +456,7 @@ def test_chunked_loading_rebuilds_what_one_query_does(
     ids = [t["conversation_id"] for t in whole]
     chosen = [*ids[::-3], ids[5], "no-such-conversation"]  # any order, a repeat, an unknown
     assert dumped(conversation_ids=chosen) == [t for t in whole if t["conversation_id"] in chosen]
-    monkeypatch.setattr(trajectory, "_UNCOUNTED_IDS", 10)  # so that these are chunked too
+    monkeypatch.setattr(trajectory_rows, "_UNCOUNTED_IDS", 10)  # so that these are chunked too
     expected = [t for t in whole if t["conversation_id"] in set(chosen)]
     assert dumped(conversation_ids=chosen, chunk_spans=40) == expected
     middle = sorted(t["start_time"] for t in whole)[120]
@@ -558,7 +558,7 @@ def test_chunked_loading_stops_its_thread_when_closed_or_failing(
 
     # A query that fails in the thread fails the caller's iteration with its error, after the
     # chunks before it were delivered.
-    real = trajectory.rows_of
+    real = trajectory_rows.rows_of
     calls = 0
 
     def failing_on_the_third(*args: Any, **kwargs: Any) -> Any:
@@ -568,7 +568,7 @@ def test_chunked_loading_stops_its_thread_when_closed_or_failing(
             raise duckdb.IOException("the lake went away")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trajectory, "rows_of", failing_on_the_third)
+    monkeypatch.setattr(trajectory_rows, "rows_of", failing_on_the_third)
     loading = load_trajectories(con, chunk_spans=50)
     # the first two chunks (the last conversation of a chunk is complete when the next begins)
     rebuilt = [next(loading).conversation_id for _ in range(9)]

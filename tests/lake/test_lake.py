@@ -13,7 +13,7 @@ import pytest
 
 from spanscore import lake
 from spanscore.evaluation import load_trajectories
-from spanscore.evaluation.trajectory.load import stored_current
+from spanscore.evaluation.trajectory.rows import stored_current
 from spanscore.lake import LakeError, LakeLocation, LakeVersionError, connect, schema
 
 from ..support.postgres import postgres_available

@@ -14,8 +14,8 @@ import pytest
 from spanscore import lake
 from spanscore.collector import Collector
 from spanscore.evaluation import load_suite, load_trajectories, open_lake
-from spanscore.evaluation.trajectory import load as trajectory
-from spanscore.evaluation.trajectory.load import stored_current
+from spanscore.evaluation.trajectory import rows as trajectory_rows
+from spanscore.evaluation.trajectory.rows import stored_current
 from spanscore.examples.synthetic import build_lake
 from spanscore.lake import schema, stored
 from spanscore.lake.stored import by_spans, store_trajectories
@@ -247,14 +247,14 @@ def test_an_evaluation_of_stored_rows_gives_the_scores_the_rules_give(
         connection.close()
     read_stored: list[int] = []
 
-    current = trajectory._current
+    current = trajectory_rows._current
 
     def spied(con: duckdb.DuckDBPyConnection, stored: dict[str, int]) -> list[str]:
         found = current(con, stored)
         read_stored.append(len(found))
         return found
 
-    monkeypatch.setattr(trajectory, "_current", spied)
+    monkeypatch.setattr(trajectory_rows, "_current", spied)
     again = run(
         lake_dir,
         suite,

@@ -14,13 +14,9 @@ import pyarrow as pa
 
 from spanscore.evaluation import Trajectory, load_trajectories, open_lake
 from spanscore.evaluation.trajectory.assemble import parse_value
-from spanscore.evaluation.trajectory.load import (
-    attribute_keys,
-    rows_of,
-    stored_current,
-    trajectories_from_batches,
-)
+from spanscore.evaluation.trajectory.load import trajectories_from_batches
 from spanscore.evaluation.trajectory.model import Handoff, ModelCall
+from spanscore.evaluation.trajectory.rows import attribute_keys, rows_of, stored_current
 from spanscore.evaluation.trajectory.spread import spread
 from spanscore.lake.schema.rules import CONVERSATION_SUMMARIES
 from spanscore.lake.stored import store_trajectories

@@ -28,33 +28,62 @@ interrupted.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
 
-from .compare import compare_command
-from .erase import erase_command
-from .evaluate import evaluate_command
-from .export import export_command
 from .invocation import runnable
-from .judge_check import judge_check_command
-from .mcp import mcp_command
 from .options import EXIT_CODES_HELP, EXIT_INTERRUPTED, InputError, LakeUnavailable
-from .promote import promote_command
-from .query import sql_command, status_command
-from .report import report_command
-from .runs import runs_command
-from .serve import serve_command
-from .show import show_command
-from .simulate import simulate_command, simulations_command
-from .suites import import_command, schema_group
-from .ui import ui_command
+
+# Each command by name: its module and the click command in it. A command's module is imported
+# when the command runs or a help lists it, so that `spanscore show` does not import the
+# collector, the simulator or asyncio (a tenth of a cold `show`).
+COMMANDS = {
+    "serve": ("serve", "serve_command"),
+    "sql": ("query", "sql_command"),
+    "status": ("query", "status_command"),
+    "show": ("show", "show_command"),
+    "erase": ("erase", "erase_command"),
+    "evaluate": ("evaluate", "evaluate_command"),
+    "compare": ("compare", "compare_command"),
+    "report": ("report", "report_command"),
+    "runs": ("runs", "runs_command"),
+    "simulate": ("simulate", "simulate_command"),
+    "simulations": ("simulate", "simulations_command"),
+    "export": ("export", "export_command"),
+    "judge-check": ("judge_check", "judge_check_command"),
+    "promote": ("promote", "promote_command"),
+    "import": ("suites", "import_command"),
+    "schema": ("suites", "schema_group"),
+    "ui": ("ui", "ui_command"),
+    "mcp": ("mcp", "mcp_command"),
+    # The demo imports the example agent (and its dependencies) only when it runs.
+    "demo": ("demo", "demo_command"),
+}
 
 
 class _Main(click.Group):
     """The command group that keeps the exit-code contract for every command, including
     commands that only raise `click.ClickException` (1 is reserved for a failed gate or
-    comparison, so any other error is 2) or let a lake or Ctrl-C error through."""
+    comparison, so any other error is 2) or let a lake or Ctrl-C error through; its commands
+    are imported when first wanted (`COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, name = COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(f".{module}", __name__), name)
+            self.add_command(command, cmd_name)
+        return self.commands.get(cmd_name)
+
+    def every_command(self) -> dict[str, click.Command]:
+        """Every command by name, all imported (for the docs and their tests)."""
+        for name in COMMANDS:
+            self.get_command(click.Context(self), name)
+        return dict(sorted(self.commands.items()))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Each command with its whole first sentence, wrapped (click cuts it at the width)."""
@@ -106,29 +135,5 @@ def main() -> None:
     $ spanscore sql --lake ./lake "SELECT tool_name, count(*) FROM tool_calls GROUP BY ALL"
     """
 
-
-main.add_command(serve_command)
-main.add_command(sql_command)
-main.add_command(status_command)
-main.add_command(show_command)
-main.add_command(erase_command)
-main.add_command(evaluate_command)
-main.add_command(compare_command)
-main.add_command(report_command)
-main.add_command(runs_command)
-main.add_command(simulate_command)
-main.add_command(simulations_command)
-main.add_command(export_command)
-main.add_command(judge_check_command)
-main.add_command(promote_command)
-main.add_command(import_command)
-main.add_command(schema_group)
-main.add_command(ui_command)
-main.add_command(mcp_command)
-
-# The demo imports the example agent (and its dependencies) only when it runs.
-from .demo import demo_command  # noqa: E402
-
-main.add_command(demo_command)
 
 __all__ = ["main"]

@@ -77,5 +77,5 @@ def _shown_lake(lake: str) -> str | None:
 def _takes_lake(name: str) -> bool:
     from spanscore.cli import main
 
-    found = main.commands.get(name)
+    found = main.get_command(click.Context(main), name)
     return found is not None and any(p.name == "lake" for p in found.params)

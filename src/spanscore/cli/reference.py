@@ -43,8 +43,7 @@ def commands() -> str:
     parts = []
     # Help as the shell shows it: each command's context under the group's (same help options).
     with main.make_context("spanscore", [], resilient_parsing=True, terminal_width=100) as group:
-        for name in sorted(main.commands):
-            command = main.commands[name]
+        for name, command in main.every_command().items():
             with command.make_context(name, [], parent=group, resilient_parsing=True) as ctx:
                 text = command.get_help(ctx)
                 parts.append(f"#### `spanscore {name}`\n\n```text\n{text}\n```\n")
@@ -68,8 +67,7 @@ def variables() -> str:
 
     read: dict[str, list[str]] = {}
     with main.make_context("spanscore", [], resilient_parsing=True) as group:
-        for name in sorted(main.commands):
-            command = main.commands[name]
+        for name, command in main.every_command().items():
             with command.make_context(name, [], parent=group, resilient_parsing=True) as ctx:
                 for param in command.get_params(ctx):
                     if not isinstance(param, click.Option) or not param.envvar:

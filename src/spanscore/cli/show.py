@@ -93,20 +93,16 @@ def show_command(lake: str, as_json: bool, conversation_id: str) -> None:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from spanscore.evaluation.simulation import records
-
-    # DuckDB opens the lake (loading its extensions, attaching the catalog) without the GIL,
-    # while this thread imports the trajectory code: the two take about as long each.
+    # A cold `show` is mostly fixed costs: DuckDB opening the lake (its extensions, the
+    # catalog) and planning the rules' query, and Python importing the trajectory model
+    # (pydantic). DuckDB does its part without the GIL, so a thread opens the lake and reads the
+    # conversation's rows while this one imports the code that assembles them.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        opening = pool.submit(open_lake_or_fail, lake)
-        from spanscore.evaluation.trajectory.load import load_trajectory
+        reading = pool.submit(read_conversation, lake, conversation_id)
+        from spanscore.evaluation.trajectory.load import trajectories_from_rows
 
-        con = opening.result()
-    try:
-        trajectory = load_trajectory(con, conversation_id)
-        simulated = records.simulated_conversation(con, conversation_id)
-    finally:
-        con.close()
+        rows, simulated = reading.result()
+    trajectory = next(iter(trajectories_from_rows(rows)), None)
     if trajectory is None and simulated is None:
         raise click.ClickException(f"no conversation {conversation_id!r} in {lake}")
     if as_json:
@@ -116,6 +112,19 @@ def show_command(lake: str, as_json: bool, conversation_id: str) -> None:
         click.echo("\n".join(render_trajectory(trajectory)))
     if simulated is not None:
         click.echo("\n".join(render_simulation(*simulated, spans=trajectory is not None)))
+
+
+def read_conversation(lake: str, conversation_id: str) -> tuple[Any, Any]:
+    """A conversation's trajectory rows (Arrow) and its simulator's records (or None)."""
+    from spanscore.evaluation.simulation import records
+    from spanscore.evaluation.trajectory.rows import trajectory_rows
+
+    con = open_lake_or_fail(lake)
+    try:
+        rows = trajectory_rows(con, conversation_ids=[conversation_id]).read_all()
+        return rows, records.simulated_conversation(con, conversation_id)
+    finally:
+        con.close()
 
 
 def show_document(

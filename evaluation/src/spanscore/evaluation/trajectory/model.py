@@ -18,12 +18,19 @@ import datetime as dt
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
+# The models' validators and serializers are built when first used, not when the module is
+# imported: the assembler makes models without validating them, and `spanscore show` prints
+# them without serializing them, so it never pays the build (a sixth of its time cold).
+_DEFERRED = ConfigDict(defer_build=True)
+
 
 class ToolCall(BaseModel):
+    model_config = _DEFERRED
+
     kind: Literal["tool_call"] = "tool_call"
     name: str
     arguments: Any = None
@@ -40,6 +47,8 @@ class ToolCall(BaseModel):
 
 
 class ModelCall(BaseModel):
+    model_config = _DEFERRED
+
     kind: Literal["model_call"] = "model_call"
     span_id: str
     trace_id: str
@@ -54,6 +63,8 @@ class ModelCall(BaseModel):
 
 
 class Handoff(BaseModel):
+    model_config = _DEFERRED
+
     kind: Literal["handoff"] = "handoff"
     span_id: str
     from_agent: str | None = None
@@ -65,6 +76,8 @@ Step = Annotated[ToolCall | ModelCall | Handoff, Field(discriminator="kind")]
 
 
 class Turn(BaseModel):
+    model_config = _DEFERRED
+
     index: int
     user_message: str | None = None
     steps: list[Step] = Field(default_factory=list)
@@ -77,6 +90,8 @@ class Turn(BaseModel):
 
 
 class Trajectory(BaseModel):
+    model_config = _DEFERRED
+
     conversation_id: str
     agent_name: str | None = None
     service_name: str | None = None

@@ -30,7 +30,7 @@ from spanscore.evaluation.runs.chunks import (
 from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.runs.store import missing_scores, score_table
 from spanscore.evaluation.suites.loaded import LoadedSuite
-from spanscore.evaluation.trajectory.load import rows_of_chunks
+from spanscore.evaluation.trajectory.rows import rows_of_chunks
 from spanscore.lake import (
     connect,
 )

@@ -32,7 +32,7 @@ from spanscore.evaluation.runs.chunks import Batch, chunks_of, score_chunk, work
 from spanscore.evaluation.runs.options import RunOptions
 from spanscore.evaluation.runs.store import missing_scores, score_table, write_scores_once
 from spanscore.evaluation.suites.loaded import Deferred, LoadedSuite
-from spanscore.evaluation.trajectory.load import trajectory_rows
+from spanscore.evaluation.trajectory.rows import trajectory_rows
 from spanscore.lake import connect
 
 log = logging.getLogger("spanscore.evaluate")
