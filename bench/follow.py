@@ -250,8 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     follower.wait(timeout=120)
                     scored_lags, total, unscored, twice = lags(lake)
                     if scored_lags:
-                        p50 = percentile(scored_lags, 0.50)
-                        p99 = percentile(scored_lags, 0.99)
+                        p50 = percentile(scored_lags, 50)
+                        p99 = percentile(scored_lags, 99)
                         target = settle_s + TARGET_LAG_MARGIN_S
                         print(
                             f"  lag, last span to score committed: p50 {p50:.1f} s, "

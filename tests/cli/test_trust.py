@@ -420,13 +420,16 @@ def test_evaluate_takes_a_directory_of_native_datasets_as_import_does(lake: Path
         ["show", "conv-1"],
         ["evaluate", "--suite", "{suite}", "--settle", "0"],
         ["compare", "latest", "previous"],
+        ["report", "-o", "{out}/report.html"],
+        ["report", "--format", "json", "-o", "{out}/report.json"],
+        ["report", "--format", "markdown"],
     ],
-    ids=["sql", "show", "evaluate", "compare"],
+    ids=["sql", "show", "evaluate", "compare", "report", "report-json", "report-markdown"],
 )
 def test_a_lake_that_cannot_be_opened_exits_3_and_creates_nothing(tmp_path: Path, args: list[str]):
     suite = write_suite(tmp_path, SUITE)
     wrong = tmp_path / "wrong"
-    filled = [a.replace("{suite}", str(suite)) for a in args]
+    filled = [a.replace("{suite}", str(suite)).replace("{out}", str(tmp_path)) for a in args]
     result = CliRunner().invoke(main, [filled[0], "--lake", str(wrong), *filled[1:]])
     assert result.exit_code == 3, result.output
     assert result.output == (

@@ -105,6 +105,14 @@ def test_in_process_agent_simulated_scored_marked_and_replayed(
     assert '<section id="trials">' in page
     assert "pass^1 0.857, pass^2 0.714" in page
     assert "The simulated users" in page
+    # The gate is named for what it measured, pass^2, not a pass rate.
+    assert "pass^2 0.714 (needs &ge; 0.900)" in page
+    assert "pass^2 0.714 below 0.9" in page  # why the run failed
+    summary = CliRunner().invoke(
+        main, ["report", out["evaluation"]["run_id"], "--lake", str(lake), "--format", "markdown"]
+    )
+    assert "| pass^2 0.714 | ≥ 0.900 |" in summary.stdout, summary.stdout
+    assert "pass rate 0.714" not in summary.stdout
     # `simulate --report` writes the same report, its line on stderr beside the JSON document.
     assert "pass^1 0.857, pass^2 0.714" in written_by_simulate.read_text()
     assert f"written to {written_by_simulate}" in result.stderr

@@ -11,6 +11,7 @@ import click
 
 from .options import (
     InputError,
+    LakeUnavailable,
     format_option,
     from_environment,
     lake_option,
@@ -72,7 +73,9 @@ def write_report_file(
     options = _options(baseline, trace_url, max_trajectories)
     try:
         written = write_report(lake, output, run, options, "json" if fmt == "json" else "html")
-    except (ReportError, LakeError) as exc:
+    except LakeError as exc:
+        raise LakeUnavailable(str(exc)) from exc
+    except ReportError as exc:
         raise click.ClickException(str(exc)) from exc
     size = written.bytes / 1e6
     click.echo(

@@ -137,10 +137,17 @@ def _gates(details: dict[str, Any]) -> list[GateDoc]:
             "mean" if rate is None and "min_mean" in gate else "pass_rate"
         )
         target = rate if kind == "pass_rate" else gate.get("min_mean")
+        if kind == "mean":
+            measure = "mean"
+        elif gate.get("pass_k") is not None:
+            measure = f"pass^{gate['pass_k']}"
+        else:
+            measure = "pass rate" if "min_pass_rate" in gate else "score pass rate"
         out.append(
             {
                 "scope": scope or "all scores",
                 "kind": kind,
+                "measure": measure,
                 "target": finite_or_none(target),
                 "measured": finite_or_none(entry.get("measured")),
                 "passed": bool(entry.get("passed")),
@@ -158,7 +165,7 @@ def _status_reasons(status: str | None, gates: Sequence[GateDoc], failures: list
             + (
                 "measured nothing"
                 if g["measured"] is None
-                else f"{g['kind'].replace('_', ' ')} {g['measured']:.3f} below {g['target']}"
+                else f"{g['measure']} {g['measured']:.3f} below {g['target']}"
             )
             for g in gates
             if not g["passed"]

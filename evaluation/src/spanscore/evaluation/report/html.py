@@ -141,7 +141,7 @@ def _header(doc: ReportDoc) -> str:
     gates = "".join(
         f'<li class="{"pass" if g["passed"] else "fail"}">'
         f"<b>{'passed' if g['passed'] else 'FAILED'}</b> {_e(g['scope'])}: "
-        f"{'pass rate' if g['kind'] == 'pass_rate' else 'mean'} {num(g['measured'])} "
+        f"{_e(g['measure'])} {num(g['measured'])} "
         f"(needs &ge; {num(g['target'])})</li>"
         for g in run["gates"]
     )

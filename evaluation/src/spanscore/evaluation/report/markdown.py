@@ -209,7 +209,7 @@ def _gates(doc: ReportDoc, page: _Page) -> None:
         _cell(
             "✅ passed" if g["passed"] else "❌ FAILED",
             text(g["scope"]),
-            f"{'pass rate' if g['kind'] == 'pass_rate' else 'mean'} {num(g['measured'])}",
+            f"{text(g['measure'])} {num(g['measured'])}",
             f"≥ {num(g['target'])}",
         )
         for g in sorted(gates, key=lambda g: g["passed"])  # the failed ones first

@@ -21,6 +21,9 @@ VERSION: Literal[1] = 1
 class GateDoc(TypedDict):
     scope: str  # "scenario/metric", a scenario, a metric, or "all scores"
     kind: Literal["pass_rate", "mean"]
+    # What the gate measured, as the report names it: "pass rate", "score pass rate", "mean" or
+    # "pass^K" (K trials of a simulation's scenario, all passing; its kind is pass_rate).
+    measure: str
     target: float | None
     measured: float | None
     passed: bool
