@@ -1,8 +1,8 @@
 """The views and the builder rebuild the same conversations from any span set (issue 12): the
 same turns, tool calls (name, arguments, result, error, call id, parallel group) and counts,
 whatever the arrival order, the split into traces and exports, the order concurrent tools
-ran in, agent spans with or without the turn's messages, messages sent as log records, and
-what the producer left out."""
+ran in, agent spans with or without the turn's messages, messages sent as log records, an MCP
+server's spans of the calls (with or without the caller's), and what the producer left out."""
 
 from __future__ import annotations
 
@@ -26,7 +26,13 @@ from spanscore.lake.schema.rules import LOG_RECORD_CONTENT
 
 from ..support import otlp_factory as f
 from ..support.agreement import agree_all
-from ..support.conversation_spans import T0, as_log_record, chat_span, tool_span
+from ..support.conversation_spans import (
+    T0,
+    as_log_record,
+    chat_span,
+    server_tool_span,
+    tool_span,
+)
 from ..support.otlp_http import post, post_logs
 
 _ids = itertools.count(1)
@@ -119,6 +125,11 @@ def span_sets(draw: st.DrawFn) -> Case:
                 if call.get("id") and draw(st.booleans()):
                     pending_results.append((call["id"], result))
                 if ran == "no span":
+                    if draw(st.integers(0, 3)) == 0:  # only the MCP server's side recorded it
+                        at = next(clock)
+                        spans.append(
+                            server_tool_span(call["name"], at=at, end=at + 80, trace_id=trace)
+                        )
                     continue
                 tool = tool_span(
                     conversation if placement == "every" else None,
@@ -133,6 +144,16 @@ def span_sets(draw: st.DrawFn) -> Case:
                     tool.status.code = trace_pb2.Status.STATUS_CODE_ERROR
                     tool.status.message = "boom"
                 spans.append(tool)
+                if draw(st.integers(0, 3)) == 0:  # the MCP server's side of the call, within
+                    spans.append(
+                        server_tool_span(
+                            call["name"],
+                            at=tool.start_time_unix_nano + 10,
+                            end=tool.end_time_unix_nano - 10,
+                            trace_id=trace,
+                            parent=tool.span_id,
+                        )
+                    )
             if draw(st.integers(0, 5)) == 0:  # a tool span no model call asked for
                 spans.append(
                     tool_span(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,14 @@ from spanscore.evaluation.trajectory.model import ModelCall
 from spanscore.lake.schema.rules import KNOWN_CONVERSATIONS
 
 from ..support import otlp_factory as f
-from ..support.agreement import builder_and_views_agree
-from ..support.conversation_spans import T0, as_log_record, chat_span, tool_span
+from ..support.agreement import agree_all, builder_and_views_agree
+from ..support.conversation_spans import (
+    T0,
+    as_log_record,
+    chat_span,
+    server_tool_span,
+    tool_span,
+)
 from ..support.lake import query
 from ..support.otlp_http import post, post_logs
 
@@ -511,6 +518,130 @@ def test_model_calls_started_in_the_same_millisecond_keep_their_order(
         ("any keyboards?", "$89")
     ]
     assert [(c.call_id, c.source) for c in t.tool_calls] == [("c-1", "span+messages")]
+
+
+def _mcp_send(tool: trace_pb2.Span, name: str) -> trace_pb2.Span:
+    """The MCP SDK's own CLIENT span of a request, inside the caller's tool span."""
+    send = f.span(
+        f"MCP send tools/call {name}",
+        trace_id=tool.trace_id,
+        attributes={"mcp.method.name": "tools/call"},
+    )
+    send.kind = trace_pb2.Span.SPAN_KIND_CLIENT
+    send.parent_span_id = tool.span_id
+    send.start_time_unix_nano = tool.start_time_unix_nano + 5
+    send.end_time_unix_nano = tool.end_time_unix_nano - 5
+    return send
+
+
+def test_an_mcp_servers_span_of_a_call_the_caller_records_is_not_a_second_call(
+    collector: Collector, lake_dir: Path
+) -> None:
+    # An MCP server (the MCP SDK's) records each `tools/call` as a SERVER `execute_tool` span,
+    # with neither arguments nor result, in the caller's trace (the context goes in `_meta`),
+    # under the SDK's own CLIENT span, under the caller's tool span. The caller's span is the
+    # call; the same tool called twice is two calls, each with its own server span.
+    trace = os.urandom(16)
+    calls = [
+        {"id": "c-1", "name": "get_order", "arguments": {"order_id": "A"}},
+        {"id": "c-2", "name": "get_order", "arguments": {"order_id": "B"}},
+    ]
+    tools = [
+        tool_span(
+            "mcp-1",
+            "get_order",
+            call_id=c["id"],
+            arguments=c["arguments"],
+            result=result,
+            at=at,
+            trace_id=trace,
+        )
+        for c, result, at in [(calls[0], "a", T0 + 200), (calls[1], "b", T0 + 400)]
+    ]
+    for tool in tools:
+        tool.kind = trace_pb2.Span.SPAN_KIND_CLIENT
+    sends = [_mcp_send(tool, "get_order") for tool in tools]
+    servers = [
+        server_tool_span(
+            "get_order",
+            at=s.start_time_unix_nano + 5,
+            end=s.end_time_unix_nano - 5,
+            trace_id=trace,
+            parent=s.span_id,
+        )
+        for s in sends
+    ]
+    post(
+        collector,
+        [
+            chat_span("mcp-1", user="where?", calls=calls, at=T0, trace_id=trace),
+            *servers,  # exported first: the server's process ends its spans first
+            *sends,
+            *tools,
+            chat_span("mcp-1", user="where?", answer="done", at=T0 + 600, trace_id=trace),
+        ],
+    )
+    t = builder_and_views_agree(lake_dir, "mcp-1")
+    assert [(c.name, c.call_id, c.arguments, c.result, c.source) for c in t.tool_calls] == [
+        ("get_order", "c-1", {"order_id": "A"}, "a", "span+messages"),
+        ("get_order", "c-2", {"order_id": "B"}, "b", "span+messages"),
+    ]
+    assert t.span_count == 8  # the server's spans are the conversation's spans still
+
+
+def test_an_mcp_servers_span_is_the_call_where_nothing_else_records_it(
+    collector: Collector, lake_dir: Path
+) -> None:
+    # The server's span is the only record of its call: where the caller records no tool
+    # span (an agent whose MCP client is not instrumented); inside another tool's span (a
+    # tool whose code calls an MCP server); inside a span of the same tool in another trace
+    # (the context was not propagated: nothing says it is the same call).
+    def conversation(
+        name: str, requested: str, *, around: str | None, same_trace: bool
+    ) -> list[trace_pb2.Span]:
+        trace = os.urandom(16)
+        call = {"id": "c-1", "name": requested, "arguments": {"q": "x"}}
+        spans = [chat_span(name, user="go", calls=[call], at=T0, trace_id=trace)]
+        if around is not None:
+            spans.append(
+                tool_span(
+                    name,
+                    around,
+                    call_id="c-1",
+                    arguments={"q": "x"},
+                    result="outer",
+                    at=T0 + 200,
+                    trace_id=trace,
+                )
+            )
+        server = server_tool_span(
+            "search", at=T0 + 210, end=T0 + 290, trace_id=trace if same_trace else os.urandom(16)
+        )
+        if not same_trace:
+            server.attributes.append(f.attr("gen_ai.conversation.id", name))
+        spans += [server, chat_span(name, user="go", answer="done", at=T0 + 400, trace_id=trace)]
+        return spans
+
+    post(
+        collector,
+        [
+            *conversation("mcp-alone", "search", around=None, same_trace=True),
+            *conversation("mcp-inside", "research", around="research", same_trace=True),
+            *conversation("mcp-elsewhere", "search", around="search", same_trace=False),
+        ],
+    )
+    alone, inside, elsewhere = agree_all(lake_dir, ["mcp-alone", "mcp-inside", "mcp-elsewhere"])
+    assert [(c.name, c.call_id, c.arguments, c.result, c.source) for c in alone.tool_calls] == [
+        ("search", "c-1", {"q": "x"}, None, "span+messages")  # the request's arguments
+    ]
+    assert [(c.name, c.result, c.source) for c in inside.tool_calls] == [
+        ("research", "outer", "span+messages"),
+        ("search", None, "span"),
+    ]
+    assert [(c.name, c.result, c.source) for c in elsewhere.tool_calls] == [
+        ("search", "outer", "span+messages"),
+        ("search", None, "span"),
+    ]
 
 
 # The writer applies `schema.KNOWN_CONVERSATIONS` to each export with Arrow, not SQL: both must

@@ -1,6 +1,7 @@
 """The spans and log records of an agent's conversation, built by hand: model calls (`chat_span`)
-with their messages and tool calls, tool executions (`tool_span`), a model call's messages moved to
-a log record (`as_log_record`), a log record about a span (`log_record`); times from `T0`."""
+with their messages and tool calls, tool executions (`tool_span`), an MCP server's side of one
+(`server_tool_span`), a model call's messages moved to a log record (`as_log_record`), a log
+record about a span (`log_record`); times from `T0`."""
 
 from __future__ import annotations
 
@@ -80,6 +81,26 @@ def tool_span(
         span.parent_span_id = parent
     span.start_time_unix_nano = at
     span.end_time_unix_nano = at + 100
+    return span
+
+
+def server_tool_span(
+    name: str, *, at: int, end: int, trace_id: bytes, parent: bytes | None = None
+) -> trace_pb2.Span:
+    """An MCP server's span of a `tools/call` (as the MCP SDK records it): kind SERVER,
+    `execute_tool`, the tool's name, neither arguments nor result, no conversation id (it
+    shares its caller's trace, which carries one)."""
+    attributes: dict[str, object] = {
+        "mcp.method.name": "tools/call",
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+    }
+    span = f.span(f"tools/call {name}", trace_id=trace_id, attributes=attributes)
+    span.kind = trace_pb2.Span.SPAN_KIND_SERVER
+    if parent is not None:
+        span.parent_span_id = parent
+    span.start_time_unix_nano = at
+    span.end_time_unix_nano = end
     return span
 
 

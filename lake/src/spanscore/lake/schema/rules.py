@@ -24,7 +24,8 @@ from spanscore.lake.schema.simulation import SIMULATION_VIEWS
 # - tool calls: every call a model requested, joined to its tool span by call id, else by turn,
 #   name and order; a tool span joined to no request is a call of its own. A joined call takes
 #   the span's arguments and result where the span has them, else the messages'. The calls one
-#   model response requested share a `parallel_group`.
+#   model response requested share a `parallel_group`. A server's span of a call (kind SERVER)
+#   inside the caller's tool span of the same tool is not a call (`tools`).
 # A failed span's error message, beside its type: the `exception.message` of its first
 # exception event (where record_exception put the error's own words; OpenTelemetry Python's
 # status description repeats them after the type, "RuntimeError: <message>", which read
@@ -294,6 +295,12 @@ _HANDOFF_SQL = """(operation = 'handoff' OR starts_with(name, 'handoff'))
     AND tool_calls_requested IS NULL AND response_text IS NULL"""
 
 
+# A tool span of kind SERVER: the server's side of a call made from elsewhere (`tools`, in
+# `CALLS`).
+_SERVER_TOOL_SQL = """s.operation IS NOT DISTINCT FROM 'execute_tool'
+    AND s.kind IS NOT DISTINCT FROM 'SERVER'"""
+
+
 # Every view reads a conversation's spans through `placed`, its one materialized relation, and
 # goes on from there in one chain of windows, groupings and joins on the conversation: so a
 # filter on `conversation_id` reaches the scans of `spans`. (DuckDB pushes a filter into a
@@ -329,6 +336,7 @@ def placed_ctes(
                {ERROR_MESSAGE_SQL} AS error_message, {MODEL_CALL_SQL} AS is_model,
                {_TURN_AGENT_SQL} AS is_turn_agent,
                s.operation IS NOT DISTINCT FROM 'execute_tool' AS is_tool,
+               {_SERVER_TOOL_SQL} AS is_server_tool,
                {_HANDOFF_SQL} AS is_handoff
         FROM {spans} s {where}
     )"""
@@ -426,7 +434,39 @@ _ARGS_KEY = "md5_number(json({})::VARCHAR)"
 # request and the k-th span with the same turn, tool name and arguments (tools a framework ran
 # concurrently start in any order); then the same by turn and tool name. A call's result from
 # the messages is the latest `tool_results` entry with its call id.
+#
+# `tools`: the tool spans that are calls. A tool span of kind SERVER (an MCP server's
+# `tools/call NAME` span, as the MCP SDK records it) is the server's side of a call, and not a
+# call of its own, when a tool span of another kind in the same conversation and trace, with
+# the same tool name, lasts from its start to its end: that span records the call from the
+# caller's side, with the arguments and the result. Why so: the OpenTelemetry MCP conventions
+# make the client's span the server's span's parent (the trace context goes in the request's
+# `params._meta`), and a client's span lasts until the response is back, so the server's span
+# lies within it. Within, not below: no parent chain is walked, and the spans in between (the
+# SDK's own CLIENT span, an HTTP client's) may be missing or not tool spans. The same tool
+# name, so that a server's span inside another tool's call (a tool whose code calls an MCP
+# server without recording a tool span of its own) stays the only record of its call; so does
+# a server's span with no client span around it (an agent whose MCP client records no tool
+# spans). It is still a span of the conversation and of its trace: the trace's turn
+# (`trace_turns`) is the same either way, the caller's span being in that trace and starting
+# no later. Written as a left join of the SERVER tool spans (usually none) to the others, not
+# as a semi- or anti-join: DuckDB pushes a view's filter on the conversation into both sides
+# of a left join on it, but not into the right side of a semi- or anti-join, and `placed`, read
+# there unfiltered, made one conversation read the whole lake (`test_views_plan.py`). The join
+# is about 1 % of a full read of `tool_calls`.
 CALLS = f"""
+    tools AS (
+        SELECT conv, trace_id, turn_index, span_order, tool_call_id, tool_name, tool_arguments
+        FROM placed WHERE is_tool AND NOT is_server_tool
+        UNION ALL
+        SELECT s.conv, s.trace_id, s.turn_index, s.span_order, s.tool_call_id, s.tool_name,
+               s.tool_arguments
+        FROM placed s LEFT JOIN placed c ON c.conv = s.conv AND c.trace_id = s.trace_id
+            AND c.tool_name = s.tool_name AND c.is_tool AND NOT c.is_server_tool
+            AND c.start_time_unix_nano <= s.start_time_unix_nano
+            AND c.end_time_unix_nano >= s.end_time_unix_nano
+        WHERE s.is_server_tool AND c.conv IS NULL
+    ),
     items AS (
         SELECT conv, true AS is_request, turn_index, span_order, request_order,
                c.id AS call_id, c.name AS match_name, {_ARGS_KEY.format("c.arguments")} AS args_key
@@ -440,8 +480,7 @@ CALLS = f"""
         UNION ALL
         SELECT p.conv, false, coalesce(p.turn_index, tt.turn_index), span_order, 0,
                tool_call_id, tool_name, {_ARGS_KEY.format("tool_arguments")}
-        FROM placed p LEFT JOIN trace_turns tt ON tt.conv = p.conv AND tt.trace_id = p.trace_id
-        WHERE is_tool
+        FROM tools p LEFT JOIN trace_turns tt ON tt.conv = p.conv AND tt.trace_id = p.trace_id
     ),
     {_joining("by_id", "items", "call_id", [])},
     {_joining("by_args", "by_id", "match_name, args_key", ["by_id"])},
