@@ -272,7 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 version: commands(
                     lake
                     if version == "today"
-                    else replace(lake, directory=copy_lake(lake.directory, workdir / version)),
+                    else replace(
+                        lake,
+                        directory=copy_lake(lake.directory, workdir / f"{lake.name}-{version}"),
+                    ),
                     workdir,
                 )
                 for version in versions

@@ -37,7 +37,7 @@ def _tool(name: str) -> str | None:
 def _command_exists(args: list[str]) -> bool:
     """Whether `spanscore ARGS...` names a command of the CLI, with options it accepts."""
     assert isinstance(cli, click.Group)
-    command = cli.commands.get(args[0])
+    command = cli.get_command(click.Context(cli), args[0])
     if command is None:
         return False
     known = {o for p in command.params for o in getattr(p, "opts", [])}

@@ -143,3 +143,10 @@ def test_the_command_list_shows_each_summary_whole():
     for name, command in main.every_command().items():
         summary = " ".join((command.help or "").split("\n\n")[0].split()).split(". ")[0]
         assert f"{name} {summary.rstrip('.')}" in words, name
+
+
+def test_a_mistyped_command_is_told_the_one_it_meant():
+    result = CliRunner().invoke(main, ["shwo", "--lake", "x", "conv-1"])
+    assert result.exit_code == 2
+    assert "No such command 'shwo'" in result.output
+    assert "Did you mean 'show'?" in result.output

@@ -436,12 +436,15 @@ def test_messages_sent_as_log_records_rebuild_like_attributes(
     _view_agrees(lake_dir, t)
 
 
+@pytest.mark.parametrize("listed", [1_000, 0], ids=["ids-as-a-list", "ids-as-an-arrow-table"])
 def test_chunked_loading_rebuilds_what_one_query_does(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listed: int
 ) -> None:
     """`load_trajectories` reads many conversations in chunks, each queried by a background
     thread while the one before is assembled: the same trajectories, in the same order, as one
-    query over all of them, whichever way the conversations are chosen."""
+    query over all of them, whichever way the conversations are chosen, and whether the ids a
+    query chooses go to it as a list parameter or a registered Arrow table."""
+    monkeypatch.setattr(trajectory_rows, "_LISTED_IDS", listed)
     lake = tmp_path / "lake"
     build_lake(lake, 240, per_commit=100)
     con = open_lake(lake)

@@ -79,6 +79,13 @@ class _Main(click.Group):
             self.add_command(command, cmd_name)
         return self.commands.get(cmd_name)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in COMMANDS and args[0] not in self.commands:
+            self.every_command()  # an unknown name: click's "did you mean" looks at them all
+        return super().resolve_command(ctx, args)
+
     def every_command(self) -> dict[str, click.Command]:
         """Every command by name, all imported (for the docs and their tests)."""
         for name in COMMANDS:

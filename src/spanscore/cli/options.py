@@ -100,13 +100,16 @@ def format_option(command: str, choices: list[str], description: str) -> Callabl
 
 def open_lake_or_fail(lake: str, *, create: bool = False, read_only: bool = False) -> Any:
     """A lake connection, or a ClickException that says why not."""
-    from spanscore.lake import LakeError, connect
+    from spanscore.lake import LakeError, connect, is_interrupt
 
     try:
         return connect(lake, create=create, read_only=read_only)
-    except LakeError as exc:
-        raise LakeUnavailable(str(exc)) from exc
-    except Exception as exc:  # duckdb errors while attaching: show them plainly
+    except Exception as exc:
+        if is_interrupt(exc):  # Ctrl-C while DuckDB opened it: exit 130, not "cannot open"
+            raise
+        if isinstance(exc, LakeError):
+            raise LakeUnavailable(str(exc)) from exc
+        # duckdb errors while attaching: show them plainly
         raise LakeUnavailable(f"cannot open lake {lake}: {exc}") from exc
 
 

@@ -11,7 +11,6 @@ import click
 
 from .options import (
     InputError,
-    LakeUnavailable,
     format_option,
     from_environment,
     lake_option,
@@ -68,14 +67,11 @@ def write_report_file(
     with `err`, when stdout carries a JSON document."""
     from spanscore.evaluation.report import ReportError, write_report
     from spanscore.evaluation.runs.result import plural
-    from spanscore.lake import LakeError
 
     options = _options(baseline, trace_url, max_trajectories)
     try:
         written = write_report(lake, output, run, options, "json" if fmt == "json" else "html")
-    except LakeError as exc:
-        raise LakeUnavailable(str(exc)) from exc
-    except ReportError as exc:
+    except ReportError as exc:  # a lake that cannot be opened exits 3 (`_Main.invoke`)
         raise click.ClickException(str(exc)) from exc
     size = written.bytes / 1e6
     click.echo(

@@ -91,20 +91,33 @@ def show_command(lake: str, as_json: bool, conversation_id: str) -> None:
     \b
     $ spanscore show cs-cancel-2 --lake ./spanscore-demo
     """
+    import importlib
     from concurrent.futures import ThreadPoolExecutor
 
     # A cold `show` is mostly fixed costs: DuckDB opening the lake (its extensions, the
     # catalog) and planning the rules' query, and Python importing the trajectory model
-    # (pydantic). DuckDB does its part without the GIL, so a thread opens the lake and reads the
-    # conversation's rows while this one imports the code that assembles them.
+    # (pydantic). DuckDB does its part without the GIL, so a thread imports the model while
+    # this one opens the lake and reads the conversation's rows. The queries stay in the main
+    # thread, where Ctrl-C interrupts them (a query interrupted in another thread aborted the
+    # process as it exited).
     with ThreadPoolExecutor(max_workers=1) as pool:
-        reading = pool.submit(read_conversation, lake, conversation_id)
-        from spanscore.evaluation.trajectory.load import trajectories_from_rows
+        importing = pool.submit(importlib.import_module, "spanscore.evaluation.trajectory.load")
+        from spanscore.evaluation.simulation import records
+        from spanscore.evaluation.trajectory.rows import trajectory_rows
 
-        rows, simulated = reading.result()
-    trajectory = next(iter(trajectories_from_rows(rows)), None)
+        con = open_lake_or_fail(lake)
+        try:
+            rows = trajectory_rows(con, conversation_ids=[conversation_id]).read_all()
+            simulated = records.simulated_conversation(con, conversation_id)
+        finally:
+            con.close()
+        load = importing.result()
+    trajectory = next(iter(load.trajectories_from_rows(rows)), None)
     if trajectory is None and simulated is None:
-        raise click.ClickException(f"no conversation {conversation_id!r} in {lake}")
+        from spanscore.lake import LakeLocation
+
+        where = LakeLocation.parse(lake).describe()  # no password
+        raise click.ClickException(f"no conversation {conversation_id!r} in {where}")
     if as_json:
         click.echo(json.dumps(show_document(conversation_id, trajectory, simulated), indent=2))
         return
@@ -112,19 +125,6 @@ def show_command(lake: str, as_json: bool, conversation_id: str) -> None:
         click.echo("\n".join(render_trajectory(trajectory)))
     if simulated is not None:
         click.echo("\n".join(render_simulation(*simulated, spans=trajectory is not None)))
-
-
-def read_conversation(lake: str, conversation_id: str) -> tuple[Any, Any]:
-    """A conversation's trajectory rows (Arrow) and its simulator's records (or None)."""
-    from spanscore.evaluation.simulation import records
-    from spanscore.evaluation.trajectory.rows import trajectory_rows
-
-    con = open_lake_or_fail(lake)
-    try:
-        rows = trajectory_rows(con, conversation_ids=[conversation_id]).read_all()
-        return rows, records.simulated_conversation(con, conversation_id)
-    finally:
-        con.close()
 
 
 def show_document(

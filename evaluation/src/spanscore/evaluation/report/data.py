@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import duckdb
+from pydantic import ValidationError
 
 from spanscore.evaluation.report.breakdown import ToolFailures
 from spanscore.evaluation.report.conversations import clip, conversation_detail, first_trace
@@ -46,6 +47,7 @@ from spanscore.evaluation.report.values import finite_or_none, iso, json, round_
 from spanscore.evaluation.runs import store
 from spanscore.evaluation.runs.compare import compare_runs
 from spanscore.evaluation.runs.store import ScoreRecord
+from spanscore.evaluation.suites.model import Gate
 from spanscore.evaluation.trajectory.load import load_trajectories
 from spanscore.evaluation.trajectory.model import ToolCall
 
@@ -131,18 +133,17 @@ def _gates(details: dict[str, Any]) -> list[GateDoc]:
             continue
         listed = entry.get("gate")
         gate: dict[str, Any] = listed if isinstance(listed, dict) else {}
-        scope = "/".join(str(gate[k]) for k in ("scenario", "metric") if gate.get(k))
         rate = gate.get("min_pass_rate", gate.get("min_score_pass_rate"))
         kind: Literal["pass_rate", "mean"] = (
             "mean" if rate is None and "min_mean" in gate else "pass_rate"
         )
         target = rate if kind == "pass_rate" else gate.get("min_mean")
-        if kind == "mean":
-            measure = "mean"
-        elif gate.get("pass_k") is not None:
-            measure = f"pass^{gate['pass_k']}"
-        else:
-            measure = "pass rate" if "min_pass_rate" in gate else "score pass rate"
+        try:  # worded as `evaluate` words it
+            read = Gate.model_validate(gate)
+            measure, scope = read.measure[0], read.scope
+        except ValidationError:  # a gate this spanscore cannot read: named by its fields
+            measure = kind.replace("_", " ")
+            scope = "/".join(str(gate[k]) for k in ("scenario", "metric") if gate.get(k))
         out.append(
             {
                 "scope": scope or "all scores",

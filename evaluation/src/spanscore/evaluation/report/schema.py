@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
 
 from pydantic import TypeAdapter
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
@@ -21,9 +21,10 @@ VERSION: Literal[1] = 1
 class GateDoc(TypedDict):
     scope: str  # "scenario/metric", a scenario, a metric, or "all scores"
     kind: Literal["pass_rate", "mean"]
-    # What the gate measured, as the report names it: "pass rate", "score pass rate", "mean" or
-    # "pass^K" (K trials of a simulation's scenario, all passing; its kind is pass_rate).
-    measure: str
+    # What the gate measured, in the words `evaluate` prints: "conversation pass rate", "score
+    # pass rate", "mean" or "pass^K" (K trials of a simulation's scenario, all passing; its kind
+    # is pass_rate). Absent from reports written before it was added.
+    measure: NotRequired[str]
     target: float | None
     measured: float | None
     passed: bool

@@ -74,11 +74,7 @@ class GateResult:
 
     def describe(self) -> str:
         what, target = self.gate.measure
-        if self.gate.pass_k is not None:
-            what = f"pass^{self.gate.pass_k}"
-        scope = "/".join(x for x in (self.gate.scenario, self.gate.metric) if x) or (
-            "all scenarios" if self.gate.pass_k is not None else "all scores"
-        )
+        scope = self.gate.scope
         if self.measured is None:
             allowed = "allowed by allow_empty" if self.gate.allow_empty else "an empty gate fails"
             nothing = (

@@ -260,13 +260,22 @@ class Gate(_Model):
 
     @property
     def measure(self) -> tuple[str, float]:
-        """(what the gate measures, in words; its threshold)."""
+        """(what the gate measures, in words; its threshold): what `evaluate` prints and the
+        report shows."""
+        if self.pass_k is not None and self.min_pass_rate is not None:
+            return f"pass^{self.pass_k}", self.min_pass_rate
         if self.min_pass_rate is not None:
             return "conversation pass rate", self.min_pass_rate
         if self.min_score_pass_rate is not None:
             return "score pass rate", self.min_score_pass_rate
         assert self.min_mean is not None
         return "mean", self.min_mean
+
+    @property
+    def scope(self) -> str:
+        """What the gate covers, in words: "scenario/metric", one of them, or all."""
+        named = "/".join(x for x in (self.scenario, self.metric) if x)
+        return named or ("all scenarios" if self.pass_k is not None else "all scores")
 
 
 class Suite(_Model):

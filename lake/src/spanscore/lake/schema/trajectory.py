@@ -152,9 +152,10 @@ _STEP_ORDER = "conversation_id, turn_index NULLS FIRST, place NULLS FIRST, sub"
 
 
 def chosen_ids(registered: str, alias: str = "", bounds: str = "") -> str:
-    """`WHERE` the conversation id is one of the registered Arrow table `registered`'s, and
-    between `$first{bounds}` and `$last{bounds}`, its least and greatest: a plain range the
-    scan applies, and prunes files by, before the join. `alias` is the table's, with its dot."""
+    """`WHERE` the conversation id is one of the relation `registered`'s (a registered Arrow
+    table, or a subquery of a list parameter), and between `$first{bounds}` and
+    `$last{bounds}`, its least and greatest: a plain range the scan applies, and prunes files
+    by, before the join. `alias` is the table's, with its dot."""
     return (
         f"WHERE {alias}conversation_id IN (SELECT conversation_id FROM {registered}) "
         f"AND {alias}conversation_id BETWEEN $first{bounds} AND $last{bounds}"
