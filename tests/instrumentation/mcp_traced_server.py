@@ -8,9 +8,9 @@ results."""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -19,21 +19,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from spanscore.examples.customer_service.store import Store
 
-
-def make_server(store: Store) -> MCPServer:
-    server = MCPServer("customer-service")
-
-    @server.tool()
-    def get_order(order_id: str) -> dict[str, Any]:
-        """Get order details by order ID"""
-        return store.get_order(order_id)
-
-    @server.tool()
-    def search_products(query: str, max_price: float | None = None) -> list[dict[str, Any]]:
-        """Search the product catalog by keyword and optional price filter"""
-        return store.search_products(query, max_price)
-
-    return server
+# Run as a script: the repository, for the tests' own support modules.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.support.customer_service_mcp import make_server
 
 
 def main() -> None:

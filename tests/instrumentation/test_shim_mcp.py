@@ -27,28 +27,12 @@ from spanscore.examples.customer_service.store import Store
 from spanscore.instrumentation import mcp as shim
 from spanscore.instrumentation.mcp import MCPInstrumentor
 
+from ..support.customer_service_mcp import SERVER, make_server
 from ..support.lake import query
 from ..support.polling import wait_for
 
 CONVERSATION = "mcp-conv-1"
-SERVER = "customer-service"
 SEARCH = {"query": "keyboard", "max_price": 100.0}
-
-
-def make_server(store: Store) -> MCPServer:
-    server = MCPServer(SERVER)
-
-    @server.tool()
-    def get_order(order_id: str) -> dict[str, Any]:
-        """Get order details by order ID"""
-        return store.get_order(order_id)
-
-    @server.tool()
-    def search_products(query: str, max_price: float | None = None) -> list[dict[str, Any]]:
-        """Search the product catalog by keyword and optional price filter"""
-        return store.search_products(query, max_price)
-
-    return server
 
 
 CALLS = [
