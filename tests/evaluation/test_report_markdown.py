@@ -142,7 +142,8 @@ def test_the_summary_gives_status_gates_regressions_and_the_worst_conversations(
     ]
     # Why: the failed gate, as the run recorded it.
     assert re.search(
-        r"gate_failed because:\s*gate verify_before_cancel: pass rate 0\.\d+ below", page.text
+        r"gate_failed because:\s*gate verify_before_cancel: conversation pass rate 0\.\d+ below",
+        page.text,
     )
     gates = page.table("")
     assert [row[:2] for row in gates[1:]] == [
